@@ -1,0 +1,110 @@
+"""Start a private ``redis-server`` when none is reachable.
+
+Used by ``agentbus up`` (so a newcomer needs nothing but the Debian ``redis-server`` package) and by the
+test suite (every test session gets its own server on a free port, so tests never touch a developer's
+data and clean up by killing the process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+
+class RedisServerUnavailable(RuntimeError):
+    """No Redis is reachable and none could be started."""
+
+
+def is_reachable(url: str, *, timeout_s: float = 0.5) -> bool:
+    """Return True when a Redis server answers PING at ``url``."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    try:
+        return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def free_port() -> int:
+    """Ask the kernel for a free TCP port on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalRedis:
+    """A ``redis-server`` child process bound to 127.0.0.1 on its own port and directory."""
+
+    port: int
+    directory: Path
+    appendonly: bool = False
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *, timeout_s: float = 10.0) -> LocalRedis:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            msg = "redis-server is not installed (apt-get install redis-server) and no Redis is reachable"
+            raise RedisServerUnavailable(msg)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        args = [
+            binary,
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.directory),
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "everysec",
+            "--daemonize", "no",
+            "--logfile", str(self.directory / "redis.log"),
+        ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                msg = f"redis-server exited with {self.process.returncode}; see {self.directory / 'redis.log'}"
+                raise RedisServerUnavailable(msg)
+            if is_reachable(self.url, timeout_s=0.2):
+                return self
+            time.sleep(0.02)
+        self.stop()
+        msg = f"redis-server on port {self.port} did not answer within {timeout_s}s"
+        raise RedisServerUnavailable(msg)
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self) -> None:
+        """Stop and start again on the same port and directory (data survives only with AOF)."""
+        self.stop()
+        self.start()
+
+
+def start_local_redis(directory: Path | None = None, *, port: int | None = None, appendonly: bool = False) -> LocalRedis:
+    """Start a private Redis on a free port in ``directory`` (a fresh temp dir by default)."""
+    root = directory if directory is not None else Path(tempfile.mkdtemp(prefix="agentbus-redis-"))
+    return LocalRedis(port=port or free_port(), directory=root, appendonly=appendonly).start()

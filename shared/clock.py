@@ -1,0 +1,38 @@
+"""Clocks: the only place in shared/ that reads the time.
+
+A clock returns the ISO-8601 UTC timestamp string Claude Code writes (``new Date().toISOString()``:
+millisecond precision and a ``Z`` suffix, R1.2). Timestamps are kept as strings end to end so a
+transcript round-trips byte-exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+Clock = Callable[[], str]
+"""Returns the current time as ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+
+
+def format_timestamp(moment: datetime) -> str:
+    """Render ``moment`` (any timezone) the way JavaScript's ``toISOString`` does."""
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def utc_now() -> str:
+    """The system clock."""
+    return format_timestamp(datetime.now(UTC))
+
+
+class FixedClock:
+    """A deterministic clock for tests: starts at ``start`` and advances ``step_ms`` per call."""
+
+    def __init__(self, start: datetime | None = None, *, step_ms: int = 1) -> None:
+        self._now = start if start is not None else datetime(2026, 1, 1, tzinfo=UTC)
+        self._step = timedelta(milliseconds=step_ms)
+
+    def __call__(self) -> str:
+        value = format_timestamp(self._now)
+        self._now += self._step
+        return value

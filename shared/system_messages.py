@@ -1,0 +1,188 @@
+"""System messages (§1.4): one model per subtype, plus :class:`OtherSystemMessage` for subtypes
+agentbus does not know (kept verbatim)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, Tag
+
+from shared.envelope import StoredMessageBase
+from shared.json_types import JsonObject, JsonValue
+
+
+class SystemMessageBase(StoredMessageBase):
+    type: Literal["system"] = "system"
+    subtype: str
+    content: str | None = None
+    level: str | None = None
+    is_meta: bool | None = None
+    tool_use_id: str | None = Field(default=None, alias="toolUseID")
+
+
+class InformationalSystemMessage(SystemMessageBase):
+    subtype: Literal["informational"] = "informational"
+    prevent_continuation: bool | None = None
+
+
+class PermissionRetrySystemMessage(SystemMessageBase):
+    subtype: Literal["permission_retry"] = "permission_retry"
+    commands: list[str] = Field(default_factory=list)
+
+
+class BridgeStatusSystemMessage(SystemMessageBase):
+    subtype: Literal["bridge_status"] = "bridge_status"
+    url: str | None = None
+    upgrade_nudge: JsonValue = None
+
+
+class ScheduledTaskFireSystemMessage(SystemMessageBase):
+    subtype: Literal["scheduled_task_fire"] = "scheduled_task_fire"
+
+
+class StopHookSummarySystemMessage(SystemMessageBase):
+    subtype: Literal["stop_hook_summary"] = "stop_hook_summary"
+    hook_count: int | None = None
+    hook_infos: list[JsonValue] | None = None
+    hook_errors: list[JsonValue] | None = None
+    prevented_continuation: bool | None = None
+    stop_reason: str | None = None
+    has_output: bool | None = None
+    hook_label: str | None = None
+    total_duration_ms: float | None = None
+
+
+class TurnDurationSystemMessage(SystemMessageBase):
+    subtype: Literal["turn_duration"] = "turn_duration"
+    duration_ms: float | None = None
+    budget_tokens: JsonValue = None
+    budget_limit: JsonValue = None
+    budget_nudges: JsonValue = None
+    message_count: int | None = None
+
+
+class AwaySummarySystemMessage(SystemMessageBase):
+    subtype: Literal["away_summary"] = "away_summary"
+
+
+class MemorySavedSystemMessage(SystemMessageBase):
+    subtype: Literal["memory_saved"] = "memory_saved"
+    written_paths: list[str] | None = None
+
+
+class AgentsKilledSystemMessage(SystemMessageBase):
+    subtype: Literal["agents_killed"] = "agents_killed"
+
+
+class ApiMetricsSystemMessage(SystemMessageBase):
+    subtype: Literal["api_metrics"] = "api_metrics"
+    ttft_ms: float | None = None
+    otps: float | None = None
+    is_p50: bool | None = None
+    hook_duration_ms: float | None = None
+    turn_duration_ms: float | None = None
+    tool_duration_ms: float | None = None
+    classifier_duration_ms: float | None = None
+    tool_count: int | None = None
+    hook_count: int | None = None
+    classifier_count: int | None = None
+    config_write_count: int | None = None
+
+
+class LocalCommandSystemMessage(SystemMessageBase):
+    """The only system subtype sent to the model (R4.4, R4.5)."""
+
+    subtype: Literal["local_command"] = "local_command"
+
+
+class CompactBoundarySystemMessage(SystemMessageBase):
+    """R2.4b: ``parentUuid`` null on disk, ``logicalParentUuid`` links to the pre-compact history."""
+
+    subtype: Literal["compact_boundary"] = "compact_boundary"
+    compact_metadata: JsonObject | None = None
+
+
+class MicrocompactBoundarySystemMessage(SystemMessageBase):
+    subtype: Literal["microcompact_boundary"] = "microcompact_boundary"
+    microcompact_metadata: JsonObject | None = None
+
+
+class ApiErrorSystemMessage(SystemMessageBase):
+    subtype: Literal["api_error"] = "api_error"
+    error: JsonValue = None
+    cause: JsonValue = None
+    retry_in_ms: float | None = None
+    retry_attempt: int | None = None
+    max_retries: int | None = None
+
+
+class FileSnapshotSystemMessage(SystemMessageBase):
+    subtype: Literal["file_snapshot"] = "file_snapshot"
+    snapshot_files: list[JsonObject] | None = None
+
+
+class OtherSystemMessage(SystemMessageBase):
+    """A subtype agentbus does not model (e.g. internal or newer ones); passes through unchanged."""
+
+
+_SUBTYPE_MODELS: tuple[type[SystemMessageBase], ...] = (
+    InformationalSystemMessage,
+    PermissionRetrySystemMessage,
+    BridgeStatusSystemMessage,
+    ScheduledTaskFireSystemMessage,
+    StopHookSummarySystemMessage,
+    TurnDurationSystemMessage,
+    AwaySummarySystemMessage,
+    MemorySavedSystemMessage,
+    AgentsKilledSystemMessage,
+    ApiMetricsSystemMessage,
+    LocalCommandSystemMessage,
+    CompactBoundarySystemMessage,
+    MicrocompactBoundarySystemMessage,
+    ApiErrorSystemMessage,
+    FileSnapshotSystemMessage,
+)
+
+SYSTEM_SUBTYPE_TAGS: dict[str, str] = {
+    str(model.model_fields["subtype"].default): f"system:{model.model_fields['subtype'].default}"
+    for model in _SUBTYPE_MODELS
+}
+
+SystemMessageUnion = (
+    Annotated[InformationalSystemMessage, Tag("system:informational")]
+    | Annotated[PermissionRetrySystemMessage, Tag("system:permission_retry")]
+    | Annotated[BridgeStatusSystemMessage, Tag("system:bridge_status")]
+    | Annotated[ScheduledTaskFireSystemMessage, Tag("system:scheduled_task_fire")]
+    | Annotated[StopHookSummarySystemMessage, Tag("system:stop_hook_summary")]
+    | Annotated[TurnDurationSystemMessage, Tag("system:turn_duration")]
+    | Annotated[AwaySummarySystemMessage, Tag("system:away_summary")]
+    | Annotated[MemorySavedSystemMessage, Tag("system:memory_saved")]
+    | Annotated[AgentsKilledSystemMessage, Tag("system:agents_killed")]
+    | Annotated[ApiMetricsSystemMessage, Tag("system:api_metrics")]
+    | Annotated[LocalCommandSystemMessage, Tag("system:local_command")]
+    | Annotated[CompactBoundarySystemMessage, Tag("system:compact_boundary")]
+    | Annotated[MicrocompactBoundarySystemMessage, Tag("system:microcompact_boundary")]
+    | Annotated[ApiErrorSystemMessage, Tag("system:api_error")]
+    | Annotated[FileSnapshotSystemMessage, Tag("system:file_snapshot")]
+    | Annotated[OtherSystemMessage, Tag("system:other")]
+)
+
+SystemMessage = (
+    InformationalSystemMessage
+    | PermissionRetrySystemMessage
+    | BridgeStatusSystemMessage
+    | ScheduledTaskFireSystemMessage
+    | StopHookSummarySystemMessage
+    | TurnDurationSystemMessage
+    | AwaySummarySystemMessage
+    | MemorySavedSystemMessage
+    | AgentsKilledSystemMessage
+    | ApiMetricsSystemMessage
+    | LocalCommandSystemMessage
+    | CompactBoundarySystemMessage
+    | MicrocompactBoundarySystemMessage
+    | ApiErrorSystemMessage
+    | FileSnapshotSystemMessage
+    | OtherSystemMessage
+)
+"""Any system message."""

@@ -1,0 +1,204 @@
+"""The message model (§1): every kind parses, dumps back unchanged, and stays lossless."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from shared.content import CONTENT_BLOCKS_ADAPTER, TextBlock, ToolUseBlock, UnknownBlock, is_malformed
+from shared.messages import (
+    AssistantMessage,
+    AttachmentMessage,
+    ProgressMessage,
+    StreamEventMessage,
+    StreamRequestStartMessage,
+    TombstoneMessage,
+    ToolUseSummaryMessage,
+    UserMessage,
+    dump_message,
+    parse_message,
+)
+from shared.system_messages import (
+    ApiErrorSystemMessage,
+    CompactBoundarySystemMessage,
+    LocalCommandSystemMessage,
+    OtherSystemMessage,
+    StopHookSummarySystemMessage,
+    TurnDurationSystemMessage,
+)
+
+MESSAGE_TYPES = {"user", "assistant", "system", "progress", "attachment"}
+
+
+def _corpus_message_lines(corpus_root: Path) -> list[tuple[str, int, dict[str, object]]]:
+    found = []
+    for path in sorted((corpus_root / "claude-code").rglob("*.jsonl")):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(data, dict) and data.get("type") in MESSAGE_TYPES:
+                found.append((f"{path.relative_to(corpus_root)}:{number}", number, data))
+    return found
+
+
+def test_r1_1_every_corpus_message_line_round_trips(corpus_root: Path) -> None:
+    """R1.1/R7.3: every message line of the real corpus parses and dumps back to an equal JSON value;
+    the lines that fail are exactly the deliberately malformed ones of edge_cases.jsonl."""
+    failures: list[str] = []
+    parsed = 0
+    for where, _number, data in _corpus_message_lines(corpus_root):
+        try:
+            message = parse_message(data)
+        except ValidationError:
+            failures.append(where)
+            continue
+        assert dump_message(message) == data, where
+        parsed += 1
+    assert parsed > 2500
+    assert failures == [
+        "claude-code/daaain__claude-code-log/edge_cases.jsonl:10",
+        "claude-code/daaain__claude-code-log/edge_cases.jsonl:11",
+        "claude-code/daaain__claude-code-log/edge_cases.jsonl:18",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("data", "model"),
+    [
+        (
+            {"type": "user", "uuid": "u", "timestamp": "t", "message": {"role": "user", "content": "hi"}},
+            UserMessage,
+        ),
+        (
+            {
+                "type": "assistant",
+                "uuid": "a",
+                "timestamp": "t",
+                "message": {"id": "msg_1", "model": "m", "role": "assistant", "content": []},
+            },
+            AssistantMessage,
+        ),
+        (
+            {"type": "system", "subtype": "local_command", "uuid": "s", "timestamp": "t"},
+            LocalCommandSystemMessage,
+        ),
+        (
+            {"type": "system", "subtype": "compact_boundary", "uuid": "s", "timestamp": "t"},
+            CompactBoundarySystemMessage,
+        ),
+        ({"type": "system", "subtype": "api_error", "uuid": "s", "timestamp": "t"}, ApiErrorSystemMessage),
+        (
+            {"type": "system", "subtype": "turn_duration", "uuid": "s", "timestamp": "t"},
+            TurnDurationSystemMessage,
+        ),
+        (
+            {"type": "system", "subtype": "stop_hook_summary", "uuid": "s", "timestamp": "t"},
+            StopHookSummarySystemMessage,
+        ),
+        (
+            {"type": "system", "subtype": "brand_new_subtype", "uuid": "s", "timestamp": "t"},
+            OtherSystemMessage,
+        ),
+        (
+            {
+                "type": "progress",
+                "uuid": "p",
+                "timestamp": "t",
+                "data": {"type": "bash_progress"},
+                "toolUseID": "x",
+            },
+            ProgressMessage,
+        ),
+        (
+            {"type": "attachment", "uuid": "a", "timestamp": "t", "attachment": {"type": "file"}},
+            AttachmentMessage,
+        ),
+        ({"type": "stream_event", "event": {"type": "message_stop"}}, StreamEventMessage),
+        ({"type": "stream_request_start"}, StreamRequestStartMessage),
+        (
+            {
+                "type": "tool_use_summary",
+                "summary": "s",
+                "precedingToolUseIds": ["t"],
+                "uuid": "u",
+                "timestamp": "t",
+            },
+            ToolUseSummaryMessage,
+        ),
+    ],
+)
+def test_r1_1_each_kind_has_its_own_model(data: dict[str, object], model: type) -> None:
+    """R1.1/R1.4/R1.7: the union dispatches on ``type`` (and ``subtype`` for system)."""
+    message = parse_message(data)  # type: ignore[arg-type]
+    assert type(message) is model
+    assert dump_message(message) == data
+
+
+def test_r1_7_tombstone_wraps_a_message() -> None:
+    inner = {"type": "assistant", "uuid": "a", "timestamp": "t", "message": {"id": "m", "content": []}}
+    tombstone = parse_message({"type": "tombstone", "message": inner})
+    assert isinstance(tombstone, TombstoneMessage)
+    assert isinstance(tombstone.message, AssistantMessage)
+    assert dump_message(tombstone) == {"type": "tombstone", "message": inner}
+
+
+def test_lossless_unknown_fields_and_blocks_survive() -> None:
+    data = {
+        "type": "assistant",
+        "uuid": "a",
+        "timestamp": "t",
+        "futureField": {"x": [1, 2]},
+        "message": {
+            "id": "m",
+            "role": "assistant",
+            "content": [
+                {"type": "container_upload", "file_id": "f"},
+                {"type": "text", "text": "x", "extra": 1},
+            ],
+            "brand_new": True,
+        },
+    }
+    message = parse_message(data)
+    assert isinstance(message, AssistantMessage)
+    assert isinstance(message.blocks[0], UnknownBlock)
+    assert dump_message(message) == data
+
+
+def test_snake_case_keys_on_the_wire_stay_extras() -> None:
+    """A stray ``session_id`` beside ``sessionId`` (schema drift) is kept, not merged."""
+    data = {
+        "type": "user",
+        "uuid": "u",
+        "timestamp": "t",
+        "sessionId": "camel",
+        "session_id": "snake",
+        "message": {"role": "user", "content": "x"},
+    }
+    message = parse_message(data)
+    assert message.session_id == "camel"  # type: ignore[union-attr]
+    assert dump_message(message) == data
+
+
+def test_malformed_known_block_is_kept_verbatim_and_flagged() -> None:
+    """A tool_use without an id cannot be paired; it is preserved but marked malformed."""
+    blocks = CONTENT_BLOCKS_ADAPTER.validate_python([{"type": "tool_use", "name": "Bash", "input": {}}])
+    assert isinstance(blocks[0], UnknownBlock)
+    assert is_malformed(blocks[0])
+    assert not is_malformed(ToolUseBlock(id="t", name="Bash"))
+
+
+def test_invalid_message_reports_its_location() -> None:
+    with pytest.raises(ValidationError) as info:
+        parse_message(
+            {"type": "user", "uuid": "u", "timestamp": "t", "message": {"role": "user", "content": [7]}}
+        )
+    assert ("user", "message", "content", "str") in [error["loc"] for error in info.value.errors()]
+
+
+def test_constructed_blocks_always_dump_their_type() -> None:
+    assert TextBlock(text="x").to_wire() == {"type": "text", "text": "x"}
