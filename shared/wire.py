@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 from pydantic.alias_generators import to_camel
 
 from shared.json_types import JsonObject
@@ -35,6 +35,20 @@ class WireModel(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         self.__pydantic_fields_set__.update(self._always_dumped & type(self).model_fields.keys())
+
+    @model_serializer(mode="wrap")
+    def _dump_only_set_fields(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Lossless everywhere: a wire object nested in any other model (a ledger, a bus record) dumps
+        only the fields it was given, exactly as :meth:`to_wire` does."""
+        data = handler(self)
+        if info.exclude_unset or not isinstance(data, dict):
+            return data
+        fields = type(self).model_fields
+        by_alias = info.by_alias if info.by_alias is not None else self.model_config.get("serialize_by_alias", False)
+        for name in fields.keys() - self.__pydantic_fields_set__:
+            alias = fields[name].serialization_alias or fields[name].alias
+            data.pop(alias if by_alias and alias else name, None)
+        return data
 
     def to_wire(self) -> JsonObject:
         """The JSON object this model was read from (or would be written as)."""

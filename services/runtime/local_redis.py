@@ -63,14 +63,22 @@ class LocalRedis:
         self.directory.mkdir(parents=True, exist_ok=True)
         args = [
             binary,
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.directory),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--appendfsync", "everysec",
-            "--daemonize", "no",
-            "--logfile", str(self.directory / "redis.log"),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.directory),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--appendfsync",
+            "everysec",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.directory / "redis.log"),
         ]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
@@ -104,7 +112,9 @@ class LocalRedis:
         self.start()
 
 
-def start_local_redis(directory: Path | None = None, *, port: int | None = None, appendonly: bool = False) -> LocalRedis:
+def start_local_redis(
+    directory: Path | None = None, *, port: int | None = None, appendonly: bool = False
+) -> LocalRedis:
     """Start a private Redis on a free port in ``directory`` (a fresh temp dir by default)."""
     root = directory if directory is not None else Path(tempfile.mkdtemp(prefix="agentbus-redis-"))
     return LocalRedis(port=port or free_port(), directory=root, appendonly=appendonly).start()

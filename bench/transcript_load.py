@@ -1,0 +1,142 @@
+"""Benchmark: load + resume + normalize a large real transcript vs a plain-JSON baseline.
+
+agentbus path (what ``agentbus normalize FILE --prompt continue`` does after reading the file):
+``read_transcript`` (every line parsed into the typed line model) → ``build_transcript`` + leaf + chain
+walk + R7.18 recovery + R7.20 deserialization (``resume_session``) → ``to_api_request`` (the whole §4
+pipeline) → the request body.
+
+Baseline: ``orjson.loads`` (and, separately, stdlib ``json.loads``) of every line, a uuid → dict map, the
+latest leaf by timestamp, a parentUuid walk to the root, and ``{role, content}`` for the user/assistant
+lines on it: the least a tool can do to get "the conversation" out of the file, without any of
+Claude Code's rules.
+
+Wall time is the median of ``--runs`` runs (file bytes already in memory, GC collected before each run);
+peak memory is tracemalloc's peak during one extra run of each (tracemalloc slows code down, so it is
+never on during timed runs).
+
+Usage: ``uv run python bench/transcript_load.py [FILE] [--runs N]``
+(default FILE: the 2.7 MB marot__spotter session of the reference corpus).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from services.transcripts.api_view import api_view_of_transcript
+from shared.clock import FixedClock
+from shared.ids import SequentialIds
+from shared.transcript import build_transcript, read_transcript
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("AGENTBUS_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))
+DEFAULT_FILE = CORPUS / "claude-code" / "marot__spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+
+
+def baseline(data: bytes, loads: Callable[[bytes], Any]) -> list[dict[str, Any]]:
+    """Plain JSON: parse every line, walk the latest leaf's parent chain, keep role + content."""
+    by_uuid: dict[str, dict[str, Any]] = {}
+    has_child: set[str] = set()
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            line = loads(raw)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and isinstance(line.get("uuid"), str):
+            by_uuid[line["uuid"]] = line
+            parent = line.get("parentUuid")
+            if isinstance(parent, str):
+                has_child.add(parent)
+    leaves = [
+        line
+        for uuid, line in by_uuid.items()
+        if uuid not in has_child and line.get("type") in {"user", "assistant"} and not line.get("isSidechain")
+    ]
+    leaf = max(leaves, key=lambda line: str(line.get("timestamp", "")), default=None)
+    chain: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    current = leaf
+    while current is not None and current["uuid"] not in seen:
+        seen.add(current["uuid"])
+        chain.append(current)
+        parent = current.get("parentUuid")
+        current = by_uuid.get(parent) if isinstance(parent, str) else None
+    chain.reverse()
+    return [
+        {"role": line["message"]["role"], "content": line["message"]["content"]}
+        for line in chain
+        if line.get("type") in {"user", "assistant"} and isinstance(line.get("message"), dict)
+    ]
+
+
+def agentbus_parse(data: bytes) -> object:
+    """Stage 1 only: every line into the typed line model."""
+    return build_transcript(read_transcript(data))
+
+
+def agentbus_normalize(data: bytes) -> object:
+    """The full path of ``agentbus normalize FILE --prompt continue``."""
+    return api_view_of_transcript(data, prompt="continue", clock=FixedClock(), ids=SequentialIds()).request
+
+
+def measure(function: Callable[[bytes], object], data: bytes, runs: int) -> tuple[float, float]:
+    """(median wall seconds, peak traced MiB)."""
+    timings: list[float] = []
+    for _ in range(runs):
+        gc.collect()
+        started = time.perf_counter()
+        function(data)
+        timings.append(time.perf_counter() - started)
+    gc.collect()
+    tracemalloc.start()
+    function(data)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return statistics.median(timings), peak / (1024 * 1024)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    data = args.file.read_bytes()
+    request = api_view_of_transcript(data, prompt="continue", clock=FixedClock(), ids=SequentialIds()).request
+    plain = baseline(data, orjson.loads)
+    line_count = data.count(b"\n")
+    print(f"file: {args.file} ({len(data) / 1e6:.2f} MB, {line_count} lines), runs: {args.runs}")
+    print(f"request: {len(request['messages'])} messages; baseline chain: {len(plain)} user/assistant lines")
+    print(f"python {sys.version.split()[0]}")
+    cases: list[tuple[str, Callable[[bytes], object]]] = [
+        ("baseline orjson (parse + chain walk)", lambda blob: baseline(blob, orjson.loads)),
+        ("baseline json   (parse + chain walk)", lambda blob: baseline(blob, json.loads)),
+        ("agentbus parse (read_transcript + build_transcript)", agentbus_parse),
+        ("agentbus normalize (parse + resume + to_api_request)", agentbus_normalize),
+    ]
+    results = {name: measure(function, data, args.runs) for name, function in cases}
+    width = max(len(name) for name in results)
+    print(f"{'case':<{width}}  {'wall ms (median)':>16}  {'peak MiB':>9}")
+    for name, (wall, peak) in results.items():
+        print(f"{name:<{width}}  {wall * 1000:>16.1f}  {peak:>9.1f}")
+    base_wall, base_peak = results[cases[0][0]]
+    json_wall, json_peak = results[cases[1][0]]
+    full_wall, full_peak = results[cases[3][0]]
+    print(f"ratio normalize / orjson baseline: wall {full_wall / base_wall:.1f}x, peak memory {full_peak / base_peak:.1f}x")
+    print(f"ratio normalize / json baseline:   wall {full_wall / json_wall:.1f}x, peak memory {full_peak / json_peak:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The ``agentbus`` command line (typer)."""

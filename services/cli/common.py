@@ -1,0 +1,35 @@
+"""Helpers shared by the CLI commands: reading input files and failing with a clear message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NoReturn
+
+import typer
+
+USAGE_ERROR = 2
+"""Exit code for bad arguments or unreadable input (errors found *in* the input exit 1)."""
+
+
+def fail(message: str, *, code: int = 1) -> NoReturn:
+    """Print ``agentbus: <message>`` on stderr and exit with ``code``."""
+    typer.echo(f"agentbus: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def read_input(path: Path) -> bytes:
+    """The bytes of ``path``, or a usage error naming the file."""
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        fail(f"cannot read {path}: {error.strerror or error}", code=USAGE_ERROR)
+
+
+def same_file(first: Path, second: Path) -> bool:
+    """True when both paths name one file (symlinks and relative paths included)."""
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return first.exists() and second.exists() and first.samefile(second)
+    except OSError:
+        return False

@@ -1,0 +1,183 @@
+"""Python client SDK: publish to a session, await its next API request, follow its events.
+
+    async with AgentbusClient.connect("redis://localhost:6379/0") as bus:
+        await bus.send_prompt("s1", "list the files")
+        request = await bus.next_request("s1", after_seq=0, timeout_s=30)
+
+Every publish carries an idempotency key (a fresh one unless given), so a producer may retry safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import orjson
+import redis.asyncio as aioredis
+
+from services.runtime.codec import DATA_FIELD, entry_fields
+from services.runtime.settings import Settings
+from services.runtime.streams import StreamNames
+from services.runtime.topology import Topology
+from shared.content import ContentBlock
+from shared.events import (
+    AssistantReply,
+    AttachmentNotice,
+    IngressEnvelope,
+    IngressPayload,
+    Interrupt,
+    LogEntry,
+    RecordedMessage,
+    StreamEvent,
+    StreamFallback,
+    SystemNotice,
+    ToolResultReport,
+    UserPrompt,
+    parse_log_entry,
+)
+from shared.json_types import JsonObject
+from shared.messages import AssistantMessage, AttachmentMessage, Message, UserMessage
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRequest:
+    """An API request the normalizer published for a session."""
+
+    session_id: str
+    seq: int
+    request: dict[str, Any]
+    repairs: dict[str, int]
+
+
+class AgentbusClient:
+    """A producer/observer of one agentbus deployment."""
+
+    def __init__(self, redis: aioredis.Redis, topology: Topology) -> None:
+        self.redis = redis
+        self.topology = topology
+
+    @classmethod
+    def connect(cls, redis_url: str | None = None, *, names: StreamNames | None = None) -> AgentbusClient:
+        settings = Settings()
+        url = redis_url if redis_url is not None else settings.redis_url
+        return cls(aioredis.Redis.from_url(url), Topology(names if names is not None else settings.names))
+
+    async def __aenter__(self) -> AgentbusClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+    # -- publishing --------------------------------------------------------------------------
+
+    async def publish(
+        self,
+        session_id: str,
+        payload: IngressPayload,
+        *,
+        idempotency_key: str | None = None,
+        traceparent: str | None = None,
+    ) -> str:
+        """XADD one ingress entry; returns its entry id."""
+        envelope = IngressEnvelope(
+            session_id=session_id,
+            idempotency_key=idempotency_key or f"{payload.type}:{uuid.uuid4()}",
+            payload=payload,
+            traceparent=traceparent,
+        )
+        entry_id = await self.redis.xadd(self.topology.ingress_for(session_id), entry_fields(envelope))  # type: ignore[arg-type]
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> None:
+        """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs."""
+        stream = self.topology.ingress_for(session_id)
+        pipe = self.redis.pipeline(transaction=False)
+        for key, payload in payloads:
+            envelope = IngressEnvelope(session_id=session_id, idempotency_key=key, payload=payload)
+            pipe.xadd(stream, entry_fields(envelope))  # type: ignore[arg-type]
+        await pipe.execute()
+
+    async def send_prompt(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> str:
+        return await self.publish(session_id, UserPrompt(content=content, **options))
+
+    async def send_assistant(self, session_id: str, message: AssistantMessage, *, execute_tools: bool = True) -> str:
+        return await self.publish(session_id, AssistantReply(message=message, execute_tools=execute_tools))
+
+    async def send_stream_event(self, session_id: str, request_id: str, event: JsonObject) -> str:
+        return await self.publish(session_id, StreamEvent(request_id=request_id, event=event))
+
+    async def send_stream_fallback(self, session_id: str, request_id: str) -> str:
+        return await self.publish(session_id, StreamFallback(request_id=request_id))
+
+    async def send_system(self, session_id: str, message: Message) -> str:
+        return await self.publish(session_id, SystemNotice(message=message))
+
+    async def send_attachment(self, session_id: str, message: AttachmentMessage) -> str:
+        return await self.publish(session_id, AttachmentNotice(message=message))
+
+    async def send_tool_result(self, session_id: str, message: UserMessage) -> str:
+        return await self.publish(session_id, ToolResultReport(message=message))
+
+    async def send_recorded(self, session_id: str, message: Message) -> str:
+        return await self.publish(session_id, RecordedMessage(message=message))
+
+    async def interrupt(self, session_id: str, *, reason: Literal["user_cancel", "interrupt"] = "user_cancel") -> str:
+        return await self.publish(session_id, Interrupt(reason=reason))
+
+    # -- observing ---------------------------------------------------------------------------
+
+    async def latest_request(self, session_id: str) -> PublishedRequest | None:
+        raw = await self.redis.get(self.topology.request(session_id))
+        if raw is None:
+            return None
+        body = orjson.loads(raw)
+        return PublishedRequest(session_id, int(body["seq"]), body["request"], dict(body.get("repairs", {})))
+
+    async def next_request(self, session_id: str, *, after_seq: int = 0, timeout_s: float = 30.0) -> PublishedRequest:
+        """Wait until the normalizer publishes a request of ``session_id`` newer than ``after_seq``."""
+        deadline = time.monotonic() + timeout_s
+        last: Any = await self.redis.xrevrange(self.topology.requests, count=1)
+        cursor: bytes = last[0][0] if last else b"0-0"
+        while True:
+            current = await self.latest_request(session_id)
+            if current is not None and current.seq > after_seq:
+                return current
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                msg = f"no request for session {session_id} after seq {after_seq} within {timeout_s}s"
+                raise TimeoutError(msg)
+            rows: Any = await self.redis.xread(
+                {self.topology.requests: cursor}, block=min(remaining_ms, 1000), count=100
+            )
+            for _, entries in rows:
+                if entries:
+                    cursor = entries[-1][0]
+
+    async def history(self, session_id: str) -> list[LogEntry]:
+        """Every log entry of the session so far."""
+        rows: Any = await self.redis.xrange(self.topology.session_events(session_id))
+        return [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
+
+    async def follow(
+        self, session_id: str, *, from_start: bool = True, block_ms: int = 1000
+    ) -> AsyncIterator[LogEntry]:
+        """Yield the session's log entries as they are written (forever; cancel to stop)."""
+        cursor: bytes | str = "0-0" if from_start else "$"
+        stream = self.topology.session_events(session_id)
+        while True:
+            rows: Any = await self.redis.xread({stream: cursor}, block=block_ms, count=500)
+            for _, entries in rows:
+                for entry_id, fields in entries:
+                    cursor = entry_id
+                    yield parse_log_entry(fields[DATA_FIELD.encode()])
+            await asyncio.sleep(0)

@@ -1,0 +1,88 @@
+"""The ingestion worker process: ``agentbus worker ingestion`` / ``faststream run services.ingestion.app:app``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from services.ingestion.worker import IngestionWorker
+from services.runtime.codec import entry_fields
+from services.runtime.consumer import BatchConsumer
+from services.runtime.lane_worker import LaneWorker
+from services.runtime.topology import INGESTION_GROUP
+from services.runtime.worker_app import WorkerContext
+from shared.events import DeadlineSweep, IngressEnvelope
+
+SWEEP_INTERVAL_S = 1.0
+
+
+class IngestionRuntime:
+    """Owns ingress shards; also sweeps tool deadlines of its shards (placeholder rule)."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
+        self.topology = context.topology
+        self.worker = IngestionWorker(
+            context.redis, self.topology, tool_deadline_ms=int(context.settings.tools.deadline_s * 1000)
+        )
+        self.lanes = LaneWorker(
+            context.redis,
+            context.settings.names,
+            group=INGESTION_GROUP,
+            stream_name="ingress",
+            owner=context.owner,
+            handler_factory=self.worker.handler_for,
+            consumer_config=context.consumer_config(),
+            lease_config=context.lease_config(),
+        )
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.lanes.start()
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="deadline-sweeper")
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        await self.lanes.stop()
+
+    def consumers(self) -> list[BatchConsumer]:
+        return self.lanes.consumers()
+
+    def groups(self) -> list[tuple[str, str]]:
+        return [(stream, INGESTION_GROUP) for stream in self.lanes.streams]
+
+    async def sweep_once(self) -> int:
+        """Queue a deadline sweep into the ingress shard of every owned session with an overdue call.
+
+        The sweep goes through the shard's own stream so it is applied in order by the shard owner, like
+        any other event; its idempotency key makes a repeated sweep harmless.
+        """
+        now_ms = int(time.time() * 1000)
+        redis = self.context.redis
+        queued = 0
+        for shard in self.lanes.owned_shards():
+            due = await redis.zrangebyscore(self.topology.deadlines(shard), "-inf", now_ms, withscores=True)
+            for raw_session, deadline in due:  # type: ignore[str-unpack]
+                session = raw_session.decode() if isinstance(raw_session, bytes) else str(raw_session)
+                envelope = IngressEnvelope(
+                    session_id=session,
+                    idempotency_key=f"deadline_sweep:{session}:{int(deadline)}",
+                    payload=DeadlineSweep(now_ms=now_ms),
+                )
+                await redis.xadd(self.topology.ingress(shard), entry_fields(envelope))  # type: ignore[arg-type]
+                queued += 1
+        return queued
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            with contextlib.suppress(Exception):
+                await self.sweep_once()
+
+
+def create(context: WorkerContext) -> IngestionRuntime:
+    return IngestionRuntime(context)

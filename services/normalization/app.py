@@ -1,0 +1,43 @@
+"""The normalization worker process: ``agentbus worker normalization``."""
+
+from __future__ import annotations
+
+from services.normalization.worker import NormalizationWorker
+from services.runtime.consumer import BatchConsumer
+from services.runtime.lane_worker import LaneWorker
+from services.runtime.topology import NORMALIZATION_GROUP
+from services.runtime.worker_app import WorkerContext
+
+
+class NormalizationRuntime:
+    """Owns log shards for the normalization group."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        self.worker = NormalizationWorker(context.redis, context.topology)
+        self.lanes = LaneWorker(
+            context.redis,
+            context.settings.names,
+            group=NORMALIZATION_GROUP,
+            stream_name="log",
+            owner=context.owner,
+            handler_factory=self.worker.handler_for,
+            consumer_config=context.consumer_config(),
+            lease_config=context.lease_config(),
+            on_release=self.worker.forget_shard,
+        )
+
+    async def start(self) -> None:
+        await self.lanes.start()
+
+    async def stop(self) -> None:
+        await self.lanes.stop()
+
+    def consumers(self) -> list[BatchConsumer]:
+        return self.lanes.consumers()
+
+    def groups(self) -> list[tuple[str, str]]:
+        return [(stream, NORMALIZATION_GROUP) for stream in self.lanes.streams]
+
+
+def create(context: WorkerContext) -> NormalizationRuntime:
+    return NormalizationRuntime(context)

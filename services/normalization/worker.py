@@ -1,0 +1,205 @@
+"""The normalization worker: owner of log shards; publishes each session's next API request.
+
+It keeps every session's history in memory (``SessionHistory``, appended per log entry), and when a
+session is waiting for the model builds the request with the shared/ pipeline, checks it with
+``validate_api_request`` and writes it — the per-session request key and a ``requests`` notice — in
+the same MULTI/EXEC transaction as the XACK. A request that fails validation is never published: it
+goes to the requests dead-letter stream as an alarm.
+
+After a restart (or a shard takeover, or a redelivery) a session's history is rebuilt once from its
+own event stream, up to the entry being processed; entries apply by ``seq`` so nothing applies twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+import redis.asyncio as aioredis
+import structlog
+from redis.asyncio.client import Pipeline
+
+from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
+from services.runtime.entries import StreamEntry
+from services.runtime.topology import Topology
+from shared.api_validation import validate_api_request
+from shared.clock import Clock, utc_now
+from shared.errors import AgentbusError
+from shared.events import LogEntry, RequestReady, parse_log_entry
+from shared.ids import IdSource, random_uuid
+from shared.normalize import NormalizeOptions, to_api_request
+from shared.normalize.pipeline import NormalizedRequest
+from shared.session_history import SessionHistory
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class PublishedRequest:
+    session_id: str
+    seq: int
+    result: NormalizedRequest
+    traceparent: str | None
+
+
+@dataclass(slots=True)
+class RejectedRequest:
+    session_id: str
+    seq: int
+    reason: str
+    detail: str
+    request: object
+
+
+@dataclass(slots=True)
+class NormalizationStats:
+    """Counters for the metrics layer."""
+
+    published: int = 0
+    rejected: int = 0
+    repairs: dict[str, int] = field(default_factory=dict)
+
+
+class NormalizationWorker:
+    """Builds the batch handler of each owned log shard."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        topology: Topology,
+        *,
+        options: NormalizeOptions | None = None,
+        clock: Clock = utc_now,
+        ids: IdSource = random_uuid,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.redis = redis
+        self.topology = topology
+        self.options = options if options is not None else NormalizeOptions()
+        self.clock = clock
+        self.ids = ids
+        self.now_ms = now_ms
+        self.histories: dict[str, SessionHistory] = {}
+        self.stats = NormalizationStats()
+
+    def handler_for(self, shard: int, epoch: int) -> BatchHandler:
+        async def handle(batch: list[StreamEntry]) -> BatchOutcome:
+            return await self.handle(batch)
+
+        return handle
+
+    def forget_shard(self, shard: int) -> None:
+        """Drop the histories of a shard this worker no longer owns."""
+        for session in [s for s in self.histories if self.topology.names.shard_of(s) == shard]:
+            del self.histories[session]
+
+    async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
+        poison: dict[str, Poison] = {}
+        decoded: list[tuple[StreamEntry, LogEntry]] = []
+        for entry in entries:
+            record = decode_entry(entry, parse_log_entry)
+            if isinstance(record, Poison):
+                poison[entry.entry_id] = record
+            else:
+                decoded.append((entry, record))
+        await self._load_histories(decoded)
+        touched: dict[str, str | None] = {}
+        for _, record in decoded:
+            history = self.histories[record.session_id]
+            if history.apply(record):
+                touched[record.session_id] = record.traceparent
+        published: list[PublishedRequest] = []
+        rejected: list[RejectedRequest] = []
+        for session, traceparent in touched.items():
+            history = self.histories[session]
+            if not history.needs_request():
+                continue
+            outcome = self._build(history, traceparent)
+            if isinstance(outcome, PublishedRequest):
+                published.append(outcome)
+            else:
+                rejected.append(outcome)
+            history.mark_published()
+        outputs = [self._notice(request) for request in published]
+        outputs += [self._alarm(request) for request in rejected]
+        return BatchOutcome(outputs=outputs, write=lambda pipe: self._write(pipe, published), poison=poison)
+
+    async def _load_histories(self, decoded: list[tuple[StreamEntry, LogEntry]]) -> None:
+        """Rebuild (once) the history of every session that is new here, or whose entries are redelivered."""
+        first_seq: dict[str, int] = {}
+        for entry, record in decoded:
+            session = record.session_id
+            first_seq.setdefault(session, record.seq)
+            if entry.delivery_count > 1:
+                self.histories.pop(session, None)
+        missing = [session for session in first_seq if session not in self.histories]
+        if not missing:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for session in missing:
+            pipe.xrange(self.topology.session_events(session))
+        replies = await pipe.execute()
+        for session, rows in zip(missing, replies, strict=True):
+            history = SessionHistory(session)
+            for _, fields in rows:
+                record = parse_log_entry(fields[b"data"])
+                if record.seq >= first_seq[session]:
+                    break
+                history.apply(record)
+            history.mark_published()
+            self.histories[session] = history
+
+    def _build(self, history: SessionHistory, traceparent: str | None) -> PublishedRequest | RejectedRequest:
+        try:
+            result = to_api_request(history.messages, options=self.options, clock=self.clock, ids=self.ids)
+        except AgentbusError as error:
+            return RejectedRequest(history.session_id, history.applied_seq, type(error).__name__, str(error), None)
+        violations = validate_api_request(result.request)
+        if violations:
+            detail = "; ".join(f"{v.rule}@{v.message_index}.{v.block_index}: {v.detail}" for v in violations[:10])
+            return RejectedRequest(history.session_id, history.applied_seq, "invalid_request", detail, result.request)
+        for kind, count in result.report.counts.items():
+            self.stats.repairs[kind] = self.stats.repairs.get(kind, 0) + count
+        self.stats.published += 1
+        return PublishedRequest(history.session_id, history.applied_seq, result, traceparent)
+
+    def _notice(self, request: PublishedRequest) -> Output:
+        notice = RequestReady(
+            session_id=request.session_id,
+            seq=request.seq,
+            key=self.topology.request(request.session_id),
+            message_count=len(request.result.request["messages"]),
+            traceparent=request.traceparent,
+        )
+        return Output(self.topology.requests, entry_fields(notice), 100_000)
+
+    def _alarm(self, request: RejectedRequest) -> Output:
+        self.stats.rejected += 1
+        log.error(
+            "request_rejected",
+            session_id=request.session_id,
+            seq=request.seq,
+            reason=request.reason,
+            detail=request.detail,
+        )
+        fields = {
+            "session_id": request.session_id.encode(),
+            "seq": str(request.seq).encode(),
+            "reason": request.reason.encode(),
+            "detail": request.detail.encode(),
+            "request": orjson.dumps(request.request),
+        }
+        return Output(self.topology.names.dead_letter_stream(self.topology.requests), fields)
+
+    def _write(self, pipe: Pipeline, published: list[PublishedRequest]) -> None:
+        for request in published:
+            body = {
+                "session_id": request.session_id,
+                "seq": request.seq,
+                "request": request.result.request,
+                "repairs": request.result.report.counts,
+            }
+            pipe.set(self.topology.request(request.session_id), orjson.dumps(body))

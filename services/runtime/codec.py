@@ -1,0 +1,44 @@
+"""How bus records sit in stream entries: one field ``data`` holding the record's JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from services.runtime.consumer import Poison
+from services.runtime.entries import StreamEntry
+from shared.events import SCHEMA_VERSION
+from shared.wire import WireModel
+
+DATA_FIELD = "data"
+Record = TypeVar("Record")
+
+
+def entry_fields(record: WireModel) -> dict[str, bytes]:
+    """The fields of the stream entry that carries ``record``."""
+    return {DATA_FIELD: record.to_wire_json().encode()}
+
+
+def decode_entry(entry: StreamEntry, parse: Callable[[bytes], Record]) -> Record | Poison:
+    """Parse ``entry``'s record, or say why it is poison (typed, with the entry id and the failing location)."""
+    raw = entry.fields.get(DATA_FIELD)
+    if raw is None:
+        return Poison("decode_error", f"{entry.stream} {entry.entry_id}: no {DATA_FIELD!r} field")
+    try:
+        record = parse(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in issue['loc'])}: {issue['msg']}" for issue in error.errors()[:5]
+        )
+        reason = "unsupported_schema_version" if _version_of(error) else "invalid_entry"
+        return Poison(reason, f"{entry.stream} {entry.entry_id}: {problems}")
+    version = getattr(record, "v", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        return Poison("unsupported_schema_version", f"{entry.stream} {entry.entry_id}: v={version}")
+    return record
+
+
+def _version_of(error: ValidationError) -> bool:
+    return any(issue["loc"][:1] == ("v",) for issue in error.errors())

@@ -1,0 +1,476 @@
+"""The batched consume loop: the hot path of every worker (redis-streams-baseline.md §4, §8).
+
+One ``BatchConsumer`` reads one stream through one consumer group as one consumer. Per batch it costs
+two round trips whatever the batch size: ``XREADGROUP COUNT n BLOCK ms`` and one non-transactional
+pipeline holding every output ``XADD``, the dead letters and a single multi-id ``XACK``. The ack follows
+the outputs in the same pipeline, and Redis runs a connection's commands in order, so an ack never
+lands without the outputs before it (at-least-once).
+
+Recovery paths, all off the hot path:
+- start (and after any connection loss): re-read this consumer's own pending list (id ``0``) so a
+  restarted consumer re-processes what it had in hand;
+- unordered consumers: a periodic ``XAUTOCLAIM`` takes over entries idle for ``claim_min_idle_ms``
+  (dead consumers, failed batches); delivery counts come from ``XPENDING`` and an entry delivered more
+  than ``max_deliveries`` times is dead-lettered with its history;
+- ordered consumers (shard lanes, one reader per stream): a failed entry blocks the lane; the consumer
+  backs off and re-drains its pending list, oldest first, until the entry succeeds or is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import redis.asyncio as aioredis
+import structlog
+from redis.asyncio.client import Pipeline
+from redis.exceptions import BusyLoadingError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from services.runtime.deadletter import (
+    REASON_ENTRY_DELETED,
+    REASON_MAX_DELIVERIES,
+    REASON_OUTPUT_WRITE_FAILED,
+    DeadLetter,
+    dead_letter,
+)
+from services.runtime.entries import RawEntry, StreamEntry, decode_entries, id_text, stream_reply_entries
+from services.runtime.streams import dead_letter_stream
+
+log = structlog.get_logger(__name__)
+
+FieldValue = bytes | str | int | float
+PipelineWriter = Callable[[Pipeline], None]
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+
+
+class Output(NamedTuple):
+    """One entry to XADD to ``stream`` in the batch's pipeline."""
+
+    stream: str
+    fields: Mapping[str, FieldValue]
+    maxlen: int | None = None
+    """Approximate MAXLEN trim (``~``); None keeps everything."""
+
+
+@dataclass(frozen=True, slots=True)
+class Poison:
+    """The handler's verdict that one entry can never succeed: dead-letter it now."""
+
+    reason: str
+    """A short bounded word (used as a metrics label), e.g. ``decode_error``, ``invariant_violation``."""
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """What the handler wants written for a batch; the consumer writes it in one pipeline."""
+
+    outputs: Sequence[Output] = ()
+    write: PipelineWriter | None = None
+    """Extra commands queued on the batch's pipeline (after the outputs, before the XACK)."""
+    ack: Collection[str] | None = None
+    """Entry ids to ack; None acks every entry of the batch. Entries not acked stay pending."""
+    poison: Mapping[str, Poison] = field(default_factory=dict)
+    """Entry id → why it is dead-lettered (it is acked too)."""
+
+
+BatchHandler = Callable[[list[StreamEntry]], Awaitable[BatchOutcome]]
+
+
+class OutputWriteError(RuntimeError):
+    """Redis rejected commands of a batch's pipeline; the affected entries are named."""
+
+    def __init__(self, stream: str, entry_ids: Sequence[str], errors: Sequence[BaseException]) -> None:
+        super().__init__(f"{stream}: pipeline for entries {list(entry_ids)} failed: {errors[0]!r}")
+        self.stream = stream
+        self.entry_ids = list(entry_ids)
+        self.errors = list(errors)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """Tuning of one consumer loop; the defaults suit the unordered pool."""
+
+    count: int = 100
+    block_ms: int = 1000
+    claim_min_idle_ms: int = 30_000
+    claim_interval_s: float = 15.0
+    claim_max_pages: int = 10
+    """XAUTOCLAIM pages (of ``count`` entries) per sweep, so a big backlog does not starve new reads."""
+    max_deliveries: int = 5
+    ordered: bool = False
+    """Keep stream order: a failed entry blocks later ones (shard lanes, one reader per stream)."""
+    claim_all_on_start: bool = False
+    """Take over every pending entry of the group at start (a new lane owner after a failover)."""
+    dead_letter_stream: str | None = None
+    """Defaults to ``<stream>:dlq``."""
+    backoff_initial_s: float = 0.05
+    backoff_max_s: float = 2.0
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    """Counters and heartbeats a metrics or health layer reads; never reset."""
+
+    consumed: int = 0
+    produced: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    reclaimed: int = 0
+    redelivered: int = 0
+    batches: int = 0
+    handler_errors: int = 0
+    write_errors: int = 0
+    connection_errors: int = 0
+    last_progress_monotonic: float = field(default_factory=time.monotonic)
+    """Last time the loop completed a step (a read, a batch, or a retry while Redis is down)."""
+    connected: bool = False
+
+
+class BatchConsumer:
+    """Consume ``stream`` as ``consumer`` of ``group`` in batches; see the module docstring."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        handler: BatchHandler,
+        config: ConsumerConfig | None = None,
+    ) -> None:
+        self.redis = redis
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self.handler = handler
+        self.config = config if config is not None else ConsumerConfig()
+        self.dead_letter_stream = self.config.dead_letter_stream or dead_letter_stream(stream)
+        self.stats = ConsumerStats()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._group_ready = False
+        self._need_drain = True
+        self._need_takeover = self.config.claim_all_on_start
+        self._next_claim = time.monotonic() + self.config.claim_interval_s
+        self._connect_backoff = self.config.backoff_initial_s
+        self._lane_backoff = self.config.backoff_initial_s
+        self._log = log.bind(stream=stream, group=group, consumer=consumer)
+
+    @property
+    def last_progress_monotonic(self) -> float:
+        return self.stats.last_progress_monotonic
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def ensure_group(self) -> None:
+        """Create the group at id ``0`` (MKSTREAM) so entries written before startup are read too."""
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if not str(exc).startswith("BUSYGROUP"):
+                raise
+        self._group_ready = True
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the loop in a task (``run`` does the same in the caller's task)."""
+        if self._task is None or self._task.done():
+            self._stop.clear()
+            self._task = asyncio.create_task(self.run(), name=f"consumer:{self.stream}:{self.consumer}")
+        return self._task
+
+    async def stop(self, *, timeout_s: float | None = None) -> None:
+        """Finish and ack the batch in hand, then return. After ``timeout_s`` the loop is cancelled
+        (the batch in hand then stays pending and is redelivered)."""
+        self._stop.set()
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def run(self) -> None:
+        """The loop: recover, then read new entries, until ``stop``."""
+        while not self._stop.is_set():
+            try:
+                await self._step()
+            except _TRANSIENT as exc:
+                await self._on_transient(exc)
+                continue
+            except ResponseError as exc:
+                if not str(exc).startswith("NOGROUP"):
+                    raise
+                # The stream or group vanished (e.g. Redis restarted without persistence): recreate it.
+                self._log.warning("consumer_group_missing", error=str(exc))
+                self._group_ready = False
+                self._need_drain = True
+                continue
+            self.stats.connected = True
+            self._connect_backoff = self.config.backoff_initial_s
+            self.stats.last_progress_monotonic = time.monotonic()
+
+    async def _step(self) -> None:
+        if not self._group_ready:
+            await self.ensure_group()
+        if self._need_takeover:
+            await self._claim(min_idle_ms=0, max_pages=None)
+            self._need_takeover = False
+        elif self._need_drain:
+            if await self._drain_own_pending():
+                # An ordered lane is blocked by a failing entry: retry it later, nothing newer meanwhile.
+                await self._sleep(self._lane_backoff)
+                self._lane_backoff = min(self._lane_backoff * 2, self.config.backoff_max_s)
+            else:
+                self._need_drain = False
+                self._lane_backoff = self.config.backoff_initial_s
+        elif not self.config.ordered and time.monotonic() >= self._next_claim:
+            await self._claim(min_idle_ms=self.config.claim_min_idle_ms, max_pages=self.config.claim_max_pages)
+            self._next_claim = time.monotonic() + self.config.claim_interval_s
+        else:
+            await self._read_new()
+
+    async def _on_transient(self, exc: BaseException) -> None:
+        self.stats.connection_errors += 1
+        self.stats.connected = False
+        self._log.warning("redis_unavailable", error=repr(exc), retry_in_s=self._connect_backoff)
+        # What was in hand may or may not have been acked: re-read our pending list once Redis is back.
+        self._need_drain = True
+        await self._sleep(self._connect_backoff)
+        self._connect_backoff = min(self._connect_backoff * 2, self.config.backoff_max_s)
+        # The loop is alive while Redis is down: liveness must not fail on a Redis outage.
+        self.stats.last_progress_monotonic = time.monotonic()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, but wake up at once on ``stop``."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def _read_new(self) -> None:
+        reply = await self.redis.xreadgroup(
+            self.group, self.consumer, {self.stream: ">"}, count=self.config.count, block=self.config.block_ms
+        )
+        raw = stream_reply_entries(reply)
+        if raw:
+            entries, deleted = decode_entries(self.stream, raw)
+            if await self._process(entries, deleted, fresh=True):
+                self._need_drain = True
+
+    async def _drain_own_pending(self) -> bool:
+        """Re-process this consumer's pending entries, oldest first. True when an ordered lane is blocked."""
+        last_id = "0"
+        while not self._stop.is_set():
+            reply = await self.redis.xreadgroup(
+                self.group, self.consumer, {self.stream: last_id}, count=self.config.count
+            )
+            raw = stream_reply_entries(reply)
+            if not raw:
+                return False
+            last_id = raw[-1][0].decode("ascii")
+            entries, deleted = decode_entries(self.stream, raw)
+            if await self._process(entries, deleted, fresh=False):
+                return True
+        return False
+
+    async def _claim(self, *, min_idle_ms: int, max_pages: int | None) -> None:
+        """XAUTOCLAIM pending entries idle for ``min_idle_ms`` (any consumer's, this one's included)."""
+        start = "0-0"
+        pages = 0
+        while not self._stop.is_set():
+            next_id, raw, deleted_ids = await self.redis.xautoclaim(
+                self.stream, self.group, self.consumer, min_idle_ms, start, count=self.config.count
+            )
+            raw_entries: list[RawEntry] = list(raw)
+            entries, deleted = decode_entries(self.stream, raw_entries)
+            deleted += [raw_id.decode("ascii") for raw_id in deleted_ids]
+            self.stats.reclaimed += len(entries)
+            if entries or deleted:
+                self._log.info("entries_reclaimed", count=len(entries), deleted=len(deleted))
+                if await self._process(entries, deleted, fresh=False):
+                    self._need_drain = True
+                    return
+            pages += 1
+            start = next_id.decode("ascii")
+            if start == "0-0" or (max_pages is not None and pages >= max_pages):
+                return
+
+    async def _delivery_counts(self, ids: Sequence[str]) -> dict[str, int]:
+        """Delivery counts of ``ids`` in this consumer's pending list (XPENDING range form).
+
+        Ids missing from the result are no longer ours (acked, or claimed by another consumer since).
+        """
+        wanted = set(ids)
+        counts: dict[str, int] = {}
+        low, high = ids[0], ids[-1]
+        while True:
+            rows = await self.redis.xpending_range(
+                self.stream, self.group, low, high, max(len(ids), 100), consumername=self.consumer
+            )
+            for row in rows:
+                entry_id = id_text(row["message_id"])
+                if entry_id in wanted:
+                    counts[entry_id] = int(row["times_delivered"])
+            if len(rows) < max(len(ids), 100) or len(counts) == len(wanted):
+                return counts
+            low = "(" + id_text(rows[-1]["message_id"])
+
+    async def _process(self, entries: list[StreamEntry], deleted: list[str], *, fresh: bool) -> bool:
+        """Run the handler on ``entries`` and write the outcome; dead-letter what cannot be processed.
+
+        Returns True when an ordered lane is blocked by a failing entry.
+        """
+        now_ms = int(time.time() * 1000)
+        letters = [self._letter_of_deleted(entry_id, now_ms) for entry_id in deleted]
+        live = entries
+        if not fresh and entries:
+            counts = await self._delivery_counts([entry.entry_id for entry in entries])
+            live = []
+            for entry in entries:
+                count = counts.get(entry.entry_id)
+                if count is None:
+                    continue
+                counted = replace(entry, delivery_count=count)
+                if count > self.config.max_deliveries:
+                    letters.append(self._letter(counted, REASON_MAX_DELIVERIES, f"delivered {count} times", now_ms))
+                else:
+                    live.append(counted)
+        self.stats.consumed += len(live)
+        self.stats.redelivered += sum(1 for entry in live if entry.delivery_count > 1)
+        done, blocked = await self._handle(live)
+        await self._settle(done, letters, now_ms)
+        return blocked
+
+    async def _handle(self, live: list[StreamEntry]) -> tuple[list[tuple[list[StreamEntry], BatchOutcome]], bool]:
+        """Call the handler; on failure retry entry by entry so one bad entry does not sink the batch.
+
+        Returns the (entries, outcome) pairs to write and whether an ordered lane is blocked.
+        """
+        if not live:
+            return [], False
+        try:
+            return [(live, await self.handler(live))], False
+        except Exception as exc:
+            self.stats.handler_errors += 1
+            self._log.warning("batch_handler_failed", size=len(live), error=repr(exc))
+            if len(live) == 1:
+                return [], self.config.ordered
+        done: list[tuple[list[StreamEntry], BatchOutcome]] = []
+        for entry in live:
+            try:
+                done.append(([entry], await self.handler([entry])))
+            except Exception as exc:
+                self.stats.handler_errors += 1
+                self._log.warning(
+                    "entry_handler_failed",
+                    entry_id=entry.entry_id,
+                    delivery_count=entry.delivery_count,
+                    error=repr(exc),
+                )
+                if self.config.ordered:
+                    # Later entries stay pending behind this one, in order.
+                    return done, True
+        return done, False
+
+    async def _settle(
+        self, done: list[tuple[list[StreamEntry], BatchOutcome]], letters: list[DeadLetter], now_ms: int
+    ) -> None:
+        """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline."""
+        ack_ids: list[str] = [letter.entry_id for letter in letters]
+        acked_entries: list[StreamEntry] = []
+        for batch, outcome in done:
+            by_id = {entry.entry_id: entry for entry in batch}
+            for entry_id, poison in outcome.poison.items():
+                entry = by_id.get(entry_id)
+                if entry is None:
+                    msg = f"{self.stream}: handler marked {entry_id} poison but it is not in the batch"
+                    raise ValueError(msg)
+                letters.append(self._letter(entry, poison.reason, poison.detail, now_ms))
+                ack_ids.append(entry_id)
+            to_ack = by_id.keys() if outcome.ack is None else outcome.ack
+            for entry_id in to_ack:
+                if entry_id in outcome.poison:
+                    continue
+                if entry_id not in by_id:
+                    msg = f"{self.stream}: handler acked {entry_id} but it is not in the batch"
+                    raise ValueError(msg)
+                ack_ids.append(entry_id)
+                acked_entries.append(by_id[entry_id])
+        if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        produced = 0
+        for _, outcome in done:
+            for output in outcome.outputs:
+                pipe.xadd(output.stream, dict(output.fields), maxlen=output.maxlen, approximate=True)  # type: ignore[arg-type]
+                produced += 1
+            if outcome.write is not None:
+                outcome.write(pipe)
+        for letter in letters:
+            dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
+        if ack_ids:
+            pipe.xack(self.stream, self.group, *ack_ids)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        if ack_ids and isinstance(results[-1], Exception):
+            # Nothing was acked: the entries stay pending and come back (outputs may repeat: at-least-once).
+            raise results[-1]
+        errors = [result for result in results if isinstance(result, Exception)]
+        if errors:
+            await self._on_write_errors(acked_entries, letters, errors, now_ms)
+        self.stats.batches += 1
+        self.stats.produced += produced
+        self.stats.dead_lettered += len(letters)
+        if ack_ids:
+            self.stats.acked += int(results[-1])
+
+    async def _on_write_errors(
+        self, acked: list[StreamEntry], letters: list[DeadLetter], errors: list[Exception], now_ms: int
+    ) -> None:
+        """Redis rejected part of the pipeline (e.g. WRONGTYPE, OOM) but ran the rest, XACK included.
+
+        The acked entries are dead-lettered (again, for the dead letters themselves) so they can be
+        replayed once the cause is fixed; if that fails too, the error is raised with the entry ids
+        rather than dropped.
+        """
+        self.stats.write_errors += 1
+        entry_ids = [entry.entry_id for entry in acked] + [letter.entry_id for letter in letters]
+        error = OutputWriteError(self.stream, entry_ids, errors)
+        self._log.error("pipeline_write_failed", entry_ids=entry_ids, error=repr(errors[0]))
+        detail = repr(errors[0])[:500]
+        retry = [self._letter(entry, REASON_OUTPUT_WRITE_FAILED, detail, now_ms) for entry in acked] + letters
+        pipe = self.redis.pipeline(transaction=False)
+        for letter in retry:
+            dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+        if any(isinstance(result, Exception) for result in results):
+            raise error
+        self.stats.dead_lettered += len(acked)
+
+    def _letter(self, entry: StreamEntry, reason: str, detail: str, now_ms: int) -> DeadLetter:
+        return DeadLetter.of_entry(
+            entry, group=self.group, consumer=self.consumer, reason=reason, detail=detail, at_ms=now_ms
+        )
+
+    def _letter_of_deleted(self, entry_id: str, now_ms: int) -> DeadLetter:
+        return DeadLetter(
+            stream=self.stream,
+            group=self.group,
+            entry_id=entry_id,
+            consumer=self.consumer,
+            delivery_count=0,
+            reason=REASON_ENTRY_DELETED,
+            detail="deleted or trimmed from the stream while pending",
+            at_ms=now_ms,
+            fields={},
+        )

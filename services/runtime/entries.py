@@ -1,0 +1,96 @@
+"""Stream entries as the runtime hands them to handlers.
+
+Field names are decoded with ``surrogateescape`` so any byte string survives the round trip
+(``field_bytes``); values stay ``bytes`` because they are mostly JSON that orjson reads directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+RawEntry = tuple[bytes, Mapping[bytes, bytes] | None]
+"""One entry as redis-py returns it: ``(id, fields)``; fields are empty/None when the entry was deleted."""
+
+
+class EntryDecodeError(ValueError):
+    """A field of a stream entry is missing or is not valid JSON."""
+
+    def __init__(self, stream: str, entry_id: str, field: str, reason: str) -> None:
+        super().__init__(f"{stream} entry {entry_id} field {field!r}: {reason}")
+        self.stream = stream
+        self.entry_id = entry_id
+        self.field = field
+        self.reason = reason
+
+
+def decode_text(raw: bytes) -> str:
+    """Bytes from Redis as ``str`` without losing anything (undecodable bytes become surrogates)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def id_text(value: bytes | str | int) -> str:
+    """An entry id (or other ASCII token) from a redis-py reply as ``str``."""
+    return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
+
+def field_bytes(name: str) -> bytes:
+    """The inverse of ``decode_text`` for field names."""
+    return name.encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """One entry read from ``stream`` through a consumer group.
+
+    ``delivery_count`` is 1 for entries read with ``>`` and the group's counter (from XPENDING) for
+    entries taken from a pending list (restart drain, XAUTOCLAIM).
+    """
+
+    stream: str
+    entry_id: str
+    fields: dict[str, bytes]
+    delivery_count: int = 1
+
+    def json(self, field: str = "data") -> Any:
+        """The JSON value of ``field``; raises ``EntryDecodeError`` with the entry id when it is bad."""
+        try:
+            raw = self.fields[field]
+        except KeyError:
+            raise EntryDecodeError(self.stream, self.entry_id, field, "missing") from None
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise EntryDecodeError(self.stream, self.entry_id, field, f"invalid JSON: {exc}") from None
+
+
+def decode_entries(stream: str, raw: Sequence[RawEntry]) -> tuple[list[StreamEntry], list[str]]:
+    """Split a redis-py reply into live entries and the ids of deleted ones (no fields left)."""
+    entries: list[StreamEntry] = []
+    deleted: list[str] = []
+    for raw_id, raw_fields in raw:
+        entry_id = raw_id.decode("ascii")
+        if not raw_fields:
+            # A stream entry always has at least one field: an empty one was XDELed or trimmed while pending.
+            deleted.append(entry_id)
+            continue
+        fields = {decode_text(key): value for key, value in raw_fields.items()}
+        entries.append(StreamEntry(stream, entry_id, fields))
+    return entries, deleted
+
+
+def stream_reply_entries(reply: Any) -> list[RawEntry]:
+    """The entries of a single-stream XREADGROUP reply.
+
+    redis-py returns ``[[name, entries]]`` on RESP2 and ``{name: [entries]}`` on RESP3; an empty read is
+    ``[]``/``None`` or ``{}``.
+    """
+    if not reply:
+        return []
+    if isinstance(reply, Mapping):
+        (wrapped,) = reply.values()
+        return list(wrapped[0]) if wrapped else []
+    return list(reply[0][1])

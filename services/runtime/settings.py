@@ -1,0 +1,73 @@
+"""Configuration, read once per process from the environment (pydantic-settings).
+
+Names follow the conventions teams already use (ecosystem.md §4.2): ``AGENTBUS_*`` with ``__`` for
+nesting, plus the un-prefixed ``REDIS_URL`` and ``LOG_LEVEL`` that tooling (KEDA, compose) expects.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.runtime.streams import StreamNames
+
+
+class ConsumerSettings(BaseModel):
+    """Batching and recovery of every consume loop."""
+
+    count: int = Field(100, ge=1, description="XREADGROUP COUNT: the largest batch")
+    block_ms: int = Field(100, ge=1, description="XREADGROUP BLOCK when idle")
+    claim_min_idle_ms: int = Field(30_000, ge=1, description="idle time before a dead consumer's entry is reclaimed")
+    claim_interval_s: float = Field(5.0, gt=0)
+    max_deliveries: int = Field(5, ge=1, description="deliveries before an entry is dead-lettered")
+
+
+class LaneSettings(BaseModel):
+    """Shard ownership of the ordered lanes (ingestion, normalization, transcripts)."""
+
+    lease_ttl_ms: int = Field(10_000, ge=500)
+    renew_interval_ms: int = Field(2_000, ge=50)
+
+
+class ToolSettings(BaseModel):
+    """The tool-execution workers."""
+
+    workspace: Path = Field(Path("workspace"), description="root every file tool is confined to")
+    timeout_s: float = Field(120.0, gt=0, description="default per-tool timeout")
+    deadline_s: float = Field(900.0, gt=0, description="after this a missing result becomes the placeholder")
+    max_concurrent_jobs: int = Field(8, ge=1)
+    permission_mode: Literal["default", "acceptEdits", "bypassPermissions", "plan", "dontAsk"] = "default"
+    allow: list[str] = Field(default_factory=lambda: ["Read", "Glob", "Grep"])
+    deny: list[str] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    """Every knob of an agentbus process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTBUS_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        env_ignore_empty=True,
+        extra="ignore",
+        secrets_dir=None,
+    )
+
+    redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "AGENTBUS_REDIS_URL"))
+    data_dir: Path = Field(Path("data"), description="transcript root (Claude Code layout below projects/)")
+    prefix: str = Field("agentbus:", description="prefix of every stream and key")
+    shards: int = Field(8, ge=1, description="session shards of the ordered lanes; fixed at install time")
+    consumer: ConsumerSettings = Field(default_factory=ConsumerSettings)
+    lane: LaneSettings = Field(default_factory=LaneSettings)
+    tools: ToolSettings = Field(default_factory=ToolSettings)
+    http_port: int = Field(0, ge=0, description="port of /metrics, /healthz and /readyz; 0 picks a free one")
+    log_level: str = Field("INFO", validation_alias=AliasChoices("LOG_LEVEL", "AGENTBUS_LOG_LEVEL"))
+    fsync_interval_ms: float = Field(5.0, ge=0, description="transcript group-commit window")
+    cwd: str = Field("/agentbus", description="the cwd stamped on transcript lines of bus sessions")
+
+    @property
+    def names(self) -> StreamNames:
+        return StreamNames(prefix=self.prefix, shards=self.shards)

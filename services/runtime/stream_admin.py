@@ -1,0 +1,71 @@
+"""Creating the pipeline's consumer groups up front, and reporting on streams (``agentbus streams``)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from services.runtime.entries import id_text
+from services.runtime.lane_worker import ensure_groups
+from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP, Topology
+
+TOOLS_ABANDONED_GROUP = "tools-abandoned"
+
+
+def all_groups(topology: Topology) -> list[tuple[str, str]]:
+    """Every (stream, group) the four worker types read."""
+    pairs = [(stream, INGESTION_GROUP) for stream in topology.names.shard_streams("ingress")]
+    for stream in topology.names.shard_streams("log"):
+        pairs += [(stream, NORMALIZATION_GROUP), (stream, TRANSCRIPTS_GROUP)]
+    pairs += [
+        (topology.tool_jobs, TOOLS_GROUP),
+        (topology.names.dead_letter_stream(topology.tool_jobs), TOOLS_ABANDONED_GROUP),
+    ]
+    return pairs
+
+
+async def init_streams(redis: aioredis.Redis, topology: Topology) -> int:
+    """Create every stream and group at id 0 (KEDA's scaler needs the groups before it reads them)."""
+    pairs = all_groups(topology)
+    await ensure_groups(redis, pairs)
+    return len(pairs)
+
+
+async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[str, Any]]:
+    """Length, and per group lag / pending / oldest pending age, of every stream of the pipeline."""
+    rows: list[dict[str, Any]] = []
+    streams = sorted({stream for stream, _ in all_groups(topology)} | {topology.requests})
+    now_ms = int(time.time() * 1000)
+    for stream in streams:
+        length = int(await redis.xlen(stream))
+        try:
+            groups: list[dict[Any, Any]] = await redis.xinfo_groups(stream)
+        except aioredis.ResponseError:
+            groups = []
+        if not groups:
+            rows.append(
+                {"stream": stream, "group": None, "length": length, "lag": None, "pending": 0, "oldest_pending_s": None}
+            )
+        for group in groups:
+            name = id_text(group["name"])
+            pending = int(group["pending"])
+            oldest = None
+            if pending:
+                summary: Any = await redis.xpending(stream, name)
+                lowest = summary.get("min")
+                if lowest:
+                    oldest = max(0.0, (now_ms - int(id_text(lowest).split("-")[0])) / 1000)
+            lag = group.get("lag")
+            rows.append(
+                {
+                    "stream": stream,
+                    "group": name,
+                    "length": length,
+                    "lag": int(lag) if lag is not None else None,
+                    "pending": pending,
+                    "oldest_pending_s": oldest,
+                }
+            )
+    return rows

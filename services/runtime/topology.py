@@ -1,0 +1,101 @@
+"""Every stream, group, key and channel of the pipeline, derived from one :class:`StreamNames`.
+
+    producers ──► ingress[shard] ──► ingestion ──► log[shard] ──┬─► normalization ──► request key + requests
+                      ▲                  │                       └─► transcripts ──► JSONL store
+                      │                  └──► tools:jobs ──► tool workers ──┘ (results, progress)
+                      └──────────────────────────────────────────────────────┘
+
+Ingress, the log and the per-session keys are sharded by session id (one owner per shard keeps a
+session's events in order); tool jobs are one unordered stream served by competing consumers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.runtime.streams import StreamNames
+
+INGESTION_GROUP = "ingestion"
+NORMALIZATION_GROUP = "normalization"
+TRANSCRIPTS_GROUP = "transcripts"
+TOOLS_GROUP = "tools"
+
+LANE_OF_GROUP = {
+    INGESTION_GROUP: "ingress",
+    NORMALIZATION_GROUP: "log",
+    TRANSCRIPTS_GROUP: "log",
+}
+"""The sharded stream each ordered worker type reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Names of the pipeline's streams and keys."""
+
+    names: StreamNames
+
+    @property
+    def shards(self) -> int:
+        return self.names.shards
+
+    def ingress(self, shard: int) -> str:
+        return self.names.shard_stream(shard, "ingress")
+
+    def ingress_for(self, session_id: str) -> str:
+        return self.ingress(self.names.shard_of(session_id))
+
+    def log(self, shard: int) -> str:
+        return self.names.shard_stream(shard, "log")
+
+    def log_for(self, session_id: str) -> str:
+        return self.log(self.names.shard_of(session_id))
+
+    @property
+    def tool_jobs(self) -> str:
+        return self.names.stream("tools:jobs")
+
+    @property
+    def requests(self) -> str:
+        """Notification stream: one entry per published API request."""
+        return self.names.stream("requests")
+
+    @property
+    def interrupts_channel(self) -> str:
+        return self.names.stream("interrupts")
+
+    def session_events(self, session_id: str) -> str:
+        """The session's own copy of its log (for ``tail`` and for rebuilding a normalizer's history)."""
+        return self.names.session_key(session_id, "events")
+
+    def ledger(self, session_id: str) -> str:
+        return self.names.session_key(session_id, "ledger")
+
+    def seen_keys(self, session_id: str) -> str:
+        """Idempotency keys ingestion has applied."""
+        return self.names.session_key(session_id, "keys")
+
+    def answered(self, session_id: str) -> str:
+        """tool_use ids that have a result (tool workers skip them on a redelivered job)."""
+        return self.names.session_key(session_id, "answered")
+
+    def retracted(self, session_id: str) -> str:
+        """uuids of tombstoned messages (a tool_use of one never runs)."""
+        return self.names.session_key(session_id, "retracted")
+
+    def interrupt(self, session_id: str) -> str:
+        return self.names.session_key(session_id, "interrupt")
+
+    def request(self, session_id: str) -> str:
+        """The latest API request of the session (JSON with its seq)."""
+        return self.names.session_key(session_id, "request")
+
+    def deadlines(self, shard: int) -> str:
+        """Sorted set of the shard's sessions scored by their next tool deadline (epoch ms)."""
+        return self.names.shard_stream(shard, "deadlines")
+
+    def sessions(self) -> str:
+        """Sorted set of known session ids (scored by last activity, epoch ms)."""
+        return self.names.stream("sessions")
+
+    def lane_streams(self, group: str) -> list[str]:
+        return self.names.shard_streams(LANE_OF_GROUP[group])

@@ -1,0 +1,102 @@
+"""The tool-execution worker process: ``agentbus worker tools`` (run as many as you like)."""
+
+from __future__ import annotations
+
+from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
+from services.runtime.deadletter import DeadLetter
+from services.runtime.entries import StreamEntry, field_bytes
+from services.runtime.lane_worker import ensure_groups
+from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from services.runtime.topology import TOOLS_GROUP
+from services.runtime.worker_app import WorkerContext
+from services.tool_execution.executor import ToolTimeouts
+from services.tool_execution.registry import default_registry
+from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
+from services.tool_execution.workspace import Workspace
+from shared.events import parse_tool_job
+from shared.permissions import PermissionContext
+
+
+class ToolRuntime:
+    """Competing consumer of tool jobs, plus the watcher that answers dead-lettered jobs."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        settings = context.settings
+        self.context = context
+        self.topology = context.topology
+        workspace_root = settings.tools.workspace.resolve()
+        workspace_root.mkdir(parents=True, exist_ok=True)
+        permissions = PermissionContext.from_settings(
+            workspace_root=str(workspace_root),
+            allow=settings.tools.allow,
+            deny=settings.tools.deny,
+            mode=settings.tools.permission_mode,
+        )
+        claim_idle_ms = settings.consumer.claim_min_idle_ms
+        self.worker = ToolWorker(
+            context.redis,
+            self.topology,
+            consumer=context.owner,
+            registry=default_registry(Workspace.at(workspace_root)),
+            permissions=permissions,
+            timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
+            keepalive_s=max(claim_idle_ms / 3000, 0.05),
+        )
+        self.jobs = BatchConsumer(
+            context.redis,
+            stream=self.topology.tool_jobs,
+            group=TOOLS_GROUP,
+            consumer=context.owner,
+            handler=self.worker.handle,
+            config=context.consumer_config(count=settings.tools.max_concurrent_jobs),
+        )
+        self.abandoned = BatchConsumer(
+            context.redis,
+            stream=self.jobs.dead_letter_stream,
+            group=ABANDONED_GROUP,
+            consumer=context.owner,
+            handler=self._answer_abandoned,
+            config=context.consumer_config(),
+        )
+        context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
+
+    async def _on_interrupt(self, session_id: str) -> None:
+        """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
+        self.worker.interrupt_session(session_id)
+
+    async def _answer_abandoned(self, entries: list[StreamEntry]) -> BatchOutcome:
+        """Placeholder rule: a job that was dead-lettered gets its calls answered by ingestion."""
+        outputs: list[Output] = []
+        poison: dict[str, Poison] = {}
+        for entry in entries:
+            letter = DeadLetter.from_stream_fields(
+                entry.stream, entry.entry_id, {field_bytes(k): v for k, v in entry.fields.items()}
+            )
+            original = StreamEntry(letter.stream, letter.entry_id, dict(letter.fields), letter.delivery_count)
+            job = decode_entry(original, parse_tool_job)
+            if isinstance(job, Poison):
+                poison[entry.entry_id] = job
+                continue
+            envelope = abandoned_job_envelope(job, letter.reason)
+            outputs.append(Output(self.topology.ingress_for(job.session_id), entry_fields(envelope)))
+        return BatchOutcome(outputs=outputs, poison=poison)
+
+    async def start(self) -> None:
+        await ensure_groups(self.context.redis, self.groups())
+        self.jobs.start()
+        self.abandoned.start()
+
+    async def stop(self) -> None:
+        await self.jobs.stop(timeout_s=self.context.settings.tools.timeout_s)
+        await self.abandoned.stop()
+
+    def consumers(self) -> list[BatchConsumer]:
+        return [self.jobs, self.abandoned]
+
+    def groups(self) -> list[tuple[str, str]]:
+        return [(self.topology.tool_jobs, TOOLS_GROUP), (self.jobs.dead_letter_stream, ABANDONED_GROUP)]
+
+
+def create(context: WorkerContext) -> ToolRuntime:
+    return ToolRuntime(context)

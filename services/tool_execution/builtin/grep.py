@@ -1,0 +1,205 @@
+"""Grep: regular-expression search over files in the workspace (a deterministic Python
+implementation; patterns use Python ``re`` syntax, which agrees with ripgrep's for the common
+subset)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ConfigDict, Field
+
+from services.tool_execution.builtin._files import SNIFF_BYTES, looks_binary
+from services.tool_execution.builtin.search import modified_time, search_root, walk_files
+from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolInput, ToolOutput, ToolProgress, json_list
+from services.tool_execution.workspace import Workspace
+from shared.json_types import JsonObject
+from shared.path_glob import gitignore_match
+
+OutputMode = Literal["content", "files_with_matches", "count"]
+
+
+class GrepInput(ToolInput):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+    pattern: str
+    path: str | None = None
+    glob: str | None = None
+    output_mode: OutputMode = "files_with_matches"
+    case_insensitive: bool = Field(default=False, alias="-i")
+    line_numbers: bool = Field(default=True, alias="-n")
+    after: int | None = Field(default=None, alias="-A", ge=0)
+    before: int | None = Field(default=None, alias="-B", ge=0)
+    around: int | None = Field(default=None, alias="-C", ge=0)
+    head_limit: int | None = Field(default=None, ge=0)
+    multiline: bool = False
+
+
+@dataclass
+class _FileHits:
+    path: Path
+    lines: list[str]
+    matched: list[int]
+    """0-based indexes of matching lines (content/count modes)."""
+    count: int
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+class GrepTool(Tool[GrepInput]):
+    """``output_mode``: ``files_with_matches`` (default; newest first), ``content``
+    (``path:line:text``, ``-A/-B/-C`` context as ``path-line-text``, ``--`` between groups) or
+    ``count`` (``path:n``). ``glob`` filters files gitignore-style (``*.py`` at any depth).
+    Binary files, ``.git`` and files over ``max_file_bytes`` are skipped."""
+
+    name = "Grep"
+    input_model = GrepInput
+
+    def __init__(
+        self, workspace: Workspace, *, max_file_bytes: int = 10 * 1024 * 1024, max_output_chars: int = 100_000
+    ):
+        self.workspace = workspace
+        self.max_file_bytes = max_file_bytes
+        self.max_output_chars = max_output_chars
+
+    def is_read_only(self, tool_input: GrepInput) -> bool:
+        return True
+
+    def is_concurrency_safe(self, tool_input: GrepInput) -> bool:
+        return True
+
+    async def validate_input(self, tool_input: GrepInput, ctx: ToolContext) -> None:
+        search_root(self.workspace, tool_input.path)
+        self._compile(tool_input)
+
+    def permission_paths(self, tool_input: GrepInput) -> list[str]:
+        return [str(search_root(self.workspace, tool_input.path))]
+
+    @staticmethod
+    def _compile(tool_input: GrepInput) -> re.Pattern[str]:
+        flags = re.IGNORECASE if tool_input.case_insensitive else 0
+        if tool_input.multiline:
+            flags |= re.DOTALL | re.MULTILINE
+        try:
+            return re.compile(tool_input.pattern, flags)
+        except re.error as error:
+            raise ToolError(f"Invalid regular expression {tool_input.pattern!r}: {error}") from error
+
+    async def call(self, tool_input: GrepInput, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+        yield await asyncio.to_thread(self._grep, tool_input)
+
+    def _search_file(self, path: Path, regex: re.Pattern[str], tool_input: GrepInput) -> _FileHits | None:
+        try:
+            if path.stat().st_size > self.max_file_bytes:
+                return None
+            data = path.read_bytes()
+        except OSError:
+            return None
+        if looks_binary(data[:SNIFF_BYTES]):
+            return None
+        text = data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        if tool_input.multiline:
+            starts = [match.start() for match in regex.finditer(text)]
+            matched = sorted({text.count("\n", 0, start) for start in starts})
+            count = len(starts)
+        else:
+            matched = [index for index, line in enumerate(lines) if regex.search(line)]
+            count = len(matched)
+        return _FileHits(path, lines, matched, count) if count else None
+
+    def _grep(self, tool_input: GrepInput) -> ToolOutput:
+        regex = self._compile(tool_input)
+        root = search_root(self.workspace, tool_input.path)
+        hits: list[_FileHits] = []
+        for path, relative in walk_files(root):
+            if tool_input.glob and not gitignore_match(tool_input.glob, relative):
+                continue
+            found = self._search_file(path, regex, tool_input)
+            if found is not None:
+                hits.append(found)
+        if tool_input.output_mode == "content":
+            return self._content(hits, tool_input)
+        if tool_input.output_mode == "count":
+            return self._count(hits, tool_input)
+        return self._files(hits, tool_input)
+
+    def _limit(self, items: list[str], tool_input: GrepInput) -> list[str]:
+        return items if tool_input.head_limit is None else items[: tool_input.head_limit]
+
+    def _files(self, hits: list[_FileHits], tool_input: GrepInput) -> ToolOutput:
+        ordered = sorted(hits, key=lambda hit: (-modified_time(hit.path), str(hit.path)))
+        filenames = self._limit([str(hit.path) for hit in ordered], tool_input)
+        content = f"Found {_plural(len(filenames), 'file')}\n" + "\n".join(filenames) if filenames else "No files found"
+        result: JsonObject = {
+            "mode": "files_with_matches",
+            "filenames": json_list(filenames),
+            "numFiles": len(filenames),
+        }
+        return ToolOutput(content, tool_use_result=result)
+
+    def _count(self, hits: list[_FileHits], tool_input: GrepInput) -> ToolOutput:
+        rows = self._limit([f"{hit.path}:{hit.count}" for hit in hits], tool_input)
+        total = sum(hit.count for hit in hits[: len(rows)])
+        if not rows:
+            return ToolOutput(
+                "No matches found", tool_use_result={"mode": "count", "numFiles": 0, "filenames": [], "numMatches": 0}
+            )
+        summary = f"\n\nFound {_plural(total, 'total occurrence')} across {_plural(len(rows), 'file')}."
+        content = "\n".join(rows) + summary
+        filenames = [str(hit.path) for hit in hits[: len(rows)]]
+        return ToolOutput(
+            content,
+            tool_use_result={
+                "mode": "count",
+                "numFiles": len(rows),
+                "filenames": json_list(filenames),
+                "content": "\n".join(rows),
+                "numMatches": total,
+            },
+        )
+
+    def _content(self, hits: list[_FileHits], tool_input: GrepInput) -> ToolOutput:
+        before = tool_input.before if tool_input.before is not None else tool_input.around or 0
+        after = tool_input.after if tool_input.after is not None else tool_input.around or 0
+        rows: list[str] = []
+        for hit in hits:
+            matched = set(hit.matched)
+            shown: list[int] = sorted(
+                {
+                    line
+                    for index in hit.matched
+                    for line in range(max(0, index - before), min(len(hit.lines), index + after + 1))
+                }
+            )
+            previous = None
+            for line in shown:
+                if (before or after) and previous is not None and line != previous + 1:
+                    rows.append("--")
+                marker = ":" if line in matched else "-"
+                number = f"{line + 1}{marker}" if tool_input.line_numbers else ""
+                rows.append(f"{hit.path}{marker}{number}{hit.lines[line]}")
+                previous = line
+            if (before or after) and hit is not hits[-1]:
+                rows.append("--")
+        rows = self._limit(rows, tool_input)
+        content = "\n".join(rows) if rows else "No matches found"
+        if len(content) > self.max_output_chars:
+            content = content[: self.max_output_chars] + "\n\n(Results truncated; narrow the pattern, path or glob.)"
+        filenames = [str(hit.path) for hit in hits]
+        return ToolOutput(
+            content,
+            tool_use_result={
+                "mode": "content",
+                "numFiles": len(filenames),
+                "filenames": json_list(filenames),
+                "content": content,
+                "numLines": len(rows),
+            },
+        )

@@ -1,0 +1,60 @@
+"""Write: create or overwrite a text file inside the workspace."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from services.tool_execution.builtin._files import read_text, structured_patch, write_text
+from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolInput, ToolOutput, ToolProgress
+from services.tool_execution.workspace import Workspace
+
+
+class WriteInput(ToolInput):
+    file_path: str
+    content: str
+
+
+class WriteTool(Tool[WriteInput]):
+    """Writes ``content`` exactly (UTF-8, no newline translation), creating parent directories.
+
+    Unlike Claude Code, an existing file need not have been Read first: tool workers are stateless,
+    so there is no per-session read ledger to consult."""
+
+    name = "Write"
+    input_model = WriteInput
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def validate_input(self, tool_input: WriteInput, ctx: ToolContext) -> None:
+        path = self.workspace.resolve(tool_input.file_path)
+        if path.is_dir():
+            raise ToolError(f"{tool_input.file_path} is a directory; Write needs a file path.")
+
+    def permission_paths(self, tool_input: WriteInput) -> list[str]:
+        return [str(self.workspace.resolve(tool_input.file_path))]
+
+    async def call(self, tool_input: WriteInput, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+        yield await asyncio.to_thread(self._write, tool_input)
+
+    def _write(self, tool_input: WriteInput) -> ToolOutput:
+        path = self.workspace.resolve(tool_input.file_path)
+        original = read_text(path, tool_input.file_path) if path.exists() else None
+        write_text(path, tool_input.content)
+        if original is None:
+            message = f"File created successfully at: {tool_input.file_path}"
+            kind, patch = "create", []
+        else:
+            message = f"The file {tool_input.file_path} has been updated successfully."
+            kind, patch = "update", structured_patch(original, tool_input.content)
+        return ToolOutput(
+            message,
+            tool_use_result={
+                "type": kind,
+                "filePath": tool_input.file_path,
+                "content": tool_input.content,
+                "structuredPatch": patch,  # type: ignore[dict-item]
+                "originalFile": original,
+            },
+        )

@@ -1,0 +1,108 @@
+"""The typed tool interface (R8.4): a tool is generic over a pydantic input model.
+
+``call`` is an async generator: it yields any number of :class:`ToolProgress` and then exactly one
+:class:`ToolOutput`. A failure the model should read as a tool error is raised as
+:class:`ToolError`; any other exception becomes ``Error calling tool (NAME): MSG`` (R8.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from shared.content import ContentBlock
+from shared.json_types import JsonObject, JsonValue
+
+InterruptBehavior = Literal["block", "cancel"]
+"""On a user interrupt (R8.9): ``block`` tools finish, ``cancel`` tools are stopped."""
+
+
+class ToolInput(BaseModel):
+    """Base of tool input models: unknown keys are rejected (Claude Code's strict schemas)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+InputT = TypeVar("InputT", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """A progress event (R1.6/R8.3). ``data`` carries its own ``type`` (e.g. ``bash_progress``);
+    ``tool_use_id`` is a nested id when the progress comes from a child (default: the running tool)."""
+
+    data: JsonObject
+    tool_use_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """The one final result: ``content`` goes into the ``tool_result`` block, ``tool_use_result`` is
+    the structured copy stored beside it (``toolUseResult``), ``sibling_blocks`` are extra top-level
+    blocks of the same user message (e.g. images), never inside the tool_result."""
+
+    content: str | list[ContentBlock]
+    is_error: bool = False
+    tool_use_result: JsonValue = None
+    sibling_blocks: tuple[ContentBlock, ...] = ()
+
+
+class ToolError(Exception):
+    """A failure reported to the model as ``<tool_use_error>MESSAGE</tool_use_error>`` with
+    toolUseResult ``Error: MESSAGE`` (R8.1, the tool's own validation failure)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Per-call facts a tool may need."""
+
+    tool_use_id: str
+
+
+class Tool(Generic[InputT]):
+    """Base class of every tool. Subclasses set ``name``, ``input_model`` (and ``aliases``) and
+    implement ``call`` as an async generator."""
+
+    name: str = ""
+    aliases: tuple[str, ...] = ()
+    input_model: type[InputT]
+
+    def is_read_only(self, tool_input: InputT) -> bool:
+        """True when the call cannot change anything (permission checks use it)."""
+        return False
+
+    def is_concurrency_safe(self, tool_input: InputT) -> bool:
+        """R8.4: may run concurrently with other safe calls. Default False."""
+        return False
+
+    def interrupt_behavior(self) -> InterruptBehavior:
+        """R8.4: default ``block``."""
+        return "block"
+
+    async def validate_input(self, tool_input: InputT, ctx: ToolContext) -> None:
+        """Checks before the permission step; raise :class:`ToolError` to reject the call."""
+
+    def permission_paths(self, tool_input: InputT) -> list[str]:
+        """Absolute paths (symlinks resolved) the call touches, checked by the permission rules in
+        addition to the path written in the input."""
+        return []
+
+    def call(self, tool_input: InputT, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+        """Run the tool: yield progress, then exactly one :class:`ToolOutput`."""
+        raise NotImplementedError
+
+
+AnyTool = Tool[Any]
+
+
+def json_list(items: Iterable[JsonValue]) -> list[JsonValue]:
+    """A list typed as JSON (lists are invariant, so ``list[str]`` is not a ``list[JsonValue]``)."""
+    result: list[JsonValue] = list(items)
+    return result

@@ -1,0 +1,186 @@
+"""The tool-execution worker: competing consumers of the tool-job stream.
+
+A job is the tool calls of one assistant reply. The worker runs them with the executor (R8.5 order:
+concurrency-safe calls in parallel, the others one by one), and sends every progress message and
+result back through the session's ingress shard, each with an idempotency key (``tool_result:<id>``)
+so a job that is re-run after a crash is applied once. Before running it skips calls that already have
+a result and jobs whose assistant message was tombstoned (a retracted tool_use never runs).
+
+A job can outlive the reclaim idle time, so while it runs the worker keeps its entry fresh with
+``XCLAIM … JUSTID`` (no delivery is counted); only a dead worker's job is reclaimed by another.
+Interrupts arrive on a pub/sub channel (and are re-checked from the session's interrupt key when a job
+starts), and reach the executor as an ``asyncio.Event``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+import structlog
+
+from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
+from services.runtime.entries import StreamEntry
+from services.runtime.topology import TOOLS_GROUP, Topology
+from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
+from services.tool_execution.registry import ToolRegistry
+from shared.clock import Clock, utc_now
+from shared.events import (
+    IngressEnvelope,
+    ToolJob,
+    ToolJobAbandoned,
+    ToolProgressReport,
+    ToolResultReport,
+    parse_tool_job,
+)
+from shared.ids import IdSource, random_uuid
+from shared.ledger import tool_result_ids_of
+from shared.messages import ProgressMessage, UserMessage
+from shared.permissions import PermissionContext
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class ToolWorkerStats:
+    jobs: int = 0
+    jobs_skipped_retracted: int = 0
+    calls_skipped_answered: int = 0
+    results: int = 0
+    progress: int = 0
+
+
+@dataclass(slots=True)
+class _Running:
+    session_id: str
+    dispatched_ms: int
+    interrupt: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ToolWorker:
+    """Runs tool jobs; see the module docstring."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        topology: Topology,
+        *,
+        consumer: str,
+        registry: ToolRegistry,
+        permissions: PermissionContext,
+        timeouts: ToolTimeouts,
+        keepalive_s: float,
+        clock: Clock = utc_now,
+        ids: IdSource = random_uuid,
+    ) -> None:
+        self.redis = redis
+        self.topology = topology
+        self.consumer = consumer
+        self.registry = registry
+        self.permissions = permissions
+        self.timeouts = timeouts
+        self.keepalive_s = keepalive_s
+        self.clock = clock
+        self.ids = ids
+        self.stats = ToolWorkerStats()
+        self._running: dict[str, _Running] = {}
+
+    def handler(self) -> BatchHandler:
+        return self.handle
+
+    def interrupt_session(self, session_id: str, at_ms: int | None = None) -> None:
+        """Interrupt every running job of ``session_id`` dispatched before ``at_ms`` (all when None)."""
+        for running in self._running.values():
+            if running.session_id == session_id and (at_ms is None or running.dispatched_ms <= at_ms):
+                running.interrupt.set()
+
+    async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
+        poison: dict[str, Poison] = {}
+        jobs: list[tuple[StreamEntry, ToolJob]] = []
+        for entry in entries:
+            job = decode_entry(entry, parse_tool_job)
+            if isinstance(job, Poison):
+                poison[entry.entry_id] = job
+            else:
+                jobs.append((entry, job))
+        await asyncio.gather(*(self._run(entry, job) for entry, job in jobs))
+        return BatchOutcome(poison=poison)
+
+    async def _run(self, entry: StreamEntry, job: ToolJob) -> None:
+        self.stats.jobs += 1
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.sismember(self.topology.retracted(job.session_id), job.assistant_uuid)
+        pipe.smismember(self.topology.answered(job.session_id), [call.id for call in job.tool_uses])
+        pipe.get(self.topology.interrupt(job.session_id))
+        retracted, answered, interrupted_at = await pipe.execute()
+        if retracted:
+            self.stats.jobs_skipped_retracted += 1
+            return
+        calls = [call for call, done in zip(job.tool_uses, answered, strict=True) if not done]
+        self.stats.calls_skipped_answered += len(job.tool_uses) - len(calls)
+        if not calls:
+            return
+        running = _Running(job.session_id, job.dispatched_ms)
+        if interrupted_at is not None and int(interrupted_at) >= job.dispatched_ms:
+            running.interrupt.set()
+        self._running[entry.entry_id] = running
+        keepalive = asyncio.create_task(self._keep_claimed(entry))
+        ingress = self.topology.ingress_for(job.session_id)
+        try:
+            async for message in execute_tool_uses(
+                calls,
+                assistant_uuid=job.assistant_uuid,
+                registry=self.registry,
+                permissions=self.permissions,
+                timeouts=self.timeouts,
+                interrupt=running.interrupt,
+                clock=self.clock,
+                ids=self.ids,
+            ):
+                await self.redis.xadd(ingress, entry_fields(self._envelope(job, message)))  # type: ignore[arg-type]
+        finally:
+            keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keepalive
+            self._running.pop(entry.entry_id, None)
+
+    def _envelope(self, job: ToolJob, message: ProgressMessage | UserMessage) -> IngressEnvelope:
+        if isinstance(message, ProgressMessage):
+            self.stats.progress += 1
+            return IngressEnvelope(
+                session_id=job.session_id,
+                idempotency_key=f"tool_progress:{message.uuid}",
+                payload=ToolProgressReport(message=message),
+                traceparent=job.traceparent,
+            )
+        self.stats.results += 1
+        answered = ",".join(tool_result_ids_of(message)) or message.uuid
+        return IngressEnvelope(
+            session_id=job.session_id,
+            idempotency_key=f"tool_result:{answered}",
+            payload=ToolResultReport(message=message),
+            traceparent=job.traceparent,
+        )
+
+    async def _keep_claimed(self, entry: StreamEntry) -> None:
+        """Reset the entry's idle time while the job runs, so it is not reclaimed from a live worker."""
+        while True:
+            await asyncio.sleep(self.keepalive_s)
+            with contextlib.suppress(aioredis.RedisError):
+                await self.redis.xclaim(
+                    entry.stream, TOOLS_GROUP, self.consumer, min_idle_time=0, message_ids=[entry.entry_id], justid=True
+                )
+
+
+def abandoned_job_envelope(job: ToolJob, reason: str) -> IngressEnvelope:
+    """Placeholder rule for a dead-lettered job (its workers kept dying): ingestion answers its calls."""
+    tool_use_ids = [call.id for call in job.tool_uses]
+    return IngressEnvelope(
+        session_id=job.session_id,
+        idempotency_key=f"tool_job_abandoned:{job.assistant_uuid}:{','.join(tool_use_ids)}",
+        payload=ToolJobAbandoned(assistant_uuid=job.assistant_uuid, tool_use_ids=tool_use_ids, reason=reason),
+        traceparent=job.traceparent,
+    )

@@ -1,0 +1,98 @@
+"""The API view of a transcript file: resume its chain (R7.14–R7.20) and normalize it for the Messages
+API (§4). Shared by ``agentbus normalize`` and ``agentbus transcript export``."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from shared.api_types import MessagesRequest
+from shared.clock import Clock, utc_now
+from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from shared.ids import IdSource, random_uuid
+from shared.normalize import NormalizedRequest, NormalizeOptions, to_api_request
+from shared.transcript import (
+    ResumeResult,
+    build_transcript,
+    deserialize_for_resume,
+    read_transcript,
+    remove_chain_fields,
+    resume_session,
+    subagent_chain,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiView:
+    """A resumed chain and the request built from it."""
+
+    resumed: ResumeResult
+    normalized: NormalizedRequest
+
+    @property
+    def request(self) -> MessagesRequest:
+        return self.normalized.request
+
+    @property
+    def messages_body(self) -> MessagesRequest:
+        """``{"messages": [...]}``: the request without ``model`` or any other key."""
+        return {"messages": self.request["messages"]}
+
+
+def api_view_of_transcript(
+    data: bytes,
+    *,
+    leaf: str | None = None,
+    prompt: str | None = None,
+    options: NormalizeOptions | None = None,
+    clock: Clock = utc_now,
+    ids: IdSource = random_uuid,
+) -> ApiView:
+    """Resume the main chain of ``data`` (or the chain ending at ``leaf``; for a sub-agent file, whose
+    lines are all sidechain, the agent's chain) and normalize it, appending
+    ``prompt`` as a new human turn when given (as a user resuming and typing would).
+
+    Raises :class:`shared.errors.BrokenTranscriptChain` for an unknown ``leaf`` and the normalizer's
+    errors (e.g. :class:`shared.errors.ImageSizeError`)."""
+    resumed = resume_session(data, leaf=leaf, clock=clock, ids=ids)
+    if leaf is None and not resumed.messages:
+        resumed = resume_subagent(data, clock=clock, ids=ids) or resumed
+    normalized = to_api_request(
+        resumed.messages, options=options or NormalizeOptions(), prompt=prompt, clock=clock, ids=ids
+    )
+    return ApiView(resumed=resumed, normalized=normalized)
+
+
+def resume_subagent(data: bytes, *, clock: Clock, ids: IdSource) -> ResumeResult | None:
+    """A sub-agent transcript resumed like Claude Code's ``getAgentTranscript`` (its latest sidechain
+    leaf), then deserialized as a resume would (R7.20). ``None`` when the file has no sidechain chain."""
+    parse = read_transcript(data)
+    chain = subagent_chain(build_transcript(parse))
+    if not chain:
+        return None
+    result = deserialize_for_resume(remove_chain_fields(chain), clock=clock, ids=ids)
+    return dataclasses.replace(
+        result, leaf_uuid=chain[-1].uuid, session_id=chain[-1].session_id, line_errors=parse.errors
+    )
+
+
+def placeholder_locations(request: MessagesRequest) -> list[str]:
+    """Where ``SYNTHETIC_TOOL_RESULT_PLACEHOLDER`` occurs in ``request`` (``messages[3].content[0]…``).
+
+    The placeholder satisfies tool_use/tool_result pairing with fake content, so a request containing it
+    must never become training data."""
+    found: list[str] = []
+
+    def walk(value: object, where: str) -> None:
+        if isinstance(value, str):
+            if value == SYNTHETIC_TOOL_RESULT_PLACEHOLDER:
+                found.append(where)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{where}[{index}]")
+
+    walk(request, "")
+    return found

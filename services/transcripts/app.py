@@ -1,0 +1,48 @@
+"""The transcript worker process: ``agentbus worker transcripts``."""
+
+from __future__ import annotations
+
+from services.runtime.consumer import BatchConsumer
+from services.runtime.lane_worker import LaneWorker
+from services.runtime.topology import TRANSCRIPTS_GROUP
+from services.runtime.worker_app import WorkerContext
+from services.transcripts.store import StoreConfig, TranscriptStore
+from services.transcripts.worker import TranscriptWorker
+
+
+class TranscriptRuntime:
+    """Owns log shards for the transcripts group."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        settings = context.settings
+        self.store = TranscriptStore(
+            settings.data_dir, StoreConfig(min_sync_interval_s=settings.fsync_interval_ms / 1000)
+        )
+        self.worker = TranscriptWorker(self.store, cwd=settings.cwd)
+        self.lanes = LaneWorker(
+            context.redis,
+            settings.names,
+            group=TRANSCRIPTS_GROUP,
+            stream_name="log",
+            owner=context.owner,
+            handler_factory=self.worker.handler_for,
+            consumer_config=context.consumer_config(),
+            lease_config=context.lease_config(),
+        )
+
+    async def start(self) -> None:
+        await self.lanes.start()
+
+    async def stop(self) -> None:
+        await self.lanes.stop()
+        await self.store.close()
+
+    def consumers(self) -> list[BatchConsumer]:
+        return self.lanes.consumers()
+
+    def groups(self) -> list[tuple[str, str]]:
+        return [(stream, TRANSCRIPTS_GROUP) for stream in self.lanes.streams]
+
+
+def create(context: WorkerContext) -> TranscriptRuntime:
+    return TranscriptRuntime(context)

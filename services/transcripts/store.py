@@ -1,0 +1,477 @@
+"""``TranscriptStore``: Claude-Code-compatible incremental recording of sessions (R7.2–R7.13).
+
+One store per data root (``AGENTBUS_DATA_DIR``; Claude Code's ``~/.claude`` works too). Per session it
+keeps the set of uuids already in the session file (loaded once from disk, R7.7), so recording the same
+message twice (a redelivered bus entry, a resumed history) writes nothing. Parents are assigned by the
+chain-participant rules (R7.8); sidechain messages go to the sub-agent file without de-dup (R7.9).
+
+Tombstone removal (R7.13) cuts the line but keeps its uuid in the de-dup set, so a redelivery of the
+retracted message cannot bring it back.
+
+Every ``record`` call is appended as one batch through :class:`~services.transcripts.writer.DurableJsonlFile`
+and returns once the batch is durable (group fsync). asyncio only: use one store per event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from services.transcripts.cleaning import (
+    CleaningPolicy,
+    PersistableMessage,
+    clean_messages_for_logging,
+    is_chain_participant,
+    is_compact_boundary,
+)
+from services.transcripts.layout import PROJECTS_DIR, session_file, subagent_file
+from services.transcripts.lines import ChainFields, SessionStamp, build_line, dumps_line
+from services.transcripts.removal import (
+    MAX_REWRITE_BYTES,
+    TAIL_WINDOW_BYTES,
+    RemovalResult,
+    remove_line_by_uuid,
+    uuid_needle,
+)
+from services.transcripts.tail_recovery import TornTail
+from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, DurableJsonlFile
+from shared.json_types import JsonObject
+from shared.messages import AssistantMessage, Message, UserMessage
+from shared.transcript.lines import TranscriptLine, dump_line
+
+_CHAIN_TYPES = frozenset({"user", "assistant", "attachment", "system"})
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """How lines are stamped and cleaned and how hard the store syncs."""
+
+    stamp: SessionStamp = field(default_factory=SessionStamp)
+    cleaning: CleaningPolicy = field(default_factory=CleaningPolicy)
+    min_sync_interval_s: float = DEFAULT_MIN_SYNC_INTERVAL_S
+    tail_window_bytes: int = TAIL_WINDOW_BYTES
+    max_rewrite_bytes: int = MAX_REWRITE_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """What one ``record`` call did."""
+
+    last_uuid: str | None
+    """R7.7 step 5: the last *new* chain participant, else the starting parent, else ``None``; pass it
+    as ``parent_hint`` of the next call."""
+    written: tuple[str, ...]
+    """Uuids of the lines appended (or buffered), in order."""
+    skipped: tuple[str, ...]
+    """Uuids already in the session (the de-dup no-ops)."""
+    path: Path
+    durable: bool
+    """False only while the session file is not materialized yet (R7.2: lines held in memory)."""
+
+
+@dataclass(slots=True)
+class _SessionState:
+    session_id: str
+    file: DurableJsonlFile
+    uuids: set[str]
+    last_chain_uuid: str | None
+    materialized: bool
+    buffered: list[str] = field(default_factory=list)
+    buffered_uuids: list[str | None] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
+    """The uuids of every message line in ``path`` and the uuid of the last chain participant."""
+    uuids: set[str] = set()
+    last: str | None = None
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return uuids, last
+    for raw in data.split(b"\n"):
+        if b'"uuid"' not in raw:
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        uuid = value.get("uuid")
+        if isinstance(uuid, str):
+            uuids.add(uuid)
+            if value.get("type") in _CHAIN_TYPES and value.get("isSidechain") is not True:
+                last = uuid
+    return uuids, last
+
+
+def _preserved_segment_tail(message: Message) -> tuple[str | None, str | None]:
+    """``(headUuid, tailUuid)`` of a compact boundary's ``preservedSegment`` (R2.4b)."""
+    metadata = getattr(message, "compact_metadata", None)
+    segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
+    if not isinstance(segment, dict):
+        return None, None
+    head, tail = segment.get("headUuid"), segment.get("tailUuid")
+    return (head if isinstance(head, str) else None), (tail if isinstance(tail, str) else None)
+
+
+def _last_index(messages: Sequence[Message], uuid: str) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        if getattr(messages[index], "uuid", None) == uuid:
+            return index
+    return -1
+
+
+class TranscriptStore:
+    """Claude Code's transcript write path over one data root (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: Path,
+        config: StoreConfig | None = None,
+        *,
+        on_torn_tail: Callable[[TornTail], None] | None = None,
+    ) -> None:
+        self.root = root
+        self.config = config or StoreConfig()
+        self._on_torn_tail = on_torn_tail
+        self._sessions: dict[str, _SessionState] = {}
+        self._other_files: dict[Path, DurableJsonlFile] = {}
+        self._open_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ files and sessions
+    def _file(self, path: Path) -> DurableJsonlFile:
+        return DurableJsonlFile(
+            path, min_sync_interval_s=self.config.min_sync_interval_s, on_torn_tail=self._on_torn_tail
+        )
+
+    def _path_file(self, path: Path) -> DurableJsonlFile:
+        """The appender of a file that is not a main session file (sub-agent files, written-back files)."""
+        file = self._other_files.get(path)
+        if file is None:
+            file = self._other_files[path] = self._file(path)
+        return file
+
+    def _locate_session_file(self, session_id: str, cwd: str) -> Path:
+        """The file under ``cwd``'s project dir, unless the session already lives in another one (a
+        session keeps its pinned project dir, R7.1)."""
+        preferred = session_file(self.root, cwd, session_id)
+        if preferred.exists():
+            return preferred
+        projects = self.root / PROJECTS_DIR
+        if projects.is_dir():
+            for existing in sorted(projects.glob(f"*/{session_id}.jsonl")):
+                return existing
+        return preferred
+
+    async def _session(self, session_id: str, cwd: str) -> _SessionState:
+        state = self._sessions.get(session_id)
+        if state is not None:
+            return state
+        async with self._open_lock:
+            state = self._sessions.get(session_id)
+            if state is not None:
+                return state
+            path = await asyncio.to_thread(self._locate_session_file, session_id, cwd)
+            file = self._file(path)
+
+            def load() -> tuple[set[str], str | None]:
+                file.recover()
+                return _scan_session_file(path)
+
+            uuids, last = await asyncio.to_thread(load)
+            state = _SessionState(session_id, file, uuids, last, materialized=path.exists())
+            self._sessions[session_id] = state
+            return state
+
+    def session_path(self, session_id: str, cwd: str) -> Path:
+        """Where ``session_id`` is (or would be) recorded."""
+        state = self._sessions.get(session_id)
+        return state.file.path if state is not None else self._locate_session_file(session_id, cwd)
+
+    # ------------------------------------------------------------------ recording
+    async def record(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        cwd: str,
+        parent_hint: str | None = None,
+        continue_chain: bool = False,
+        history: Sequence[Message] | None = None,
+        all_messages: Sequence[Message] | None = None,
+        team_name: str | None = None,
+        agent_name: str | None = None,
+        prompt_id: str | None = None,
+    ) -> RecordResult:
+        """R7.7 ``recordTranscript``: append the messages of ``messages`` not yet in the session.
+
+        ``parent_hint`` is the starting parent (overridden by a recorded prefix, R7.7 step 3);
+        ``continue_chain`` uses the session's last recorded chain participant when no hint is given.
+        ``history`` is the in-memory conversation the batch belongs to: before a new compact boundary with a
+        preserved segment, ``history`` up to the segment tail is recorded first (R7.11, headless). When the
+        segment is inside the batch itself (after the boundary), that segment is written first instead.
+        ``all_messages`` is where REPL tool ids are collected from (R7.5).
+        """
+        state = await self._session(session_id, cwd)
+        pending: list[asyncio.Future[None]] = []
+        team = (team_name, agent_name, prompt_id)
+        async with state.lock:
+            hint = parent_hint if parent_hint is not None or not continue_chain else state.last_chain_uuid
+            prelude, from_history = self._preserved_prelude(state, messages, history)
+            earlier: tuple[str, ...] = ()
+            if prelude:
+                # A segment taken from the batch is written as the continuation of the session so far.
+                prelude_hint = hint if from_history or hint is not None else state.last_chain_uuid
+                earlier = self._record_now(state, prelude, cwd, prelude_hint, all_messages, team, pending).written
+            result = self._record_now(state, messages, cwd, hint, all_messages, team, pending)
+            if earlier:
+                result = dataclasses.replace(result, written=(*earlier, *result.written))
+        for future in pending:
+            await future
+        return result
+
+    @staticmethod
+    def _preserved_prelude(
+        state: _SessionState, messages: Sequence[Message], history: Sequence[Message] | None
+    ) -> tuple[Sequence[Message], bool]:
+        """R7.11: what must be on disk before a new compact boundary with a preserved segment, and
+        whether it was taken from ``history`` (else from the batch)."""
+        for index, message in enumerate(messages):
+            if not is_compact_boundary(message) or message.uuid in state.uuids:
+                continue
+            head, tail = _preserved_segment_tail(message)
+            if tail is None:
+                continue
+            if history is not None and (tail_index := _last_index(history, tail)) >= 0:
+                return history[: tail_index + 1], True
+            tail_index = _last_index(messages, tail)
+            if tail_index <= index:
+                continue  # already before the boundary: the natural order is right
+            head_index = _last_index(messages, head) if head is not None else -1
+            start = head_index if index < head_index <= tail_index else index + 1
+            return messages[start : tail_index + 1], False
+        return (), False
+
+    def _record_now(
+        self,
+        state: _SessionState,
+        messages: Sequence[Message],
+        cwd: str,
+        parent_hint: str | None,
+        all_messages: Sequence[Message] | None,
+        team: tuple[str | None, str | None, str | None],
+        pending: list[asyncio.Future[None]],
+    ) -> RecordResult:
+        """R7.7 steps 1–5 without awaiting: the batch is written before this returns."""
+        cleaned = clean_messages_for_logging(messages, self.config.cleaning, all_messages=all_messages)
+        starting_parent = parent_hint
+        seen_new = False
+        new: list[PersistableMessage] = []
+        skipped: list[str] = []
+        for message in cleaned:
+            if message.uuid in state.uuids:
+                skipped.append(message.uuid)
+                if not seen_new and is_chain_participant(message):
+                    starting_parent = message.uuid
+                continue
+            new.append(message)
+            seen_new = True
+        lines, written, last_new = self._insert_message_chain(
+            new, starting_parent, cwd=cwd, session_id=state.session_id, team=team, agent_id=None
+        )
+        kept = [(line, uuid) for line, uuid in zip(lines, written, strict=True) if self._claim(state, uuid)]
+        kept_uuids = [uuid for _, uuid in kept]
+        try:
+            durable = self._append_session_lines(state, [line for line, _ in kept], new, kept_uuids, pending)
+        except Exception:
+            state.uuids.difference_update(kept_uuids)  # not written: a retry must write them
+            raise
+        if last_new is not None:
+            state.last_chain_uuid = last_new
+        return RecordResult(
+            last_uuid=last_new if last_new is not None else starting_parent,
+            written=tuple(kept_uuids),
+            skipped=tuple(skipped),
+            path=state.file.path,
+            durable=durable,
+        )
+
+    @staticmethod
+    def _claim(state: _SessionState, uuid: str) -> bool:
+        """R7.9: a main-session line is written only if its uuid is new (then it is remembered)."""
+        if uuid in state.uuids:
+            return False
+        state.uuids.add(uuid)
+        return True
+
+    def _insert_message_chain(
+        self,
+        messages: Sequence[PersistableMessage],
+        starting_parent: str | None,
+        *,
+        cwd: str,
+        session_id: str,
+        team: tuple[str | None, str | None, str | None],
+        agent_id: str | None,
+    ) -> tuple[list[str], list[str], str | None]:
+        """R7.8 ``insertMessageChain``: (lines, their uuids, last chain participant or ``None``)."""
+        stamp = self.config.stamp.values(cwd=cwd, session_id=session_id)  # git branch: once per batch
+        team_name, agent_name, prompt_id = team
+        parent = starting_parent
+        last: str | None = None
+        lines: list[str] = []
+        uuids: list[str] = []
+        for message in messages:
+            effective = parent
+            if isinstance(message, UserMessage) and message.source_tool_assistant_uuid:
+                effective = message.source_tool_assistant_uuid
+            boundary = is_compact_boundary(message)
+            chain = ChainFields(
+                parent_uuid=None if boundary else effective,
+                logical_parent_uuid=parent,
+                with_logical_parent=boundary,
+                is_sidechain=agent_id is not None,
+                team_name=team_name,
+                agent_name=agent_name,
+                prompt_id=prompt_id,
+                agent_id=agent_id,
+            )
+            lines.append(dumps_line(build_line(message.to_wire(), chain, stamp)))
+            uuids.append(message.uuid)
+            if is_chain_participant(message):
+                parent = message.uuid
+                last = message.uuid
+        return lines, uuids, last
+
+    def _append_session_lines(
+        self,
+        state: _SessionState,
+        lines: list[str],
+        messages: Sequence[PersistableMessage],
+        uuids: list[str],
+        pending: list[asyncio.Future[None]],
+    ) -> bool:
+        """R7.2/R7.9: buffer until the first batch holding a user or assistant message, then write the
+        buffer and the batch as one append. True when the lines were appended (not buffered)."""
+        if not state.materialized:
+            if not any(isinstance(message, UserMessage | AssistantMessage) for message in messages):
+                state.buffered.extend(lines)
+                state.buffered_uuids.extend(uuids)
+                return False
+            lines = [*state.buffered, *lines]
+            state.buffered.clear()
+            state.buffered_uuids.clear()
+            state.materialized = True
+        if lines:
+            pending.append(state.file.append(lines))
+        return True
+
+    async def append_metadata(self, session_id: str, entry: JsonObject, *, cwd: str) -> bool:
+        """R7.4/R7.9: append a metadata line (``{"type": "custom-title", …}``); no de-dup. Buffered until
+        the session file is materialized. True when it was written (durably) rather than buffered."""
+        if not isinstance(entry.get("type"), str):
+            msg = "a metadata entry needs a string `type`"
+            raise ValueError(msg)
+        state = await self._session(session_id, cwd)
+        line = dumps_line({"type": entry["type"], **entry})
+        async with state.lock:
+            if not state.materialized:
+                state.buffered.append(line)
+                state.buffered_uuids.append(None)
+                return False
+            future = state.file.append([line])
+        await future
+        return True
+
+    async def record_sidechain(
+        self,
+        session_id: str,
+        agent_id: str,
+        messages: Sequence[Message],
+        *,
+        cwd: str,
+        starting_parent: str | None = None,
+        subdir: str | None = None,
+        team_name: str | None = None,
+        agent_name: str | None = None,
+    ) -> RecordResult:
+        """R7.9/R7.11 ``recordSidechainTranscript``: every message goes to the sub-agent file
+        (``isSidechain: true``, ``agentId``); no uuid de-dup, and the main set is untouched."""
+        cleaned = clean_messages_for_logging(messages, self.config.cleaning)
+        path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
+        file = self._path_file(path)
+        lines, uuids, last = self._insert_message_chain(
+            cleaned,
+            starting_parent,
+            cwd=cwd,
+            session_id=session_id,
+            team=(team_name, agent_name, None),
+            agent_id=agent_id,
+        )
+        if lines:
+            await file.append(lines)
+        return RecordResult(
+            last_uuid=last if last is not None else starting_parent,
+            written=tuple(uuids),
+            skipped=(),
+            path=path,
+            durable=True,
+        )
+
+    # ------------------------------------------------------------------ tombstones
+    async def remove(
+        self, session_id: str, uuid: str, *, cwd: str, agent_id: str | None = None, subdir: str | None = None
+    ) -> RemovalResult:
+        """R7.13 / R6.3: remove the line of ``uuid`` — first from the not-yet-written queue and the
+        unmaterialized buffer (the [OBS] fix: a just-recorded target is never missed), then from disk."""
+        if agent_id is not None:
+            path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
+            return await self._remove_from_file(self._path_file(path), uuid)
+        state = await self._session(session_id, cwd)
+        async with state.lock:
+            if uuid in state.buffered_uuids:
+                index = state.buffered_uuids.index(uuid)
+                line = state.buffered.pop(index)
+                del state.buffered_uuids[index]
+                return RemovalResult(uuid, "buffered", len(line.encode("utf-8")) + 1)
+            return await self._remove_from_file(state.file, uuid)
+
+    async def _remove_from_file(self, file: DurableJsonlFile, uuid: str) -> RemovalResult:
+        needle = uuid_needle(uuid)
+        if file.drop_queued_line(lambda line: needle in line):
+            return RemovalResult(uuid, "queued")
+        if not file.exists:
+            return RemovalResult(uuid, "no_file")
+        window, limit = self.config.tail_window_bytes, self.config.max_rewrite_bytes
+        return await file.exclusive(
+            lambda fd: remove_line_by_uuid(fd, uuid, tail_window_bytes=window, max_rewrite_bytes=limit)
+        )
+
+    # ------------------------------------------------------------------ whole files
+    async def write_lines(self, path: Path, lines: Sequence[TranscriptLine]) -> int:
+        """Append already-built transcript lines verbatim (no restamping, no de-dup) to ``path`` — e.g. a
+        loaded file written back, or an imported session. Returns the number of lines; durable on return."""
+        if lines:
+            await self._path_file(path).append([dump_line(line) for line in lines])
+        return len(lines)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def flush(self) -> None:
+        """Wait until every line appended so far (all sessions and agent files) is durable."""
+        files = [state.file for state in self._sessions.values()] + list(self._other_files.values())
+        await asyncio.gather(*(file.sync() for file in files))
+
+    async def close(self) -> None:
+        """Flush and close every file. Lines still buffered for an unmaterialized session (no user or
+        assistant message ever arrived, R7.2) are discarded, as in Claude Code."""
+        files = [state.file for state in self._sessions.values()] + list(self._other_files.values())
+        await asyncio.gather(*(file.close() for file in files))
+        self._sessions.clear()
+        self._other_files.clear()

@@ -1,0 +1,79 @@
+"""The transcript worker: owner of log shards; appends every session to its Claude Code JSONL file.
+
+Per batch it records each session's new messages through :class:`TranscriptStore` (R7.7/R7.8 chain,
+de-dup by uuid so a redelivered entry is a no-op), removes the lines of tombstoned messages (R6.3,
+R7.13), and returns only once every line is durable (group-committed fsync); the consumer then acks.
+A crash before the ack redelivers the batch and the uuid de-dup makes the transcript effectively-once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import structlog
+
+from services.runtime.codec import decode_entry
+from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
+from services.runtime.entries import StreamEntry
+from services.transcripts.store import TranscriptStore
+from shared.events import LogEntry, parse_log_entry
+from shared.messages import Message, TombstoneMessage
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class TranscriptStats:
+    """Counters for the metrics layer."""
+
+    lines_written: int = 0
+    duplicates_skipped: int = 0
+    lines_removed: int = 0
+
+
+class TranscriptWorker:
+    """Builds the batch handler of each owned log shard."""
+
+    def __init__(self, store: TranscriptStore, *, cwd: str) -> None:
+        self.store = store
+        self.cwd = cwd
+        self.stats = TranscriptStats()
+
+    def handler_for(self, shard: int, epoch: int) -> BatchHandler:
+        return self.handle
+
+    async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
+        poison: dict[str, Poison] = {}
+        by_session: dict[str, list[LogEntry]] = {}
+        for entry in entries:
+            record = decode_entry(entry, parse_log_entry)
+            if isinstance(record, Poison):
+                poison[entry.entry_id] = record
+            else:
+                by_session.setdefault(record.session_id, []).append(record)
+        # Sessions are independent files: write them concurrently so their fsyncs overlap.
+        await asyncio.gather(*(self._persist(session, records) for session, records in by_session.items()))
+        return BatchOutcome(poison=poison)
+
+    async def _persist(self, session: str, records: list[LogEntry]) -> None:
+        run: list[Message] = []
+        for record in records:
+            message = record.message
+            if isinstance(message, TombstoneMessage):
+                await self._record(session, run)
+                run = []
+                uuid = getattr(message.message, "uuid", None)
+                if isinstance(uuid, str):
+                    removed = await self.store.remove(session, uuid, cwd=self.cwd)
+                    self.stats.lines_removed += 1 if removed.removed else 0
+            else:
+                run.append(message)
+        await self._record(session, run)
+
+    async def _record(self, session: str, messages: list[Message]) -> None:
+        if not messages:
+            return
+        result = await self.store.record(session, messages, cwd=self.cwd, continue_chain=True)
+        self.stats.lines_written += len(result.written)
+        self.stats.duplicates_skipped += len(result.skipped)

@@ -1,0 +1,418 @@
+"""Ingestion rules: one session's ledger turns ingress payloads into canonical log entries.
+
+The ledger is the pure heart of the ingestion worker. Per session it holds the sequence counter, the
+chain cursor (R7.8), the tool calls still waiting for a result, open streaming replies and a pending
+interrupt. It never does I/O; the worker loads and saves :class:`LedgerState` around each batch.
+
+Rules enforced at this boundary:
+- every logged message gets its ``seq`` and ``parentUuid`` here (ingestion is the log's only writer);
+- a reply's tool_use blocks become one :class:`ToolJob`, unless the producer supplies the results;
+- a stream fallback tombstones the partial messages of the failed attempt (R6.1) and their calls never run;
+- placeholder rule: no tool_use stays unpaired forever — a call past its deadline, or whose job was
+  abandoned, is answered with an ``is_error`` result carrying the placeholder text;
+- a second result for an answered call, or a result for a retracted call, is dropped (reported);
+- interrupts: R10.1 while a reply streams, R10.2 while tools run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from shared.chain_cursor import ChainCursor
+from shared.clock import Clock, utc_now
+from shared.constants import INTERRUPTED_BY_USER, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from shared.content import ToolResultBlock, ToolUseBlock
+from shared.envelope import StoredMessageBase
+from shared.errors import StreamAccumulationError
+from shared.events import (
+    AssistantReply,
+    AttachmentNotice,
+    DeadlineSweep,
+    IngressEnvelope,
+    Interrupt,
+    LogEntry,
+    RecordedMessage,
+    StreamEvent,
+    StreamFallback,
+    SystemNotice,
+    ToolJob,
+    ToolJobAbandoned,
+    ToolProgressReport,
+    ToolResultReport,
+    UserPrompt,
+)
+from shared.factories import create_user_interruption_message, create_user_message
+from shared.ids import IdSource, random_uuid
+from shared.messages import AssistantMessage, Message, ProgressMessage, TombstoneMessage, UserMessage
+from shared.streaming_replies import OpenReply
+
+
+class PendingToolUse(BaseModel):
+    """A call that has no result yet."""
+
+    assistant_uuid: str
+    deadline_ms: int | None
+    """None: the producer supplies the result (replay); no placeholder deadline applies."""
+    dispatched: bool = False
+    """True when a tool job was handed out for it (so an interrupt must reach the tool workers)."""
+
+
+class LedgerState(BaseModel):
+    """Everything ingestion remembers about one session between batches (persisted as JSON)."""
+
+    session_id: str
+    seq: int = 0
+    chain_parent: str | None = None
+    pending: dict[str, PendingToolUse] = Field(default_factory=dict)
+    closed_tool_use_ids: set[str] = Field(default_factory=set)
+    retracted_uuids: set[str] = Field(default_factory=set)
+    interrupt_reason: str | None = None
+    """Set while dispatched tools finish after an interrupt (R10.2)."""
+    open_replies: dict[str, OpenReply] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """An ingress payload (or part of one) that was deliberately not logged, and why."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(slots=True)
+class LedgerOutput:
+    """What applying one payload produced, for the worker to write atomically."""
+
+    entries: list[LogEntry] = field(default_factory=list)
+    tool_jobs: list[ToolJob] = field(default_factory=list)
+    closed_tool_use_ids: list[str] = field(default_factory=list)
+    retracted_uuids: list[str] = field(default_factory=list)
+    interrupt_tools: bool = False
+    dropped: list[Dropped] = field(default_factory=list)
+    invalid: str | None = None
+    """Set when the payload is bad input: the worker dead-letters the raw entry with this reason."""
+
+    def extend(self, other: LedgerOutput) -> None:
+        self.entries += other.entries
+        self.tool_jobs += other.tool_jobs
+        self.closed_tool_use_ids += other.closed_tool_use_ids
+        self.retracted_uuids += other.retracted_uuids
+        self.interrupt_tools = self.interrupt_tools or other.interrupt_tools
+        self.dropped += other.dropped
+        self.invalid = self.invalid or other.invalid
+
+
+def tool_uses_of(message: AssistantMessage) -> list[ToolUseBlock]:
+    """The client tool calls of an assistant message, in order."""
+    return [block for block in message.blocks if isinstance(block, ToolUseBlock)]
+
+
+def tool_result_ids_of(message: UserMessage) -> list[str]:
+    """The ids a user message answers, in order."""
+    return [block.tool_use_id for block in message.blocks if isinstance(block, ToolResultBlock)]
+
+
+class SessionLedger:
+    """Applies ingress payloads of one session in order; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        state: LedgerState,
+        *,
+        tool_deadline_ms: int = 600_000,
+        clock: Clock = utc_now,
+        ids: IdSource = random_uuid,
+    ) -> None:
+        self.state = state
+        self._tool_deadline_ms = tool_deadline_ms
+        self._clock = clock
+        self._ids = ids
+
+    # -- entry points -------------------------------------------------------------------------
+
+    def apply(self, envelope: IngressEnvelope, *, now_ms: int) -> LedgerOutput:
+        """Apply one ingress payload (the caller has already dropped duplicate idempotency keys)."""
+        out = LedgerOutput()
+        payload = envelope.payload
+        match payload:
+            case UserPrompt():
+                self._log(out, self._prompt_message(payload), envelope.traceparent)
+            case AssistantReply():
+                self._apply_assistant(out, payload.message, payload.execute_tools, now_ms, envelope.traceparent)
+            case StreamEvent():
+                self._apply_stream_event(out, payload, now_ms, envelope.traceparent)
+            case StreamFallback():
+                self._apply_fallback(out, payload.request_id, envelope.traceparent)
+            case SystemNotice() | AttachmentNotice():
+                self._log(out, payload.message, envelope.traceparent)
+            case Interrupt():
+                self._apply_interrupt(out, payload.reason, envelope.traceparent)
+            case ToolProgressReport():
+                self._apply_progress(out, payload.message, envelope.traceparent)
+            case ToolResultReport():
+                self._apply_tool_result(out, payload.message, envelope.traceparent)
+            case ToolJobAbandoned():
+                self._answer_with_placeholders(out, payload.tool_use_ids, envelope.traceparent)
+            case RecordedMessage():
+                self._apply_recorded(out, payload.message, now_ms, envelope.traceparent)
+            case DeadlineSweep():
+                out.extend(self.expire(now_ms=payload.now_ms))
+        return out
+
+    def expire(self, *, now_ms: int) -> LedgerOutput:
+        """Placeholder rule: answer every call whose deadline has passed."""
+        out = LedgerOutput()
+        overdue = [
+            tool_use_id
+            for tool_use_id, pending in self.state.pending.items()
+            if pending.deadline_ms is not None and pending.deadline_ms <= now_ms
+        ]
+        if overdue:
+            self._answer_with_placeholders(out, overdue, None)
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest pending deadline, for the worker's sweep timer."""
+        deadlines = [p.deadline_ms for p in self.state.pending.values() if p.deadline_ms is not None]
+        return min(deadlines, default=None)
+
+    # -- payload rules -----------------------------------------------------------------------
+
+    def _prompt_message(self, prompt: UserPrompt) -> UserMessage:
+        return create_user_message(
+            prompt.content,
+            uuid=prompt.uuid,
+            timestamp=prompt.timestamp,
+            is_meta=prompt.is_meta,
+            origin=prompt.origin,
+            clock=self._clock,
+            ids=self._ids,
+        )
+
+    def _apply_recorded(self, out: LedgerOutput, message: Message, now_ms: int, traceparent: str | None) -> None:
+        match message:
+            case AssistantMessage():
+                self._apply_assistant(out, message, False, now_ms, traceparent)
+            case UserMessage() if tool_result_ids_of(message):
+                self._apply_tool_result(out, message, traceparent)
+            case ProgressMessage():
+                self._apply_progress(out, message, traceparent)
+            case TombstoneMessage():
+                self._retract(out, [message.message], traceparent)
+            case StoredMessageBase():
+                self._log(out, message, traceparent)
+            case _:
+                out.dropped.append(Dropped("control_message", f"{message.type} is not part of a session log"))
+
+    def _apply_assistant(
+        self,
+        out: LedgerOutput,
+        message: AssistantMessage,
+        execute_tools: bool,
+        now_ms: int,
+        traceparent: str | None,
+    ) -> None:
+        if message.uuid in self.state.retracted_uuids:
+            out.dropped.append(Dropped("retracted", f"assistant {message.uuid} was tombstoned"))
+            return
+        self._log(out, message, traceparent)
+        self._register_calls(out, message, tool_uses_of(message), execute_tools, now_ms, traceparent)
+
+    def _register_calls(
+        self,
+        out: LedgerOutput,
+        message: AssistantMessage,
+        calls: Sequence[ToolUseBlock],
+        execute_tools: bool,
+        now_ms: int,
+        traceparent: str | None,
+    ) -> None:
+        fresh = [
+            call
+            for call in calls
+            if call.id not in self.state.pending and call.id not in self.state.closed_tool_use_ids
+        ]
+        if not fresh:
+            return
+        deadline = now_ms + self._tool_deadline_ms if execute_tools else None
+        for call in fresh:
+            self.state.pending[call.id] = PendingToolUse(
+                assistant_uuid=message.uuid, deadline_ms=deadline, dispatched=execute_tools
+            )
+        if execute_tools:
+            out.tool_jobs.append(
+                ToolJob(
+                    session_id=self.state.session_id,
+                    assistant_uuid=message.uuid,
+                    message_id=message.api_message_id,
+                    tool_uses=list(fresh),
+                    dispatched_ms=now_ms,
+                    deadline_ms=now_ms + self._tool_deadline_ms,
+                    traceparent=traceparent,
+                )
+            )
+
+    def _apply_stream_event(
+        self, out: LedgerOutput, payload: StreamEvent, now_ms: int, traceparent: str | None
+    ) -> None:
+        reply = self.state.open_replies.get(payload.request_id)
+        if reply is None:
+            reply = OpenReply(
+                request_id=payload.request_id,
+                parent_before=self.state.chain_parent,
+                execute_tools=payload.execute_tools,
+            )
+            self.state.open_replies[payload.request_id] = reply
+        try:
+            progress = reply.feed(payload.event, clock=self._clock, ids=self._ids)
+        except StreamAccumulationError as error:
+            # A malformed or out-of-order event kills the attempt (R9.9): its partials are tombstoned and
+            # the entry is reported as bad input.
+            out.invalid = f"stream_event: {error}"
+            self._apply_fallback(out, payload.request_id, traceparent)
+            return
+        for message in progress.completed:
+            self._log(out, message, traceparent)
+        if progress.finished:
+            del self.state.open_replies[payload.request_id]
+            assistant_messages = progress.all_messages
+            calls = [call for message in assistant_messages for call in tool_uses_of(message)]
+            if calls and assistant_messages:
+                self._register_calls(out, assistant_messages[-1], calls, reply.execute_tools, now_ms, traceparent)
+
+    def _apply_fallback(self, out: LedgerOutput, request_id: str, traceparent: str | None) -> None:
+        reply = self.state.open_replies.pop(request_id, None)
+        if reply is None:
+            out.dropped.append(Dropped("unknown_stream", f"no open reply for request {request_id}"))
+            return
+        partials = reply.emitted_messages()
+        self._retract(out, partials, traceparent)
+        if partials:
+            self.state.chain_parent = reply.parent_before
+
+    def _apply_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
+        streaming = list(self.state.open_replies.values())
+        if streaming:
+            # R10.1: abort during streaming — every collected call is answered, then the interrupt text.
+            self.state.open_replies.clear()
+            for reply in streaming:
+                for message in reply.emitted_messages():
+                    for call in tool_uses_of(message):
+                        self._log(out, self._error_result(call.id, message.uuid, INTERRUPTED_BY_USER), traceparent)
+                        out.closed_tool_use_ids.append(call.id)
+                        self.state.closed_tool_use_ids.add(call.id)
+            if reason != "interrupt":
+                self._log(
+                    out, create_user_interruption_message(tool_use=False, clock=self._clock, ids=self._ids), traceparent
+                )
+            return
+        if any(p.dispatched for p in self.state.pending.values()):
+            # R10.2: tools are running; the tool workers answer them, then the interrupt text follows.
+            self.state.interrupt_reason = reason
+            out.interrupt_tools = True
+
+    def _apply_progress(self, out: LedgerOutput, message: ProgressMessage, traceparent: str | None) -> None:
+        if message.parent_tool_use_id is not None and message.parent_tool_use_id in self.state.closed_tool_use_ids:
+            out.dropped.append(Dropped("stale_progress", f"tool_use {message.parent_tool_use_id} already answered"))
+            return
+        self._log(out, message, traceparent)
+
+    def _apply_tool_result(self, out: LedgerOutput, message: UserMessage, traceparent: str | None) -> None:
+        answered = tool_result_ids_of(message)
+        late = [i for i in answered if i in self.state.closed_tool_use_ids]
+        if late:
+            out.dropped.append(Dropped("duplicate_tool_result", f"tool_use {', '.join(late)} already answered"))
+            return
+        retracted = [
+            i
+            for i in answered
+            if (p := self.state.pending.get(i)) is not None and p.assistant_uuid in self.state.retracted_uuids
+        ]
+        if retracted:
+            out.dropped.append(Dropped("retracted", f"result for tombstoned call {', '.join(retracted)}"))
+            return
+        self._log(out, message, traceparent)
+        self._close(out, answered, traceparent)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _answer_with_placeholders(
+        self, out: LedgerOutput, tool_use_ids: Sequence[str], traceparent: str | None
+    ) -> None:
+        for tool_use_id in tool_use_ids:
+            pending = self.state.pending.get(tool_use_id)
+            if pending is None:
+                continue
+            result = self._error_result(tool_use_id, pending.assistant_uuid, SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
+            self._log(out, result, traceparent)
+            self._close(out, [tool_use_id], traceparent)
+
+    def _error_result(self, tool_use_id: str, assistant_uuid: str, text: str) -> UserMessage:
+        block = ToolResultBlock(tool_use_id=tool_use_id, content=text, is_error=True)
+        return create_user_message(
+            [block],
+            tool_use_result=text,
+            source_tool_assistant_uuid=assistant_uuid,
+            clock=self._clock,
+            ids=self._ids,
+        )
+
+    def _close(self, out: LedgerOutput, tool_use_ids: Sequence[str], traceparent: str | None) -> None:
+        for tool_use_id in tool_use_ids:
+            if (
+                self.state.pending.pop(tool_use_id, None) is not None
+                or tool_use_id not in self.state.closed_tool_use_ids
+            ):
+                self.state.closed_tool_use_ids.add(tool_use_id)
+                out.closed_tool_use_ids.append(tool_use_id)
+        if self.state.interrupt_reason is not None and not any(p.dispatched for p in self.state.pending.values()):
+            reason, self.state.interrupt_reason = self.state.interrupt_reason, None
+            if reason != "interrupt":
+                self._log(
+                    out, create_user_interruption_message(tool_use=True, clock=self._clock, ids=self._ids), traceparent
+                )
+
+    def _retract(self, out: LedgerOutput, messages: Sequence[Message], traceparent: str | None) -> None:
+        for message in messages:
+            uuid = getattr(message, "uuid", None)
+            if not isinstance(uuid, str) or uuid in self.state.retracted_uuids:
+                continue
+            self.state.retracted_uuids.add(uuid)
+            out.retracted_uuids.append(uuid)
+            if isinstance(message, AssistantMessage):
+                for call in tool_uses_of(message):
+                    self.state.pending.pop(call.id, None)
+            self._append(out, TombstoneMessage(message=message), traceparent)
+
+    def _log(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
+        if isinstance(message, StoredMessageBase):
+            cursor = ChainCursor(self.state.chain_parent)
+            message = cursor.place(message)
+            self.state.chain_parent = cursor.parent
+        self._append(out, message, traceparent)
+
+    def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
+        self.state.seq += 1
+        out.entries.append(
+            LogEntry(session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent)
+        )
+
+
+def new_ledger_state(session_id: str) -> LedgerState:
+    """The state of a session ingestion has never seen."""
+    return LedgerState(session_id=session_id)
+
+
+__all__ = [
+    "Dropped",
+    "LedgerOutput",
+    "LedgerState",
+    "PendingToolUse",
+    "SessionLedger",
+    "new_ledger_state",
+    "tool_result_ids_of",
+    "tool_uses_of",
+]

@@ -1,0 +1,156 @@
+"""The per-message fold of ``normalizeMessagesForAPI`` (§4.2, R4.5–R4.8): left to right into one
+list of user/assistant messages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from shared.content import TextBlock
+from shared.factories import create_user_message
+from shared.messages import ApiMessage, AssistantMessage, AttachmentMessage, UserMessage
+from shared.normalize.attachments import SYSTEM_REMINDER_OPEN, normalize_attachment_for_api, wrap_in_system_reminder
+from shared.normalize.content_ops import is_tool_result_message, with_user_content
+from shared.normalize.merge import merge_assistant_messages, merge_user_messages, merge_user_messages_and_tool_results
+from shared.normalize.options import NormalizeOptions
+from shared.normalize.prepass import ApiBound
+from shared.normalize.report import PassResult, Repair, RepairKind, Repairs
+from shared.normalize.tool_blocks import (
+    add_tool_loaded_boundary,
+    normalize_tool_uses,
+    strip_tool_references,
+    strip_unavailable_tool_references,
+)
+from shared.system_messages import LocalCommandSystemMessage
+
+
+def local_command_as_user(message: LocalCommandSystemMessage) -> UserMessage:
+    """R4.5: a local command's text goes to the model as a user message with the command's uuid and
+    timestamp (so it can refer to earlier command output)."""
+    return create_user_message(message.content or "", uuid=message.uuid, timestamp=message.timestamp)
+
+
+def _append_user(result: list[ApiMessage], message: UserMessage, options: NormalizeOptions) -> None:
+    """R4.5/R4.6 step 4: merge into a preceding user message (R4.10), else append."""
+    last = result[-1] if result else None
+    if isinstance(last, UserMessage):
+        result[-1] = merge_user_messages(last, message, snip=options.snip)
+    else:
+        result.append(message)
+
+
+def strip_media_for_error(
+    message: UserMessage, strip_targets: Mapping[str, frozenset[str]]
+) -> tuple[UserMessage | None, Repairs]:
+    """R4.6 step 2: a meta user message targeted by R4.3 loses its blocks of the failing types (so the
+    rejected PDF/image is not re-sent on every call); emptied, it is dropped (``None``)."""
+    types = strip_targets.get(message.uuid)
+    content = message.message.content
+    if not types or not message.is_meta or isinstance(content, str):
+        return message, []
+    kept = [block for block in content if block.type not in types]
+    if len(kept) == len(content):
+        return message, []
+    repair = Repair(
+        kind=RepairKind.MEDIA_STRIPPED_AFTER_ERROR,
+        rule="R4.6",
+        message_uuid=message.uuid,
+        detail=f"{len(content) - len(kept)} {'/'.join(sorted(types))} block(s)",
+    )
+    return (with_user_content(message, kept) if kept else None), [repair]
+
+
+def fold_user(
+    message: UserMessage, options: NormalizeOptions, strip_targets: Mapping[str, frozenset[str]]
+) -> tuple[UserMessage | None, Repairs]:
+    """R4.6 steps 1–3 for one user message (step 4, the merge, is the caller's)."""
+    if options.tool_search_enabled:
+        message, repairs = strip_unavailable_tool_references(message, options)
+    else:
+        message, repairs = strip_tool_references(message)
+    stripped, media_repairs = strip_media_for_error(message, strip_targets)
+    repairs += media_repairs
+    if stripped is None:
+        return None, repairs
+    if not options.toolref_defer:
+        stripped = add_tool_loaded_boundary(stripped)
+    return stripped, repairs
+
+
+def append_assistant(result: list[ApiMessage], message: AssistantMessage) -> None:
+    """R4.7 step 2: merge into the latest assistant with the same ``message.id``, walking back over
+    tool-result user messages and assistants of other ids (streaming splits one response into one
+    message per block, and parallel agents interleave); anything else stops the walk. A message
+    without an id never merges (Claude Code's ids are always set)."""
+    message_id = message.message.id
+    for index in range(len(result) - 1, -1, -1):
+        candidate = result[index]
+        if isinstance(candidate, AssistantMessage):
+            if message_id is not None and candidate.message.id == message_id:
+                result[index] = merge_assistant_messages(candidate, message)
+                return
+            continue
+        if not is_tool_result_message(candidate):
+            break
+    result.append(message)
+
+
+def fold_attachment(result: list[ApiMessage], attachment: AttachmentMessage, options: NormalizeOptions) -> Repairs:
+    """R4.8: convert (R4.9; gate ``tengu_chair_sermon`` wraps every text in ``<system-reminder>``); after
+    a user message fold each produced message into it (R4.11), else append them all unmerged."""
+    produced, repairs = normalize_attachment_for_api(attachment)
+    if options.chair_sermon:
+        produced = [ensure_system_reminder_wrap(message) for message in produced]
+    last = result[-1] if result else None
+    if isinstance(last, UserMessage):
+        for message in produced:
+            last = merge_user_messages_and_tool_results(last, message, chair_sermon=options.chair_sermon)
+        result[-1] = last
+    else:
+        result.extend(produced)
+    return repairs
+
+
+def ensure_system_reminder_wrap(message: UserMessage) -> UserMessage:
+    """R4.8 (gated): every text not already starting with ``<system-reminder>`` gets wrapped (so the
+    prefix reliably marks attachment-origin text for R4.18)."""
+    content = message.message.content
+    if isinstance(content, str):
+        return (
+            message
+            if content.startswith(SYSTEM_REMINDER_OPEN)
+            else with_user_content(message, wrap_in_system_reminder(content))
+        )
+    if all(not isinstance(block, TextBlock) or block.text.startswith(SYSTEM_REMINDER_OPEN) for block in content):
+        return message
+    return with_user_content(
+        message,
+        [
+            block.model_copy(update={"text": wrap_in_system_reminder(block.text)})
+            if isinstance(block, TextBlock) and not block.text.startswith(SYSTEM_REMINDER_OPEN)
+            else block
+            for block in content
+        ],
+    )
+
+
+def fold_messages(
+    messages: Sequence[ApiBound], options: NormalizeOptions, strip_targets: Mapping[str, frozenset[str]]
+) -> PassResult:
+    """R4.5–R4.8: the fold over the filtered list."""
+    result: list[ApiMessage] = []
+    repairs: Repairs = []
+    for message in messages:
+        if isinstance(message, LocalCommandSystemMessage):
+            _append_user(result, local_command_as_user(message), options)
+        elif isinstance(message, UserMessage):
+            folded, user_repairs = fold_user(message, options, strip_targets)
+            repairs += user_repairs
+            if folded is not None:
+                _append_user(result, folded, options)
+        elif isinstance(message, AssistantMessage):
+            normalized, tool_repairs = normalize_tool_uses(message, options)
+            repairs += tool_repairs
+            append_assistant(result, normalized)
+        else:
+            repairs += fold_attachment(result, message, options)
+    return result, repairs

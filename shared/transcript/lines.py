@@ -1,0 +1,382 @@
+"""The line model of a Claude Code JSONL transcript (R7.3, R7.4).
+
+Every line is one JSON object with a string ``type``:
+
+* message lines (``user``, ``assistant``, ``system``, ``progress``, ``attachment``) are the stored
+  :mod:`shared.messages` models, which already carry the transcript envelope;
+* metadata lines (R7.4) are the small models below, one per kind;
+* any other ``type`` (newer Claude Code builds, third-party tools) is an :class:`UnknownLine`, kept
+  verbatim.
+
+Reading is lossless: every line that parses dumps back to an equal JSON value. Writing follows
+Claude Code's key order (R7.3 for message lines, ``type`` first for metadata lines, R7.4).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, cast
+
+from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
+
+from shared.errors import TranscriptLineError
+from shared.json_types import JsonObject, JsonValue
+from shared.messages import (
+    STORED_TYPES,
+    AssistantMessage,
+    AttachmentMessage,
+    ProgressMessage,
+    UserMessage,
+    parse_message,
+)
+from shared.system_messages import SYSTEM_SUBTYPE_TAGS, SystemMessage, SystemMessageBase, SystemMessageUnion
+from shared.wire import CamelModel
+
+TranscriptMessageLine = UserMessage | AssistantMessage | SystemMessage | ProgressMessage | AttachmentMessage
+"""A message line: the stored kinds of R1.1 (progress only in files written before its removal, R7.16)."""
+
+
+class SummaryLine(CamelModel):
+    """``summary {leafUuid, summary}``: read only; written by Claude Code before v2.1 (R7.4)."""
+
+    type: Literal["summary"] = "summary"
+    leaf_uuid: str | None = None
+    summary: str | None = None
+
+
+class CustomTitleLine(CamelModel):
+    type: Literal["custom-title"] = "custom-title"
+    session_id: str | None = None
+    custom_title: str | None = None
+
+
+class AiTitleLine(CamelModel):
+    type: Literal["ai-title"] = "ai-title"
+    session_id: str | None = None
+    ai_title: str | None = None
+
+
+class LastPromptLine(CamelModel):
+    """The first meaningful user text of the last turn (R7.4)."""
+
+    type: Literal["last-prompt"] = "last-prompt"
+    session_id: str | None = None
+    last_prompt: str | None = None
+
+
+class TaskSummaryLine(CamelModel):
+    type: Literal["task-summary"] = "task-summary"
+    session_id: str | None = None
+    summary: str | None = None
+    timestamp: str | None = None
+
+
+class TagLine(CamelModel):
+    type: Literal["tag"] = "tag"
+    session_id: str | None = None
+    tag: str | None = None
+
+
+class AgentNameLine(CamelModel):
+    type: Literal["agent-name"] = "agent-name"
+    session_id: str | None = None
+    agent_name: str | None = None
+
+
+class AgentColorLine(CamelModel):
+    type: Literal["agent-color"] = "agent-color"
+    session_id: str | None = None
+    agent_color: str | None = None
+
+
+class AgentSettingLine(CamelModel):
+    type: Literal["agent-setting"] = "agent-setting"
+    session_id: str | None = None
+    agent_setting: str | None = None
+
+
+class ModeLine(CamelModel):
+    """``mode``: ``coordinator`` or ``normal``."""
+
+    type: Literal["mode"] = "mode"
+    session_id: str | None = None
+    mode: str | None = None
+
+
+class WorktreeStateLine(CamelModel):
+    """``worktreeSession`` is an object, or null when the session left its worktree."""
+
+    type: Literal["worktree-state"] = "worktree-state"
+    session_id: str | None = None
+    worktree_session: JsonValue = None
+
+
+class PrLinkLine(CamelModel):
+    type: Literal["pr-link"] = "pr-link"
+    session_id: str | None = None
+    pr_number: int | None = None
+    pr_url: str | None = None
+    pr_repository: str | None = None
+    timestamp: str | None = None
+
+
+class FileHistorySnapshotLine(CamelModel):
+    """Keyed by ``messageId`` (the uuid of the user message it belongs to)."""
+
+    type: Literal["file-history-snapshot"] = "file-history-snapshot"
+    message_id: str | None = None
+    snapshot: JsonValue = None
+    is_snapshot_update: bool | None = None
+
+
+class AttributionSnapshotLine(CamelModel):
+    """``{messageId, surface, fileStates, …counts}``; the counts pass through as extras."""
+
+    type: Literal["attribution-snapshot"] = "attribution-snapshot"
+    message_id: str | None = None
+    surface: JsonValue = None
+    file_states: JsonValue = None
+
+
+class QueueOperationLine(CamelModel):
+    """``operation`` is ``enqueue``, ``dequeue``, ``remove``, …"""
+
+    type: Literal["queue-operation"] = "queue-operation"
+    operation: str | None = None
+    timestamp: str | None = None
+    session_id: str | None = None
+    content: JsonValue = None
+
+
+class SpeculationAcceptLine(CamelModel):
+    type: Literal["speculation-accept"] = "speculation-accept"
+    timestamp: str | None = None
+    time_saved_ms: float | None = None
+
+
+class ContentReplacementLine(CamelModel):
+    """Main-thread replacements are keyed by ``sessionId``, a sub-agent's by ``agentId``."""
+
+    type: Literal["content-replacement"] = "content-replacement"
+    session_id: str | None = None
+    agent_id: str | None = None
+    replacements: list[JsonValue] | None = None
+
+
+class ContextCollapseCommitLine(CamelModel):
+    """``marble-origami-commit``: internal context-collapse feature, summarized only (§12)."""
+
+    type: Literal["marble-origami-commit"] = "marble-origami-commit"
+    session_id: str | None = None
+
+
+class ContextCollapseSnapshotLine(CamelModel):
+    """``marble-origami-snapshot``: internal context-collapse feature; last one wins."""
+
+    type: Literal["marble-origami-snapshot"] = "marble-origami-snapshot"
+    session_id: str | None = None
+
+
+class UnknownLine(CamelModel):
+    """A line whose ``type`` agentbus does not model; kept verbatim."""
+
+    type: str
+
+
+MetadataLine = (
+    SummaryLine
+    | CustomTitleLine
+    | AiTitleLine
+    | LastPromptLine
+    | TaskSummaryLine
+    | TagLine
+    | AgentNameLine
+    | AgentColorLine
+    | AgentSettingLine
+    | ModeLine
+    | WorktreeStateLine
+    | PrLinkLine
+    | FileHistorySnapshotLine
+    | AttributionSnapshotLine
+    | QueueOperationLine
+    | SpeculationAcceptLine
+    | ContentReplacementLine
+    | ContextCollapseCommitLine
+    | ContextCollapseSnapshotLine
+)
+"""The metadata entries of R7.4 (no parent chain)."""
+
+_METADATA_MODELS: tuple[type[CamelModel], ...] = (
+    SummaryLine,
+    CustomTitleLine,
+    AiTitleLine,
+    LastPromptLine,
+    TaskSummaryLine,
+    TagLine,
+    AgentNameLine,
+    AgentColorLine,
+    AgentSettingLine,
+    ModeLine,
+    WorktreeStateLine,
+    PrLinkLine,
+    FileHistorySnapshotLine,
+    AttributionSnapshotLine,
+    QueueOperationLine,
+    SpeculationAcceptLine,
+    ContentReplacementLine,
+    ContextCollapseCommitLine,
+    ContextCollapseSnapshotLine,
+)
+
+METADATA_TYPES: frozenset[str] = frozenset(str(model.model_fields["type"].default) for model in _METADATA_MODELS)
+"""The ``type`` values of R7.4."""
+
+
+def _line_tag(value: Any) -> str:
+    """Route a line to its model: message kinds by ``type`` (and system ``subtype``), metadata kinds by
+    ``type``, anything else with a string ``type`` to :class:`UnknownLine`."""
+    if isinstance(value, dict):
+        kind, subtype = value.get("type"), value.get("subtype")
+    else:
+        kind, subtype = getattr(value, "type", None), getattr(value, "subtype", None)
+    if not isinstance(kind, str):
+        return "invalid"
+    if kind == "system":
+        return SYSTEM_SUBTYPE_TAGS.get(subtype, "system:other") if isinstance(subtype, str) else "system:other"
+    if kind in STORED_TYPES or kind in METADATA_TYPES:
+        return kind
+    return "unknown"
+
+
+TranscriptLine = Annotated[
+    Annotated[UserMessage, Tag("user")]
+    | Annotated[AssistantMessage, Tag("assistant")]
+    | SystemMessageUnion
+    | Annotated[ProgressMessage, Tag("progress")]
+    | Annotated[AttachmentMessage, Tag("attachment")]
+    | Annotated[SummaryLine, Tag("summary")]
+    | Annotated[CustomTitleLine, Tag("custom-title")]
+    | Annotated[AiTitleLine, Tag("ai-title")]
+    | Annotated[LastPromptLine, Tag("last-prompt")]
+    | Annotated[TaskSummaryLine, Tag("task-summary")]
+    | Annotated[TagLine, Tag("tag")]
+    | Annotated[AgentNameLine, Tag("agent-name")]
+    | Annotated[AgentColorLine, Tag("agent-color")]
+    | Annotated[AgentSettingLine, Tag("agent-setting")]
+    | Annotated[ModeLine, Tag("mode")]
+    | Annotated[WorktreeStateLine, Tag("worktree-state")]
+    | Annotated[PrLinkLine, Tag("pr-link")]
+    | Annotated[FileHistorySnapshotLine, Tag("file-history-snapshot")]
+    | Annotated[AttributionSnapshotLine, Tag("attribution-snapshot")]
+    | Annotated[QueueOperationLine, Tag("queue-operation")]
+    | Annotated[SpeculationAcceptLine, Tag("speculation-accept")]
+    | Annotated[ContentReplacementLine, Tag("content-replacement")]
+    | Annotated[ContextCollapseCommitLine, Tag("marble-origami-commit")]
+    | Annotated[ContextCollapseSnapshotLine, Tag("marble-origami-snapshot")]
+    | Annotated[UnknownLine, Tag("unknown")],
+    Discriminator(_line_tag),
+]
+"""Any transcript line: a stored message, a metadata entry, or an unknown kind."""
+
+TRANSCRIPT_LINE_ADAPTER: TypeAdapter[TranscriptLine] = TypeAdapter(TranscriptLine)
+
+_LEADING_ENVELOPE = ("parentUuid", "logicalParentUuid", "isSidechain", "teamName", "agentName", "promptId", "agentId")
+_TRAILING_ENVELOPE = ("userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch", "slug")
+_OWN_FIELDS_FIRST = ("type", "subtype", "message", "uuid", "timestamp")
+
+
+def is_message_line(line: TranscriptLine) -> bool:
+    """True for user/assistant/system/progress/attachment lines (they carry uuid and parentUuid)."""
+    return isinstance(line, UserMessage | AssistantMessage | SystemMessageBase | ProgressMessage | AttachmentMessage)
+
+
+_BRANCH_LABELS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _error_locations(error: ValidationError) -> list[str]:
+    """Dotted field paths of a validation error, without the union tag pydantic puts first."""
+    paths: list[str] = []
+    for item in error.errors():
+        location = [str(part) for part in item["loc"]]
+        if location and location[0] in {*STORED_TYPES, *METADATA_TYPES, *SYSTEM_SUBTYPE_TAGS.values()}:
+            location = location[1:]
+        # Union branch labels (``str``, ``list[tagged-union[…]]``) are pydantic's, not field names.
+        location = [part for part in location if "[" not in part and part not in _BRANCH_LABELS]
+        path = ".".join(location) or "<line>"
+        if path not in paths:
+            paths.append(path)
+    return paths
+
+
+_JSON_KIND: dict[type, str] = {
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    type(None): "null",
+}
+
+
+def _reject_constant(name: str) -> JsonValue:
+    """``NaN``/``Infinity`` are not JSON (``JSON.parse`` rejects them); Python would accept them."""
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def parse_line(text: str, line_number: int) -> TranscriptLine:
+    """R7.14 for one line: parse ``text`` (one JSONL line, surrounding whitespace allowed).
+
+    Raises :class:`TranscriptLineError` (kinds ``bad_json``, ``not_an_object``, ``missing_type``,
+    ``invalid_message``, ``invalid_entry``) carrying ``line_number`` and the raw text.
+    """
+    try:
+        value = json.loads(text.strip(), parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise TranscriptLineError(line_number, "bad_json", text, detail=str(exc)) from exc
+    if not isinstance(value, dict):
+        detail = f"a JSON {_JSON_KIND.get(type(value), 'value')}, not an object"
+        raise TranscriptLineError(line_number, "not_an_object", text, detail=detail)
+    if not isinstance(value.get("type"), str):
+        raise TranscriptLineError(line_number, "missing_type", text, detail="no string `type` field")
+    obj: JsonObject = value
+    if obj["type"] in STORED_TYPES:
+        try:
+            message = parse_message(obj)
+        except ValidationError as exc:
+            raise TranscriptLineError(
+                line_number,
+                "invalid_message",
+                text,
+                detail=f"{exc.error_count()} error(s)",
+                locations=_error_locations(exc),
+            ) from exc
+        # STORED_TYPES only route to the stored kinds, all members of TranscriptLine.
+        return cast("TranscriptLine", message)
+    try:
+        return TRANSCRIPT_LINE_ADAPTER.validate_python(obj, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        raise TranscriptLineError(
+            line_number, "invalid_entry", text, detail=f"{exc.error_count()} error(s)", locations=_error_locations(exc)
+        ) from exc
+
+
+def _message_key_order(wire: JsonObject) -> JsonObject:
+    """R7.3: leading chain fields, then the message's own fields, then the session stamp."""
+    ordered: JsonObject = {key: wire[key] for key in _LEADING_ENVELOPE if key in wire}
+    ordered.update({key: wire[key] for key in _OWN_FIELDS_FIRST if key in wire})
+    ordered.update({key: value for key, value in wire.items() if key not in ordered and key not in _TRAILING_ENVELOPE})
+    ordered.update({key: wire[key] for key in _TRAILING_ENVELOPE if key in wire})
+    return ordered
+
+
+def line_to_wire(line: TranscriptLine) -> JsonObject:
+    """The JSON object of ``line`` in Claude Code's key order (R7.3 for messages, ``type`` first otherwise)."""
+    wire = line.to_wire()
+    if is_message_line(line):
+        return _message_key_order(wire)
+    return {"type": wire["type"], **{key: value for key, value in wire.items() if key != "type"}}
+
+
+def dump_line(line: TranscriptLine) -> str:
+    """Compact JSON of one line (no spaces, non-ASCII kept, like ``JSON.stringify``), without newline."""
+    return json.dumps(line_to_wire(line), ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,142 @@
+"""File tools are confined to the workspace root: ``../`` escapes, absolute paths outside and
+symlinks pointing outside give an is_error result and never touch the target."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from services.tool_execution.executor import execute_tool_uses
+from services.tool_execution.registry import default_registry
+from services.tool_execution.tool import ToolError
+from services.tool_execution.workspace import PathOutsideWorkspace, Workspace
+from shared.clock import FixedClock
+from shared.content import ToolResultBlock, ToolUseBlock
+from shared.ids import SequentialIds
+from shared.messages import UserMessage
+from shared.permissions import PermissionContext
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> tuple[Workspace, Path]:
+    root = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("top secret\n")
+    (root / "inside.txt").write_text("hello\n")
+    (root / "link_out").symlink_to(outside / "secret.txt")
+    (root / "dir_out").symlink_to(outside, target_is_directory=True)
+    (root / "link_in").symlink_to(root / "inside.txt")
+    (root / "dangling_out").symlink_to(outside / "new.txt")
+    return Workspace.at(root), outside
+
+
+def test_resolve_accepts_paths_inside(layout: tuple[Workspace, Path]) -> None:
+    workspace, _ = layout
+    root = workspace.root
+    assert workspace.resolve("inside.txt") == root / "inside.txt"
+    assert workspace.resolve(str(root / "inside.txt")) == root / "inside.txt"
+    assert workspace.resolve("sub/../inside.txt") == root / "inside.txt"
+    assert workspace.resolve("link_in") == root / "inside.txt"
+    assert workspace.resolve("new/dir/file.txt") == root / "new/dir/file.txt"
+    assert workspace.resolve(".") == root
+
+
+@pytest.mark.parametrize("raw", ["../outside/secret.txt", "sub/../../outside/secret.txt", "link_out", "dir_out/secret.txt", "dangling_out", "/etc/passwd", "~/x"])
+def test_resolve_rejects_escapes(layout: tuple[Workspace, Path], raw: str) -> None:
+    workspace, _ = layout
+    with pytest.raises(PathOutsideWorkspace) as caught:
+        workspace.resolve(raw)
+    assert "outside the workspace" in caught.value.message
+    assert isinstance(caught.value, ToolError)
+
+
+def test_resolve_rejects_empty_and_nul(layout: tuple[Workspace, Path]) -> None:
+    workspace, _ = layout
+    for raw in ("", "  ", "a\x00b"):
+        with pytest.raises(ToolError):
+            workspace.resolve(raw)
+
+
+async def run(workspace: Workspace, calls: list[tuple[str, dict[str, object]]]) -> list[UserMessage]:
+    permissions = PermissionContext(workspace_root=str(workspace.root), mode="bypassPermissions")
+    blocks = [ToolUseBlock(id=f"toolu_{index}", name=name, input=args) for index, (name, args) in enumerate(calls)]
+    messages = [
+        message
+        async for message in execute_tool_uses(
+            blocks,
+            assistant_uuid="a-1",
+            registry=default_registry(workspace),
+            permissions=permissions,
+            clock=FixedClock(),
+            ids=SequentialIds(),
+        )
+    ]
+    return [message for message in messages if isinstance(message, UserMessage)]
+
+
+def result_of(message: UserMessage) -> ToolResultBlock:
+    block = message.blocks[0]
+    assert isinstance(block, ToolResultBlock)
+    return block
+
+
+async def test_file_tools_never_touch_targets_outside(layout: tuple[Workspace, Path]) -> None:
+    workspace, outside = layout
+    secret = outside / "secret.txt"
+    before = (secret.read_text(), secret.stat().st_mtime_ns)
+    calls: list[tuple[str, dict[str, object]]] = [
+        ("Read", {"file_path": "../outside/secret.txt"}),
+        ("Read", {"file_path": str(secret)}),
+        ("Read", {"file_path": "link_out"}),
+        ("Write", {"file_path": "../outside/secret.txt", "content": "pwned"}),
+        ("Write", {"file_path": "dangling_out", "content": "pwned"}),
+        ("Write", {"file_path": "dir_out/planted.txt", "content": "pwned"}),
+        ("Edit", {"file_path": "link_out", "old_string": "top", "new_string": "pwned"}),
+        ("Glob", {"pattern": "*", "path": "dir_out"}),
+        ("Glob", {"pattern": "../outside/*"}),
+        ("Glob", {"pattern": str(outside / "*")}),
+        ("Grep", {"pattern": "secret", "path": "../outside"}),
+    ]
+    messages = await run(workspace, calls)
+    assert len(messages) == len(calls)
+    for message, (name, _) in zip(messages, calls, strict=True):
+        result = result_of(message)
+        assert result.is_error is True, name
+        assert isinstance(result.content, str)
+        assert "top secret" not in result.content
+        assert result.content.startswith("<tool_use_error>")
+    assert (secret.read_text(), secret.stat().st_mtime_ns) == before
+    assert not (outside / "new.txt").exists()
+    assert not (outside / "planted.txt").exists()
+
+
+async def test_outside_error_text_names_path_and_root(layout: tuple[Workspace, Path]) -> None:
+    workspace, outside = layout
+    [message] = await run(workspace, [("Read", {"file_path": "../outside/secret.txt"})])
+    assert result_of(message).content == (
+        f"<tool_use_error>Path ../outside/secret.txt resolves to {outside / 'secret.txt'}, which is outside the "
+        f"workspace {workspace.root}. File tools can only access files inside the workspace.</tool_use_error>"
+    )
+    assert message.tool_use_result == (
+        f"Error: Path ../outside/secret.txt resolves to {outside / 'secret.txt'}, which is outside the workspace "
+        f"{workspace.root}. File tools can only access files inside the workspace."
+    )
+
+
+async def test_symlink_inside_the_workspace_works(layout: tuple[Workspace, Path]) -> None:
+    workspace, _ = layout
+    [message] = await run(workspace, [("Read", {"file_path": "link_in"})])
+    assert result_of(message).content == "     1→hello\n     2→"
+
+
+async def test_glob_does_not_descend_into_symlinked_directories(layout: tuple[Workspace, Path]) -> None:
+    workspace, _ = layout
+    [message] = await run(workspace, [("Glob", {"pattern": "**/*.txt"})])
+    content = result_of(message).content
+    assert isinstance(content, str)
+    assert "secret" not in content
+    assert os.path.join(str(workspace.root), "inside.txt") in content.splitlines()

@@ -1,0 +1,217 @@
+"""Ingestion rules (shared/ledger.py): sequencing, chain placement, tool jobs, placeholders,
+tombstones and interrupts at the ingestion boundary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.clock import FixedClock
+from shared.constants import (
+    INTERRUPT_MESSAGE,
+    INTERRUPT_MESSAGE_FOR_TOOL_USE,
+    INTERRUPTED_BY_USER,
+    SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
+)
+from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
+from shared.events import (
+    AssistantReply,
+    IngressEnvelope,
+    IngressPayload,
+    Interrupt,
+    StreamEvent,
+    StreamFallback,
+    ToolJobAbandoned,
+    ToolResultReport,
+    UserPrompt,
+)
+from shared.factories import create_assistant_message, create_user_message
+from shared.ids import SequentialIds
+from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from shared.messages import AssistantMessage, TombstoneMessage, UserMessage
+
+
+@pytest.fixture
+def ledger() -> SessionLedger:
+    return SessionLedger(new_ledger_state("s1"), tool_deadline_ms=1000, clock=FixedClock(), ids=SequentialIds(100))
+
+
+def send(ledger: SessionLedger, payload: IngressPayload, now_ms: int = 0) -> LedgerOutput:
+    return ledger.apply(IngressEnvelope(session_id="s1", idempotency_key="k", payload=payload), now_ms=now_ms)
+
+
+def assistant_with_calls(*ids: str, uuid: str = "a1") -> AssistantMessage:
+    message = create_assistant_message([ToolUseBlock(id=i, name="Read", input={"file_path": i}) for i in ids])
+    return message.model_copy(update={"uuid": uuid})
+
+
+def result_for(tool_use_id: str, assistant_uuid: str = "a1", text: str = "ok") -> UserMessage:
+    return create_user_message(
+        [ToolResultBlock(tool_use_id=tool_use_id, content=text)], source_tool_assistant_uuid=assistant_uuid
+    )
+
+
+def test_r7_8_messages_get_seq_and_parent_chain(ledger: SessionLedger) -> None:
+    first = send(ledger, UserPrompt(content="hi", uuid="u1"))
+    second = send(ledger, AssistantReply(message=assistant_with_calls()))
+    assert [e.seq for e in first.entries + second.entries] == [1, 2]
+    assert first.entries[0].message.parent_uuid is None  # type: ignore[union-attr]
+    assert second.entries[0].message.parent_uuid == "u1"  # type: ignore[union-attr]
+
+
+def test_r8_5_a_reply_with_calls_becomes_one_tool_job(ledger: SessionLedger) -> None:
+    out = send(ledger, AssistantReply(message=assistant_with_calls("t1", "t2")), now_ms=50)
+    (job,) = out.tool_jobs
+    assert [call.id for call in job.tool_uses] == ["t1", "t2"]
+    assert job.assistant_uuid == "a1"
+    assert job.deadline_ms == 1050
+
+
+def test_recorded_reply_supplies_its_results_so_no_job_and_no_deadline(ledger: SessionLedger) -> None:
+    out = send(ledger, AssistantReply(message=assistant_with_calls("t1"), execute_tools=False))
+    assert out.tool_jobs == []
+    assert ledger.expire(now_ms=10**12).entries == []
+
+
+def test_r7_8_tool_result_hangs_off_its_assistant_and_closes_the_call(ledger: SessionLedger) -> None:
+    send(ledger, AssistantReply(message=assistant_with_calls("t1")))
+    send(ledger, UserPrompt(content="meanwhile", uuid="u2"))
+    out = send(ledger, ToolResultReport(message=result_for("t1")))
+    assert out.entries[0].message.parent_uuid == "a1"  # type: ignore[union-attr]
+    assert out.closed_tool_use_ids == ["t1"]
+
+
+def test_second_result_for_an_answered_call_is_dropped(ledger: SessionLedger) -> None:
+    send(ledger, AssistantReply(message=assistant_with_calls("t1")))
+    send(ledger, ToolResultReport(message=result_for("t1")))
+    out = send(ledger, ToolResultReport(message=result_for("t1", text="again")))
+    assert out.entries == []
+    assert [d.reason for d in out.dropped] == ["duplicate_tool_result"]
+
+
+def test_placeholder_rule_deadline_answers_missing_results(ledger: SessionLedger) -> None:
+    send(ledger, AssistantReply(message=assistant_with_calls("t1", "t2")), now_ms=0)
+    send(ledger, ToolResultReport(message=result_for("t1")))
+    assert ledger.expire(now_ms=999).entries == []
+    out = ledger.expire(now_ms=1000)
+    (entry,) = out.entries
+    block = entry.message.blocks[0]  # type: ignore[union-attr]
+    assert isinstance(block, ToolResultBlock)
+    assert (block.tool_use_id, block.content, block.is_error) == ("t2", SYNTHETIC_TOOL_RESULT_PLACEHOLDER, True)
+    # A late real result after the placeholder is a duplicate, never a second answer.
+    assert send(ledger, ToolResultReport(message=result_for("t2"))).entries == []
+
+
+def test_placeholder_rule_abandoned_job(ledger: SessionLedger) -> None:
+    send(ledger, AssistantReply(message=assistant_with_calls("t1")))
+    out = send(ledger, ToolJobAbandoned(assistant_uuid="a1", tool_use_ids=["t1"], reason="max_deliveries"))
+    assert out.closed_tool_use_ids == ["t1"]
+    assert out.entries[0].message.source_tool_assistant_uuid == "a1"  # type: ignore[union-attr]
+
+
+def _stream(request_id: str, *events: dict[str, Any]) -> list[StreamEvent]:
+    return [StreamEvent(request_id=request_id, event=event) for event in events]
+
+
+MESSAGE_START = {
+    "type": "message_start",
+    "message": {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    },
+}
+TEXT_BLOCK = [
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Reading."}},
+    {"type": "content_block_stop", "index": 0},
+]
+TOOL_BLOCK = [
+    {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "t9", "name": "Read", "input": {}},
+    },
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"file_pa'}},
+    {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": 'th": "x"}'}},
+    {"type": "content_block_stop", "index": 1},
+]
+FINISH = [
+    {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        "usage": {"output_tokens": 9},
+    },
+    {"type": "message_stop"},
+]
+
+
+def test_r9_4_stream_becomes_one_message_per_block_with_final_usage_and_one_job(ledger: SessionLedger) -> None:
+    out = LedgerOutput()
+    for event in _stream("r1", MESSAGE_START, *TEXT_BLOCK, *TOOL_BLOCK, *FINISH):
+        out.extend(send(ledger, event))
+    messages = [e.message for e in out.entries]
+    assert [type(m) for m in messages] == [AssistantMessage, AssistantMessage]
+    text, tool = messages
+    assert isinstance(text, AssistantMessage) and isinstance(tool, AssistantMessage)
+    assert text.api_message_id == tool.api_message_id == "msg_1"
+    assert tool.blocks == [ToolUseBlock(id="t9", name="Read", input={"file_path": "x"})]
+    assert tool.message.stop_reason == "tool_use"  # R9.5 applied before the line is logged
+    assert tool.parent_uuid == text.uuid
+    (job,) = out.tool_jobs
+    assert [c.id for c in job.tool_uses] == ["t9"]
+
+
+def test_r6_1_stream_fallback_tombstones_partials_and_their_calls_never_run(ledger: SessionLedger) -> None:
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    out = LedgerOutput()
+    for event in _stream("r1", MESSAGE_START, *TEXT_BLOCK, *TOOL_BLOCK):
+        out.extend(send(ledger, event))
+    assert out.tool_jobs == []
+    fallback = send(ledger, StreamFallback(request_id="r1"))
+    tombstones = [e.message for e in fallback.entries]
+    assert all(isinstance(t, TombstoneMessage) for t in tombstones)
+    assert len(tombstones) == 1  # the tool block was still held back, never logged
+    assert ledger.state.chain_parent == "u1"
+    # The non-streaming retry then hangs off the prompt again.
+    retry = send(ledger, AssistantReply(message=assistant_with_calls("t9", uuid="a2")))
+    assert retry.entries[0].message.parent_uuid == "u1"  # type: ignore[union-attr]
+
+
+def test_malformed_stream_event_is_reported_and_kills_the_attempt(ledger: SessionLedger) -> None:
+    out = send(ledger, StreamEvent(request_id="r1", event={"type": "content_block_delta", "index": 0, "delta": {}}))
+    assert out.invalid is not None and out.invalid.startswith("stream_event:")
+    assert "r1" not in ledger.state.open_replies
+
+
+def test_r10_1_interrupt_while_streaming(ledger: SessionLedger) -> None:
+    for event in _stream("r1", MESSAGE_START, *TOOL_BLOCK, *TEXT_BLOCK):
+        send(ledger, event)
+    out = send(ledger, Interrupt(reason="user_cancel"))
+    results = [e.message for e in out.entries]
+    first = results[0]
+    assert isinstance(first, UserMessage)
+    assert first.blocks == [ToolResultBlock(tool_use_id="t9", content=INTERRUPTED_BY_USER, is_error=True)]
+    assert results[-1].blocks == [TextBlock(text=INTERRUPT_MESSAGE)]  # type: ignore[union-attr]
+
+
+def test_r10_2_interrupt_while_tools_run(ledger: SessionLedger) -> None:
+    send(ledger, AssistantReply(message=assistant_with_calls("t1", "t2")))
+    out = send(ledger, Interrupt(reason="user_cancel"))
+    assert out.interrupt_tools and out.entries == []
+    send(ledger, ToolResultReport(message=result_for("t1")))
+    last = send(ledger, ToolResultReport(message=result_for("t2")))
+    assert last.entries[-1].message.blocks == [TextBlock(text=INTERRUPT_MESSAGE_FOR_TOOL_USE)]  # type: ignore[union-attr]
+
+
+def test_r8_9_interrupt_by_new_message_adds_no_interrupt_text(ledger: SessionLedger) -> None:
+    send(ledger, AssistantReply(message=assistant_with_calls("t1")))
+    send(ledger, Interrupt(reason="interrupt"))
+    out = send(ledger, ToolResultReport(message=result_for("t1")))
+    assert len(out.entries) == 1
