@@ -11,8 +11,9 @@ lines on it: the least a tool can do to get "the conversation" out of the file, 
 Claude Code's rules.
 
 Wall time is the median of ``--runs`` runs (file bytes already in memory, GC collected before each run);
-peak memory is tracemalloc's peak during one extra run of each (tracemalloc slows code down, so it is
-never on during timed runs).
+CPU time is the least process CPU time of those runs (steadier than wall time on a machine shared with
+other work); peak memory is tracemalloc's peak during one extra run of each (tracemalloc slows code
+down, so it is never on during timed runs).
 
 Usage: ``uv run python bench/transcript_load.py [FILE] [--runs N]``
 (default FILE: the 2.7 MB marot__spotter session of the reference corpus).
@@ -30,7 +31,7 @@ import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -92,20 +93,30 @@ def agentbus_normalize(data: bytes) -> object:
     return api_view_of_transcript(data, prompt="continue", clock=FixedClock(), ids=SequentialIds()).request
 
 
-def measure(function: Callable[[bytes], object], data: bytes, runs: int) -> tuple[float, float]:
-    """(median wall seconds, peak traced MiB)."""
-    timings: list[float] = []
+class Measurement(NamedTuple):
+    wall: float
+    """Median wall seconds."""
+    cpu: float
+    """Least CPU seconds of this process: what other load on a shared machine disturbs least."""
+    peak: float
+    """Peak traced MiB."""
+
+
+def measure(function: Callable[[bytes], object], data: bytes, runs: int) -> Measurement:
+    walls: list[float] = []
+    cpus: list[float] = []
     for _ in range(runs):
         gc.collect()
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         function(data)
-        timings.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - started_cpu)
+        walls.append(time.perf_counter() - started)
     gc.collect()
     tracemalloc.start()
     function(data)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return statistics.median(timings), peak / (1024 * 1024)
+    return Measurement(statistics.median(walls), min(cpus), peak / (1024 * 1024))
 
 
 def main() -> None:
@@ -128,14 +139,15 @@ def main() -> None:
     ]
     results = {name: measure(function, data, args.runs) for name, function in cases}
     width = max(len(name) for name in results)
-    print(f"{'case':<{width}}  {'wall ms (median)':>16}  {'peak MiB':>9}")
-    for name, (wall, peak) in results.items():
-        print(f"{name:<{width}}  {wall * 1000:>16.1f}  {peak:>9.1f}")
-    base_wall, base_peak = results[cases[0][0]]
-    json_wall, json_peak = results[cases[1][0]]
-    full_wall, full_peak = results[cases[3][0]]
-    print(f"ratio normalize / orjson baseline: wall {full_wall / base_wall:.1f}x, peak memory {full_peak / base_peak:.1f}x")
-    print(f"ratio normalize / json baseline:   wall {full_wall / json_wall:.1f}x, peak memory {full_peak / json_peak:.1f}x")
+    print(f"{'case':<{width}}  {'wall ms (median)':>16}  {'cpu ms (min)':>12}  {'peak MiB':>9}")
+    for name, result in results.items():
+        print(f"{name:<{width}}  {result.wall * 1000:>16.1f}  {result.cpu * 1000:>12.1f}  {result.peak:>9.1f}")
+    full = results[cases[3][0]]
+    for label, base in (("orjson", results[cases[0][0]]), ("json", results[cases[1][0]])):
+        print(
+            f"ratio normalize / {label} baseline: wall {full.wall / base.wall:.1f}x, "
+            f"cpu {full.cpu / base.cpu:.1f}x, peak memory {full.peak / base.peak:.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ async def _settled(bus: AgentbusClient, stream: str, group: str, deadline: float
         groups: list[dict[Any, Any]] = []
         try:
             groups = await bus.redis.xinfo_groups(stream)
-        except Exception:  # noqa: BLE001 - the stream may not exist yet while workers start
+        except Exception:
             groups = []
         for info in groups:
             if id_text(info["name"]) == group and info.get("lag") == 0 and int(info["pending"]) == 0:

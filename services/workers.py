@@ -8,7 +8,7 @@ import uvicorn
 
 from services.ingestion import app as ingestion_app
 from services.normalization import app as normalization_app
-from services.runtime.observability_routes import worker_routes
+from services.observability.wiring import configure_process
 from services.runtime.settings import Settings
 from services.runtime.worker_app import WorkerFactory, WorkerProcess, build_app
 from services.tool_execution import app as tools_app
@@ -28,19 +28,21 @@ def build_worker(name: str, settings: Settings | None = None) -> tuple[object, W
     if name not in WORKER_FACTORIES:
         msg = f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}"
         raise ValueError(msg)
-    return build_app(name, WORKER_FACTORIES[name], settings=settings, routes=worker_routes)
+    return build_app(name, WORKER_FACTORIES[name], settings=settings)
 
 
 def run_worker(name: str, settings: Settings | None = None, *, port: int | None = None) -> None:
     """Serve worker ``name`` until SIGTERM/SIGINT (graceful: the batch in hand is finished and acked)."""
     resolved = settings if settings is not None else Settings()
+    configure_process(resolved, name)  # before any consumer binds its logger
     app, _ = build_worker(name, resolved)
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
-        host="0.0.0.0",  # noqa: S104 - probes and Prometheus scrape the pod IP
+        host="0.0.0.0",
         port=resolved.http_port if port is None else port,
         log_level=resolved.log_level.lower(),
         access_log=False,
+        log_config=None,  # uvicorn's loggers propagate to the structlog-formatted root handler
         lifespan="on",
         loop="uvloop" if _has_uvloop() else "asyncio",
     )

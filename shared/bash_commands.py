@@ -34,6 +34,8 @@ class SimpleCommand:
     """The same without output redirections."""
     output_targets: tuple[str, ...]
     """Files the command's output is redirected to (as written, quotes removed)."""
+    words: tuple[str, ...] = ()
+    """The words of ``text_without_redirects`` (quotes kept; a quoted word may contain spaces)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +216,9 @@ def _build_command(line: str, tokens: list[_Token]) -> SimpleCommand | None:
         kept.append(line[token.start : token.end])
         index += 1
     text = line[tokens[0].start : tokens[-1].end]
-    return SimpleCommand(text=text, text_without_redirects=" ".join(kept), output_targets=tuple(targets))
+    return SimpleCommand(
+        text=text, text_without_redirects=" ".join(kept), output_targets=tuple(targets), words=tuple(kept)
+    )
 
 
 def split_command(line: str) -> CommandLine:
@@ -273,19 +277,21 @@ def _split_assignment(word: str) -> tuple[str, str] | None:
     return name, value
 
 
-def strip_env_assignments(text: str, *, only_safe: bool) -> str:
-    """Drop leading ``NAME=value`` words. ``only_safe`` keeps the first unsafe one and the rest
-    (allow rules); deny/ask rules strip every assignment so ``FOO=1 rm x`` still hits ``rm:*``.
-    A value containing ``$``, backticks or quotes is never stripped (it could run code)."""
-    words = text.split(" ")
+Words = tuple[str, ...]
+
+
+def strip_env_assignments(words: Words, *, only_safe: bool) -> Words:
+    """Drop leading ``NAME=value`` words. Deny/ask rules strip every assignment (``FOO="a b" rm x``
+    still hits ``rm:*``); allow rules (``only_safe``) strip only :data:`_SAFE_ENV_NAMES` with plain
+    values — no ``$``, backticks, quotes or backslashes — and stop at the first other word."""
     while len(words) > 1:
         assignment = _split_assignment(words[0])
-        if assignment is None or any(char in assignment[1] for char in "$`'\"\\"):
+        if assignment is None:
             break
-        if only_safe and assignment[0] not in _SAFE_ENV_NAMES:
+        if only_safe and (assignment[0] not in _SAFE_ENV_NAMES or any(c in assignment[1] for c in "$`'\"\\")):
             break
         words = words[1:]
-    return " ".join(words)
+    return words
 
 
 def _is_duration(word: str) -> bool:
@@ -294,16 +300,14 @@ def _is_duration(word: str) -> bool:
     return bool(head.isdigit() and (not tail or tail.isdigit()))
 
 
-def strip_wrappers(text: str) -> str:
+def strip_wrappers(words: Words) -> Words:
     """Drop wrappers that just run their argument: ``timeout [-s SIG|-k D|--foreground] DUR``,
     ``time``, ``nohup``, ``nice [-n N]`` (repeatedly), so ``timeout 10 npm test`` matches
-    ``npm test``. Unrecognised wrapper flags leave the text as is (no match, so no approval)."""
-    words = text.split(" ")
+    ``npm test``. Unrecognised wrapper flags leave the words as they are (no match, no approval)."""
     while len(words) > 1:
-        head = words[0]
-        rest = words[1:]
+        head, rest = words[0], words[1:]
         if head in ("time", "nohup"):
-            words = rest[1:] if rest[:1] == ["--"] and len(rest) > 1 else rest
+            words = rest[1:] if rest[:1] == ("--",) and len(rest) > 1 else rest
             continue
         if head == "nice":
             if len(rest) > 2 and rest[0] == "-n" and rest[1].lstrip("-").isdigit():
@@ -318,9 +322,18 @@ def strip_wrappers(text: str) -> str:
                 words = rest[position + 1 :]
                 continue
         break
-    return " ".join(words)
+    return words
 
 
-def strip_xargs(text: str) -> str:
-    """``xargs rm -f`` → ``rm -f`` (only for a bare ``xargs`` without flags); used for deny rules."""
-    return text[len("xargs ") :] if text.startswith("xargs ") and not text[6:].startswith("-") else text
+def strip_xargs(words: Words) -> Words:
+    """``xargs rm -f`` → ``rm -f`` (a bare ``xargs`` without flags); used for deny rules."""
+    return words[1:] if len(words) > 1 and words[0] == "xargs" and not words[1].startswith("-") else words
+
+
+def strip_grouping(words: Words) -> Words:
+    """``(rm x`` / ``rm x)`` / ``{ rm x ;}`` → ``rm x``: the parts of a subshell or group, for deny rules."""
+    trimmed = [word for word in words if word not in ("{", "}", "(", ")")]
+    if trimmed:
+        trimmed[0] = trimmed[0].lstrip("(")
+        trimmed[-1] = trimmed[-1].rstrip(")")
+    return tuple(word for word in trimmed if word)

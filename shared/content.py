@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, TypeAdapter
+from pydantic import BeforeValidator, Field, TypeAdapter
 
 from shared.json_types import JsonObject, JsonValue
-from shared.wire import WireModel
+from shared.wire import WireModel, only_routed_to
 
 
 class TextBlock(WireModel):
@@ -157,20 +157,27 @@ def _block_tag(value: Any) -> str:
     return tag
 
 
+_KnownBlock = Annotated[
+    TextBlock
+    | ImageBlock
+    | DocumentBlock
+    | SearchResultBlock
+    | ToolReferenceBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ServerToolUseBlock
+    | ServerToolResultBlock,
+    Field(discriminator="type"),
+]
+
+# The literal discriminator is looked up in Rust (no Python per block, and ``validate_json`` never
+# builds a dict for it); :class:`UnknownBlock` catches exactly what :func:`_block_tag` routes to it:
+# an unknown ``type``, or a known one missing a required string field.
 ContentBlock = Annotated[
-    Annotated[TextBlock, Tag("text")]
-    | Annotated[ImageBlock, Tag("image")]
-    | Annotated[DocumentBlock, Tag("document")]
-    | Annotated[SearchResultBlock, Tag("search_result")]
-    | Annotated[ToolReferenceBlock, Tag("tool_reference")]
-    | Annotated[ToolUseBlock, Tag("tool_use")]
-    | Annotated[ToolResultBlock, Tag("tool_result")]
-    | Annotated[ThinkingBlock, Tag("thinking")]
-    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
-    | Annotated[ServerToolUseBlock, Tag("server_tool_use")]
-    | Annotated[ServerToolResultBlock, Tag("server_tool_result")]
-    | Annotated[UnknownBlock, Tag("unknown")],
-    Discriminator(_block_tag),
+    _KnownBlock | Annotated[UnknownBlock, BeforeValidator(only_routed_to("unknown", _block_tag))],
+    Field(union_mode="left_to_right"),
 ]
 """Any content block, user- or assistant-side."""
 

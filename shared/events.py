@@ -169,6 +169,8 @@ class LogEntry(BusModel):
     seq: int
     message: Message
     traceparent: str | None = None
+    ingress_id: str | None = None
+    """The ingress entry this came from (its id carries the producer's write time, for end-to-end latency)."""
 
 
 class ToolJob(BusModel):

@@ -69,9 +69,7 @@ def create_user_message(
     ``fields`` are optional flags by attribute name (``is_meta=True``, ``tool_use_result=...``,
     ``source_tool_assistant_uuid=...``); fields left out are absent on the wire.
     """
-    stored: str | list[ContentBlock] = (
-        (content or NO_CONTENT_MESSAGE) if isinstance(content, str) else list(content)
-    )
+    stored: str | list[ContentBlock] = (content or NO_CONTENT_MESSAGE) if isinstance(content, str) else list(content)
     set_fields = {name: value for name, value in fields.items() if value is not None}
     return UserMessage(
         type="user",
@@ -131,9 +129,7 @@ def create_assistant_message(
     """R2.3a/b: a synthetic assistant message (model ``<synthetic>``); a string becomes one text block,
     ``""`` becomes ``(no content)``; a list is used verbatim."""
     blocks: list[ContentBlock] = (
-        [TextBlock(type="text", text=content or NO_CONTENT_MESSAGE)]
-        if isinstance(content, str)
-        else list(content)
+        [TextBlock(type="text", text=content or NO_CONTENT_MESSAGE)] if isinstance(content, str) else list(content)
     )
     payload = AssistantPayload(
         id=ids(),
@@ -295,9 +291,7 @@ def annotate_boundary_with_preserved_segment(
     boundary: CompactBoundarySystemMessage, anchor_uuid: str, keep: Sequence[Message]
 ) -> CompactBoundarySystemMessage:
     """R2.4b: record ``preservedSegment = {headUuid, anchorUuid, tailUuid}`` when ``keep`` is non-empty."""
-    kept_uuids = [
-        uuid for uuid in (getattr(message, "uuid", None) for message in keep) if isinstance(uuid, str)
-    ]
+    kept_uuids = [uuid for uuid in (getattr(message, "uuid", None) for message in keep) if isinstance(uuid, str)]
     if not kept_uuids:
         return boundary
     metadata = dict(boundary.compact_metadata or {})

@@ -130,11 +130,14 @@ class SessionLedger:
         self._tool_deadline_ms = tool_deadline_ms
         self._clock = clock
         self._ids = ids
+        self._ingress_id: str | None = None
 
     # -- entry points -------------------------------------------------------------------------
 
-    def apply(self, envelope: IngressEnvelope, *, now_ms: int) -> LedgerOutput:
-        """Apply one ingress payload (the caller has already dropped duplicate idempotency keys)."""
+    def apply(self, envelope: IngressEnvelope, *, now_ms: int, ingress_id: str | None = None) -> LedgerOutput:
+        """Apply one ingress payload (the caller has already dropped duplicate idempotency keys);
+        ``ingress_id`` names the entry it came from on every log entry it produces."""
+        self._ingress_id = ingress_id
         out = LedgerOutput()
         payload = envelope.payload
         match payload:
@@ -396,9 +399,10 @@ class SessionLedger:
 
     def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
         self.state.seq += 1
-        out.entries.append(
-            LogEntry(session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent)
-        )
+        entry = LogEntry(session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent)
+        if self._ingress_id is not None:
+            entry = entry.model_copy(update={"ingress_id": self._ingress_id})
+        out.entries.append(entry)
 
 
 def new_ledger_state(session_id: str) -> LedgerState:

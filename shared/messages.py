@@ -10,13 +10,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Discriminator, Field, Tag, TypeAdapter
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter
 
 from shared.content import ContentBlock, as_blocks
 from shared.envelope import StoredMessageBase
 from shared.json_types import JsonObject, JsonValue
-from shared.system_messages import SYSTEM_SUBTYPE_TAGS, SystemMessage, SystemMessageUnion
-from shared.wire import CamelModel, WireModel
+from shared.system_messages import (
+    SYSTEM_SUBTYPE_TAGS,
+    AgentsKilledSystemMessage,
+    ApiErrorSystemMessage,
+    ApiMetricsSystemMessage,
+    AwaySummarySystemMessage,
+    BridgeStatusSystemMessage,
+    CompactBoundarySystemMessage,
+    FileSnapshotSystemMessage,
+    InformationalSystemMessage,
+    LocalCommandSystemMessage,
+    MemorySavedSystemMessage,
+    MicrocompactBoundarySystemMessage,
+    OtherSystemMessage,
+    PermissionRetrySystemMessage,
+    ScheduledTaskFireSystemMessage,
+    StopHookSummarySystemMessage,
+    SystemMessage,
+    TurnDurationSystemMessage,
+)
+from shared.wire import CamelModel, WireModel, only_routed_to
 
 
 class UserPayload(WireModel):
@@ -153,23 +172,60 @@ def _message_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
     if kind == "system":
         subtype = value.get("subtype") if isinstance(value, dict) else getattr(value, "subtype", None)
-        return (
-            SYSTEM_SUBTYPE_TAGS.get(subtype, "system:other") if isinstance(subtype, str) else "system:other"
-        )
+        return SYSTEM_SUBTYPE_TAGS.get(subtype, "system:other") if isinstance(subtype, str) else "system:other"
     return kind if isinstance(kind, str) else "invalid"
 
 
+_KnownSystemMessage = Annotated[
+    InformationalSystemMessage
+    | PermissionRetrySystemMessage
+    | BridgeStatusSystemMessage
+    | ScheduledTaskFireSystemMessage
+    | StopHookSummarySystemMessage
+    | TurnDurationSystemMessage
+    | AwaySummarySystemMessage
+    | MemorySavedSystemMessage
+    | AgentsKilledSystemMessage
+    | ApiMetricsSystemMessage
+    | LocalCommandSystemMessage
+    | CompactBoundarySystemMessage
+    | MicrocompactBoundarySystemMessage
+    | ApiErrorSystemMessage
+    | FileSnapshotSystemMessage,
+    Field(discriminator="subtype"),
+]
+
+
+def _one_choice(message: SystemMessage) -> SystemMessage:
+    """Identity: wrapping the system union in a validator keeps it *one* ``system`` choice of the
+    outer ``type`` union (pydantic flattens a bare union into it and would then find two models for
+    ``system``)."""
+    return message
+
+
+# Unknown subtypes, and a missing or non-string one, go to OtherSystemMessage (as ``_message_tag``
+# routes them); a known subtype that fails its own model stays an error.
+SystemMessageChoice = Annotated[
+    _KnownSystemMessage | Annotated[OtherSystemMessage, BeforeValidator(only_routed_to("system:other", _message_tag))],
+    Field(union_mode="left_to_right"),
+    AfterValidator(_one_choice),
+]
+"""Any system message, discriminated on ``subtype`` (validation only; the static type is :data:`SystemMessage`)."""
+
+# Literal discriminators are looked up in Rust: validating a valid message (``validate_json`` above all)
+# calls no Python except the no-op ``_one_choice`` of system messages; the fallback guards run only
+# after their tagged branch failed.
 Message = Annotated[
-    Annotated[UserMessage, Tag("user")]
-    | Annotated[AssistantMessage, Tag("assistant")]
-    | SystemMessageUnion
-    | Annotated[ProgressMessage, Tag("progress")]
-    | Annotated[AttachmentMessage, Tag("attachment")]
-    | Annotated[TombstoneMessage, Tag("tombstone")]
-    | Annotated[StreamEventMessage, Tag("stream_event")]
-    | Annotated[StreamRequestStartMessage, Tag("stream_request_start")]
-    | Annotated[ToolUseSummaryMessage, Tag("tool_use_summary")],
-    Discriminator(_message_tag),
+    UserMessage
+    | AssistantMessage
+    | SystemMessageChoice
+    | ProgressMessage
+    | AttachmentMessage
+    | TombstoneMessage
+    | StreamEventMessage
+    | StreamRequestStartMessage
+    | ToolUseSummaryMessage,
+    Field(discriminator="type"),
 ]
 """Any message or control message (R1.1), discriminated on ``type`` (and ``subtype`` for system)."""
 

@@ -283,14 +283,16 @@ def _patch_next_user(
 
 
 def _pair_assistant(
-    messages: Sequence[ApiMessage], index: int, state: _PairingState, clock: Clock, ids: IdSource
+    assistant: AssistantMessage,
+    next_message: ApiMessage | None,
+    index: int,
+    state: _PairingState,
+    clock: Clock,
+    ids: IdSource,
 ) -> int:
-    """R4.26–R4.29 for the assistant at ``index``; returns how many input messages were consumed."""
-    assistant = messages[index]
-    assert isinstance(assistant, AssistantMessage)
+    """R4.26–R4.29 for the assistant at input ``index``; returns how many input messages were consumed."""
     cleaned, tool_use_ids_ = _clean_assistant(assistant, index, state)
     state.result.append(cleaned)
-    next_message = messages[index + 1] if index + 1 < len(messages) else None
     results = _results_of_next(next_message)
     missing = [tool_use_id for tool_use_id in tool_use_ids_ if tool_use_id not in results.ids]
     orphaned = {result_id for result_id in results.ids if result_id not in tool_use_ids_}
@@ -300,7 +302,7 @@ def _pair_assistant(
     if isinstance(next_message, UserMessage):
         state.result.append(_patch_next_user(next_message, index + 1, missing, orphaned, state, clock, ids))
         return 2
-    # R4.29: the next message is an assistant or the end of the list.
+    # R4.29: the next message is an assistant or the end of the list (so only ``missing`` is non-empty).
     state.inserted.append(len(state.result))
     placeholders: list[ContentBlock] = [synthetic_tool_result(tool_use_id) for tool_use_id in missing]
     state.result.append(create_user_message(placeholders, is_meta=True, clock=clock, ids=ids))
@@ -323,10 +325,12 @@ def ensure_tool_result_pairing(
     state = _PairingState()
     index = 0
     while index < len(messages):
-        if isinstance(messages[index], AssistantMessage):
-            index += _pair_assistant(messages, index, state, clock, ids)
+        message = messages[index]
+        if isinstance(message, AssistantMessage):
+            next_message = messages[index + 1] if index + 1 < len(messages) else None
+            index += _pair_assistant(message, next_message, index, state, clock, ids)
         else:
-            _strip_orphan_results(messages[index], index, state)
+            _strip_orphan_results(message, index, state)
             index += 1
     report = state.report()
     if strict and report.repaired:

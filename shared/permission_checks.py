@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from shared.bash_commands import SimpleCommand, split_command, strip_env_assignments, strip_wrappers, strip_xargs
+from shared.bash_commands import (
+    SimpleCommand,
+    Words,
+    split_command,
+    strip_env_assignments,
+    strip_grouping,
+    strip_wrappers,
+    strip_xargs,
+)
 from shared.json_types import JsonValue
 from shared.path_glob import is_within, join_posix, relative_to
 from shared.permission_rules import (
@@ -52,41 +60,38 @@ def _content_rules(rules: Rules, tool: str) -> list[tuple[str, PermissionRule]]:
 # --- Bash -------------------------------------------------------------------------------------
 
 
-def _fixed_point(seeds: Sequence[str], steps: Sequence[Callable[[str], str]]) -> list[str]:
-    """Every text reachable from ``seeds`` by repeatedly applying ``steps`` (order kept)."""
-    seen: list[str] = []
-    frontier = [seed.strip() for seed in seeds]
+def _fixed_point(seed: Words, steps: Sequence[Callable[[Words], Words]]) -> list[Words]:
+    """Every word list reachable from ``seed`` by repeatedly applying ``steps`` (order kept)."""
+    seen: list[Words] = []
+    frontier = [seed]
     while frontier:
-        text = frontier.pop(0)
-        if text in seen:
+        words = frontier.pop(0)
+        if words in seen or not words:
             continue
-        seen.append(text)
-        frontier.extend(step(text).strip() for step in steps)
+        seen.append(words)
+        frontier.extend(step(words) for step in steps)
     return seen
 
 
-def _strip_grouping(text: str) -> str:
-    """``(rm x`` / ``rm x)`` / ``{ rm x`` → ``rm x``: parts of a subshell or group, for deny rules."""
-    return text.lstrip("({ \t").rstrip(")}; \t")
+def _strip_all_env(words: Words) -> Words:
+    return strip_env_assignments(words, only_safe=False)
 
 
 def _deny_candidates(command: SimpleCommand) -> list[str]:
-    """Texts a deny/ask rule is tried against: hard to dodge (every env prefix, wrapper, xargs and
-    grouping stripped, in any order)."""
-    steps = (lambda text: strip_env_assignments(text, only_safe=False), strip_wrappers, strip_xargs, _strip_grouping)
-    return _fixed_point((command.text, command.text_without_redirects), steps)
+    """Texts a deny/ask rule is tried against: hard to dodge (every env prefix, wrapper, bare xargs
+    and subshell/group bracket stripped, in any order and combination)."""
+    steps = (_strip_all_env, strip_wrappers, strip_xargs, strip_grouping)
+    texts = [command.text.strip()]
+    texts.extend(" ".join(words) for words in _fixed_point(command.words, steps))
+    return list(dict.fromkeys(texts))
 
 
 def _allow_candidates(command: SimpleCommand) -> list[str]:
     """Texts an allow rule is tried against: only harmless env prefixes, then wrappers (in that
     order, like the shell: ``timeout 5 FOO=1 cmd`` would run a program called ``FOO=1``)."""
-    out: list[str] = []
-    for text in (command.text, command.text_without_redirects):
-        for candidate in (text, strip_env_assignments(text, only_safe=True)):
-            for final in (candidate, strip_wrappers(candidate)):
-                if final.strip() not in out:
-                    out.append(final.strip())
-    return out
+    safe_env = strip_env_assignments(command.words, only_safe=True)
+    texts = [command.text.strip(), " ".join(command.words), " ".join(safe_env), " ".join(strip_wrappers(safe_env))]
+    return list(dict.fromkeys(texts))
 
 
 def _first_match(rules: list[tuple[str, PermissionRule]], candidates: Sequence[str]) -> PermissionRule | None:

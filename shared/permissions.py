@@ -88,6 +88,9 @@ class PermissionContext:
     protect_sensitive_paths: bool = True
     """Edits of ``.git/``, ``.claude/``, ``.vscode/``, ``.idea/`` and shell/git rc files always ask."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workspace_root", normalize_posix(self.workspace_root))
+
     @classmethod
     def from_settings(
         cls,
@@ -104,7 +107,7 @@ class PermissionContext:
     ) -> PermissionContext:
         """Build a context from rule strings (raises ``InvalidPermissionRule`` with the index)."""
         return cls(
-            workspace_root=normalize_posix(workspace_root),
+            workspace_root=workspace_root,
             mode=mode,
             allow_rules=parse_rules(tuple(allow), "allow"),
             deny_rules=parse_rules(tuple(deny), "deny"),

@@ -13,9 +13,9 @@ applies it to a message list, and a transcript writer rewrites that line.
 Strictness beyond Claude Code (bad input is never silently accepted here): events after
 ``message_stop`` or after an ``error`` event, a second ``message_start``, ``content_block_start``/
 ``message_delta``/``message_stop`` before ``message_start``, a reused block index, a delta or stop
-for an already stopped block, unknown *delta* types (Claude Code's switch ignores them) and malformed
-event fields all raise :class:`StreamAccumulationError`. Unknown top-level event types (and ``ping``)
-are passed through as ``stream_event`` only. An ``error`` event is what the SDK turns into a thrown
+for an already stopped block, and malformed event fields all raise :class:`StreamAccumulationError`.
+Unknown top-level event types (and ``ping``) and unknown delta types are passed through as
+``stream_event`` only. An ``error`` event is what the SDK turns into a thrown
 stream error, so it yields nothing (not even a ``stream_event``); it is kept as :attr:`stream_error`.
 Any failure makes :meth:`StreamAccumulator.needs_fallback` true, as a throwing stream does in Claude
 Code (R9.9); the caller then emits :meth:`StreamAccumulator.fallback_tombstones` (R6.1).
@@ -307,11 +307,11 @@ class StreamAccumulator:
         if not isinstance(delta, dict) or not isinstance(delta.get("type"), str):
             self._fail(kind, "'delta' is not an object with a string 'type'")
         delta_type = delta["type"]
-        if delta_type == "citations_delta":
-            return
         target = _DELTA_TARGETS.get(delta_type)
         if target is None:
-            self._fail(kind, f"unknown delta type {delta_type!r}")
+            # citations_delta, and delta types newer than this code (e.g. connector_text_delta): Claude
+            # Code's switch ignores them, and so do we — the raw event still passes through (R9.6).
+            return
         block_types, payload_field, mismatch = target
         if block["type"] not in block_types:
             self._fail(kind, f"{mismatch} ({delta_type} on a {block['type']} block)")

@@ -16,6 +16,7 @@ import redis
 import redis.asyncio as aioredis
 
 from services.runtime.local_redis import LocalRedis, start_local_redis
+from tests.integration.cluster import WorkerCluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ROOT = REPO_ROOT.parent / "shared"
@@ -60,3 +61,13 @@ async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def cluster(redis_url: str, tmp_path: Path) -> Iterator[WorkerCluster]:
+    """Worker processes against the test Redis; the test starts the ones it needs."""
+    workers = WorkerCluster(redis_url=redis_url, root=tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.stop()

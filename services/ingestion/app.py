@@ -1,4 +1,4 @@
-"""The ingestion worker process: ``agentbus worker ingestion`` / ``faststream run services.ingestion.app:app``."""
+"""The ingestion worker process: ``agentbus worker ingestion`` (or ``faststream run services.ingestion.app:app``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import time
 
 from services.ingestion.worker import IngestionWorker
+from services.observability.metrics import instrument_handler
 from services.runtime.codec import entry_fields
 from services.runtime.consumer import BatchConsumer
 from services.runtime.lane_worker import LaneWorker
@@ -32,8 +33,8 @@ class IngestionRuntime:
             group=INGESTION_GROUP,
             stream_name="ingress",
             owner=context.owner,
-            handler_factory=self.worker.handler_for,
-            consumer_config=context.consumer_config(),
+            handler_factory=lambda shard, epoch: instrument_handler("ingestion", self.worker.handler_for(shard, epoch)),
+            consumer_config=context.consumer_config(transactional=True),
             lease_config=context.lease_config(),
         )
         self._sweeper: asyncio.Task[None] | None = None
@@ -86,3 +87,12 @@ class IngestionRuntime:
 
 def create(context: WorkerContext) -> IngestionRuntime:
     return IngestionRuntime(context)
+
+
+def __getattr__(attribute: str) -> object:
+    """``faststream run services.ingestion.app:app``: the ASGI app, built from the environment on first use."""
+    if attribute == "app":
+        from services.workers import build_worker
+
+        return build_worker("ingestion")[0]
+    raise AttributeError(attribute)

@@ -11,6 +11,7 @@ point therefore either applied a batch completely or not at all: nothing lost, n
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +19,9 @@ import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.client import Pipeline
 
+from services.observability import metrics
+from services.observability.logging import debug_enabled
+from services.observability.tracing import continue_trace
 from services.runtime.codec import decode_entry, entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
 from services.runtime.entries import StreamEntry
@@ -50,6 +54,8 @@ class _Batch:
     retracted: dict[str, list[str]] = field(default_factory=dict)
     interrupts: dict[str, int] = field(default_factory=dict)
     dropped: list[tuple[str, Dropped]] = field(default_factory=list)
+    produced: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(stream family, event type) → entries written."""
 
 
 class IngestionWorker:
@@ -73,6 +79,9 @@ class IngestionWorker:
         self.now_ms = now_ms
         self.dropped_total = 0
 
+    def _invalid_traceparent(self, _error: Exception) -> None:
+        metrics.record_traceparent_invalid("ingestion")
+
     def handler_for(self, shard: int, epoch: int) -> BatchHandler:
         async def handle(batch: list[StreamEntry]) -> BatchOutcome:
             return await self.handle(shard, batch)
@@ -82,15 +91,33 @@ class IngestionWorker:
     async def handle(self, shard: int, entries: list[StreamEntry]) -> BatchOutcome:
         batch = _Batch()
         decoded: list[tuple[StreamEntry, IngressEnvelope]] = []
+        consumed: Counter[str] = Counter()
+        debug = debug_enabled()
         for entry in entries:
             envelope = decode_entry(entry, parse_ingress)
             if isinstance(envelope, Poison):
+                consumed["invalid"] += 1
                 batch.poison[entry.entry_id] = envelope
             elif self.topology.names.shard_of(envelope.session_id) != shard:
+                consumed[envelope.payload.type] += 1
                 batch.poison[entry.entry_id] = Poison(
                     "wrong_shard", f"session {envelope.session_id} does not belong to ingress shard {shard}"
                 )
             else:
+                consumed[envelope.payload.type] += 1
+                # Continue the producer's trace (or start one): every log entry and tool job of this
+                # envelope carries ingestion's span as its parent.
+                span = continue_trace(envelope.traceparent, on_invalid=self._invalid_traceparent)
+                envelope = envelope.model_copy(update={"traceparent": span.traceparent})
+                if debug:
+                    log.debug(
+                        "ingress_entry",
+                        session_id=envelope.session_id,
+                        entry_id=entry.entry_id,
+                        type=envelope.payload.type,
+                        trace_id=span.trace_id,
+                        span_id=span.span_id,
+                    )
                 decoded.append((entry, envelope))
         seen = await self._load(batch, decoded)
         for entry, envelope in decoded:
@@ -102,13 +129,24 @@ class IngestionWorker:
             seen[session].add(key)
             batch.applied_keys.setdefault(session, []).append(key)
             # Deadlines are measured on the entry's own clock (its id), so a replayed batch decides the same.
-            out = batch.ledgers[session].apply(envelope, now_ms=entry_time_ms(entry.entry_id))
+            out = batch.ledgers[session].apply(
+                envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id
+            )
             self._collect(batch, session, out)
             if out.invalid is not None:
                 batch.poison[entry.entry_id] = Poison("invalid_input", out.invalid)
         for session, dropped in batch.dropped:
             log.debug("ingress_dropped", session_id=session, reason=dropped.reason, detail=dropped.detail)
         self.dropped_total += len(batch.dropped)
+        stream = entries[0].stream if entries else "ingress"
+        metrics.record_consumed("ingestion", stream, consumed)
+        for (family, event_type), count in batch.produced.items():
+            metrics.record_produced("ingestion", family, {event_type: count})
+        if batch.poison:
+            metrics.record_dead_lettered("ingestion", stream, Counter(p.reason for p in batch.poison.values()))
+        duplicates = sum(1 for _, dropped in batch.dropped if dropped.reason == "duplicate_key")
+        metrics.record_duplicates("ingestion", "idempotency_key", duplicates)
+        log.info("batch_handled", stream=stream, size=len(entries), dead_lettered=len(batch.poison))
         return BatchOutcome(
             outputs=batch.outputs, write=lambda pipe: self._write_state(pipe, shard, batch), poison=batch.poison
         )
@@ -129,7 +167,11 @@ class IngestionWorker:
         seen: dict[str, set[str]] = {}
         for index, session in enumerate(sessions):
             raw_state, flags = replies[2 * index], replies[2 * index + 1]
-            state = LedgerState.model_validate_json(raw_state, by_alias=True, by_name=False) if raw_state else new_ledger_state(session)
+            state = (
+                LedgerState.model_validate_json(raw_state, by_alias=True, by_name=False)
+                if raw_state
+                else new_ledger_state(session)
+            )
             batch.ledgers[session] = SessionLedger(
                 state, tool_deadline_ms=self.tool_deadline_ms, clock=self.clock, ids=self.ids
             )
@@ -143,8 +185,10 @@ class IngestionWorker:
             fields = entry_fields(entry)
             batch.outputs.append(Output(log_stream, fields))
             batch.outputs.append(Output(events_stream, fields, SESSION_EVENTS_MAXLEN))
+            batch.produced["log", entry.message.type] += 1
         for job in out.tool_jobs:
             batch.outputs.append(Output(self.topology.tool_jobs, entry_fields(job)))
+            batch.produced["tool_jobs", "tool_job"] += 1
         if out.closed_tool_use_ids:
             batch.closed.setdefault(session, []).extend(out.closed_tool_use_ids)
         if out.retracted_uuids:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from services.normalization.worker import NormalizationWorker
+from services.observability.metrics import instrument_handler
 from services.runtime.consumer import BatchConsumer
 from services.runtime.lane_worker import LaneWorker
 from services.runtime.topology import NORMALIZATION_GROUP
@@ -20,8 +21,10 @@ class NormalizationRuntime:
             group=NORMALIZATION_GROUP,
             stream_name="log",
             owner=context.owner,
-            handler_factory=self.worker.handler_for,
-            consumer_config=context.consumer_config(),
+            handler_factory=lambda shard, epoch: instrument_handler(
+                "normalization", self.worker.handler_for(shard, epoch)
+            ),
+            consumer_config=context.consumer_config(transactional=True),
             lease_config=context.lease_config(),
             on_release=self.worker.forget_shard,
         )
@@ -41,3 +44,12 @@ class NormalizationRuntime:
 
 def create(context: WorkerContext) -> NormalizationRuntime:
     return NormalizationRuntime(context)
+
+
+def __getattr__(attribute: str) -> object:
+    """``faststream run services.normalization.app:app``: the ASGI app, built from the environment on first use."""
+    if attribute == "app":
+        from services.workers import build_worker
+
+        return build_worker("normalization")[0]
+    raise AttributeError(attribute)

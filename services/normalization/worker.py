@@ -13,6 +13,7 @@ own event stream, up to the entry being processed; entries apply by ``seq`` so n
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,9 @@ import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.client import Pipeline
 
+from services.observability import metrics
+from services.observability.logging import debug_enabled
+from services.observability.tracing import continue_trace, trace_id_of
 from services.runtime.codec import decode_entry, entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
 from services.runtime.entries import StreamEntry
@@ -43,6 +47,7 @@ class PublishedRequest:
     seq: int
     result: NormalizedRequest
     traceparent: str | None
+    ingress_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -99,33 +104,73 @@ class NormalizationWorker:
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
         poison: dict[str, Poison] = {}
         decoded: list[tuple[StreamEntry, LogEntry]] = []
+        consumed: Counter[str] = Counter()
+        debug = debug_enabled()
         for entry in entries:
             record = decode_entry(entry, parse_log_entry)
             if isinstance(record, Poison):
+                consumed["invalid"] += 1
                 poison[entry.entry_id] = record
             else:
+                consumed[record.message.type] += 1
+                if debug:
+                    log.debug(
+                        "log_entry",
+                        session_id=record.session_id,
+                        seq=record.seq,
+                        uuid=getattr(record.message, "uuid", None),
+                        trace_id=trace_id_of(record.traceparent),
+                    )
                 decoded.append((entry, record))
         await self._load_histories(decoded)
-        touched: dict[str, str | None] = {}
+        touched: dict[str, tuple[str | None, str | None]] = {}
         for _, record in decoded:
             history = self.histories[record.session_id]
             if history.apply(record):
-                touched[record.session_id] = record.traceparent
+                touched[record.session_id] = (record.traceparent, record.ingress_id)
         published: list[PublishedRequest] = []
         rejected: list[RejectedRequest] = []
-        for session, traceparent in touched.items():
+        for session, (traceparent, ingress_id) in touched.items():
             history = self.histories[session]
             if not history.needs_request():
                 continue
-            outcome = self._build(history, traceparent)
+            # The request continues the trace of the entry that completed it.
+            span = continue_trace(
+                traceparent, on_invalid=lambda _error: metrics.record_traceparent_invalid("normalization")
+            )
+            outcome = self._build(history, span.traceparent)
             if isinstance(outcome, PublishedRequest):
+                outcome.ingress_id = ingress_id
                 published.append(outcome)
+                log.info(
+                    "request_published",
+                    session_id=session,
+                    seq=outcome.seq,
+                    messages=len(outcome.result.request["messages"]),
+                    trace_id=span.trace_id,
+                    span_id=span.span_id,
+                )
             else:
                 rejected.append(outcome)
             history.mark_published()
         outputs = [self._notice(request) for request in published]
         outputs += [self._alarm(request) for request in rejected]
-        return BatchOutcome(outputs=outputs, write=lambda pipe: self._write(pipe, published), poison=poison)
+        stream = entries[0].stream if entries else "log"
+        metrics.record_consumed("normalization", stream, consumed)
+        if poison:
+            metrics.record_dead_lettered("normalization", stream, Counter(p.reason for p in poison.values()))
+        if published:
+            metrics.record_produced("normalization", "requests", {"request_ready": len(published)})
+        origins = [metrics.entry_id_ms(request.ingress_id) for request in published if request.ingress_id]
+
+        def write(pipe: Pipeline) -> None:
+            self._write(pipe, published)
+
+        outcome_ = BatchOutcome(outputs=outputs, write=write, poison=poison)
+        # Published once the consumer's pipeline ran; counted here, where the batch is decided.
+        metrics.record_requests_published(len(published))
+        metrics.observe_end_to_end("request_published", origins)
+        return outcome_
 
     async def _load_histories(self, decoded: list[tuple[StreamEntry, LogEntry]]) -> None:
         """Rebuild (once) the history of every session that is new here, or whose entries are redelivered."""
@@ -156,13 +201,16 @@ class NormalizationWorker:
         try:
             result = to_api_request(history.messages, options=self.options, clock=self.clock, ids=self.ids)
         except AgentbusError as error:
+            metrics.record_request_rejected([type(error).__name__])
             return RejectedRequest(history.session_id, history.applied_seq, type(error).__name__, str(error), None)
         violations = validate_api_request(result.request)
         if violations:
+            metrics.record_request_rejected(v.rule for v in violations)
             detail = "; ".join(f"{v.rule}@{v.message_index}.{v.block_index}: {v.detail}" for v in violations[:10])
             return RejectedRequest(history.session_id, history.applied_seq, "invalid_request", detail, result.request)
         for kind, count in result.report.counts.items():
             self.stats.repairs[kind] = self.stats.repairs.get(kind, 0) + count
+        metrics.record_repair_counts(result.report.counts)
         self.stats.published += 1
         return PublishedRequest(history.session_id, history.applied_seq, result, traceparent)
 

@@ -169,6 +169,11 @@ class _Families:
         ]
 
 
+def describe_metrics() -> list[Metric]:
+    """The (empty) metric families this collector publishes, for catalogs and tests."""
+    return _Families().all()
+
+
 CONSUMER_STATS: Final = ConsumerStatsCollector()
 """The process-wide collector; :func:`register_consumer_collector` puts it in the default registry once."""
 

@@ -21,7 +21,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Final, Generic, Literal, TypeVar
 
 from prometheus_client import Counter, Histogram, Info, disable_created_metrics
+from prometheus_client.metrics_core import Metric
 
+from services.observability import consumer_metrics, stream_stats
 from services.observability.labels import (
     EVENT_TYPES,
     REPAIR_KINDS,
@@ -241,6 +243,13 @@ def record_repairs(kinds: Iterable[str]) -> None:
         _repairs(_repair_kind(str(kind))).inc(count)
 
 
+def record_repair_counts(counts: Mapping[str, int]) -> None:
+    """A ``NormalizationReport.counts`` mapping (kind → repairs) of one request."""
+    for kind, count in counts.items():
+        if count:
+            _repairs(_repair_kind(str(kind))).inc(count)
+
+
 def record_requests_published(count: int = 1) -> None:
     REQUESTS_PUBLISHED.inc(count)
 
@@ -313,3 +322,51 @@ def instrument_handler(worker: WorkerType, handler: BatchHandlerFn) -> BatchHand
                 _batch_size(worker, family).observe(len(entries))
 
     return timed
+
+
+# ------------------------------------------------------------------------------------------------ catalog
+DEFINED_HERE: Final = (
+    EVENTS_CONSUMED,
+    EVENTS_PRODUCED,
+    EVENTS_DEAD_LETTERED,
+    BATCH_DURATION,
+    BATCH_SIZE,
+    TOOL_EXECUTIONS,
+    TOOL_DURATION,
+    NORMALIZATION_REPAIRS,
+    REQUESTS_PUBLISHED,
+    REQUESTS_REJECTED,
+    TRANSCRIPT_LINES,
+    TRANSCRIPT_LINES_REMOVED,
+    DUPLICATES_DROPPED,
+    TRANSCRIPT_APPEND_DURATION,
+    TRANSCRIPT_FSYNC_DURATION,
+    END_TO_END_LATENCY,
+    TRACEPARENT_INVALID,
+    BUILD_INFO,
+)
+
+_SAMPLE_SUFFIXES: Final = {
+    "counter": ("_total",),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_count", "_sum"),
+    "summary": ("", "_count", "_sum"),
+    "info": ("_info",),
+    "stateset": ("",),
+    "unknown": ("",),
+}
+
+
+def metric_families() -> list[Metric]:
+    """Every ``agentbus_*`` family a worker exports: the metrics above and the two collectors' families."""
+    families: list[Metric] = []
+    for metric in DEFINED_HERE:
+        families.extend(metric.describe())
+    families.extend(consumer_metrics.describe_metrics())
+    families.extend(stream_stats.describe_metrics())
+    return families
+
+
+def exported_sample_names() -> frozenset[str]:
+    """The sample names (``_total``, ``_bucket``, … included) that PromQL can reference."""
+    return frozenset(family.name + suffix for family in metric_families() for suffix in _SAMPLE_SUFFIXES[family.type])

@@ -208,6 +208,11 @@ class _Families:
         return [self.length, self.lag, self.pending, self.oldest, self.present, self.age, self.errors]
 
 
+def describe_metrics() -> list[Metric]:
+    """The (empty) metric families a poller publishes: names, types and help, for catalogs and tests."""
+    return _Families().all()
+
+
 _active: StreamStatsPoller | None = None
 _active_lock = threading.Lock()
 

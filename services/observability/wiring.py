@@ -1,96 +1,168 @@
-"""``WorkerObservability``: the one object a worker builds to get metrics, health, logs and tracing.
+"""``WorkerObservability``: what one worker process builds to get metrics, health, stream stats and tracing.
 
-Typical use in a worker module (see the lead's ``services/<worker>/worker.py``)::
+It adapts to the process around the worker through small sources (callables read on demand), so it can
+be built before Redis is connected and before the runtime exists. With the lead's ``WorkerProcess``
+(``services/runtime/worker_app.py``)::
 
-    configure_process(settings, "tools")                    # logging + optional OTel, before consumers exist
-    obs = WorkerObservability(settings, "tools", redis)
-    consumer = BatchConsumer(..., handler=instrument_handler("tools", handler))
-    obs.track_consumers(lambda: [consumer])                  # ConsumerStats → metrics, loop → /healthz
-    app = AsgiFastStream(broker, asgi_routes=obs.routes(), on_startup=[obs.start], on_shutdown=[obs.stop])
+    configure_process(settings, name)                  # first: logging + optional OTel tracer provider
+    app, process = build_app(name, factory, settings=settings, routes=None)
+    obs = WorkerObservability.for_process(process)
+    app = AsgiFastStream(broker, asgi_routes=obs.routes(), on_startup=[process.startup],
+                         after_startup=[obs.start], on_shutdown=[obs.begin_drain, process.shutdown],
+                         after_shutdown=[obs.stop])
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 import redis.asyncio as aioredis
 
 from services.observability.consumer_metrics import ConsumerProvider, register_consumer_collector
 from services.observability.endpoints import observability_routes
-from services.observability.health import Health
-from services.observability.labels import WorkerType
+from services.observability.health import GroupSource, Health, RedisSource
+from services.observability.labels import WORKER_TYPES, WorkerType
 from services.observability.logging import configure_logging
 from services.observability.metrics import record_traceparent_invalid
 from services.observability.stream_stats import StreamStatsPoller, WatchedStream, register_stream_stats
 from services.observability.tracing import TraceparentError, WorkerTracer, configure_tracing
+from services.runtime.consumer import BatchConsumer
 from services.runtime.leases import ShardLeases
 from services.runtime.settings import Settings
-from services.runtime.topology import (
-    INGESTION_GROUP,
-    NORMALIZATION_GROUP,
-    TOOLS_GROUP,
-    TRANSCRIPTS_GROUP,
-    Topology,
-)
+from services.runtime.topology import Topology
 
-GROUP_OF_WORKER: Final[dict[WorkerType, str]] = {
-    "ingestion": INGESTION_GROUP,
-    "tools": TOOLS_GROUP,
-    "normalization": NORMALIZATION_GROUP,
-    "transcripts": TRANSCRIPTS_GROUP,
-}
+_SHARD_TAG: Final = re.compile(r"\{s(\d+)\}")
+
+DEFAULT_PROGRESS_TIMEOUT_S: Final = 60.0
 
 
-def watched_streams(topology: Topology, worker: WorkerType) -> list[WatchedStream]:
-    """The streams ``worker`` reads, with its group (every shard of a lane); normalization also reports
-    the length of the requests stream it writes."""
-    group = GROUP_OF_WORKER[worker]
-    if worker == "tools":
-        return [WatchedStream(topology.tool_jobs, group)]
-    watched = [WatchedStream(stream, group, shard) for shard, stream in enumerate(topology.lane_streams(group))]
-    if worker == "normalization":
-        watched.append(WatchedStream(topology.requests, None))
+class WorkerRuntimeLike(Protocol):
+    def consumers(self) -> list[BatchConsumer]: ...
+
+    def groups(self) -> list[tuple[str, str]]: ...
+
+
+class WorkerProcessLike(Protocol):
+    """What :meth:`WorkerObservability.for_process` reads from the process (``WorkerProcess`` fits)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def redis(self) -> aioredis.Redis | None: ...
+
+    @property
+    def runtime(self) -> Any: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+
+def worker_type(name: str) -> WorkerType:
+    """``name`` as a ``WorkerType``; raises ``ValueError`` for anything else (it becomes a label)."""
+    if name not in WORKER_TYPES:
+        msg = f"unknown worker type {name!r}; expected one of {', '.join(WORKER_TYPES)}"
+        raise ValueError(msg)
+    return name
+
+
+def shard_of_stream(stream: str) -> int | None:
+    """The shard number in a stream name's hash tag (``agentbus:{s03}:log`` → 3), None when unsharded."""
+    match = _SHARD_TAG.search(stream)
+    return int(match.group(1)) if match else None
+
+
+def watched_streams(pairs: Sequence[tuple[str, str]], extra_streams: Sequence[str] = ()) -> list[WatchedStream]:
+    """Stream-stats targets: every (stream, group) the worker reads, plus length-only ``extra_streams``."""
+    watched = [WatchedStream(stream, group, shard_of_stream(stream)) for stream, group in pairs]
+    watched += [WatchedStream(stream, None, shard_of_stream(stream)) for stream in extra_streams]
     return watched
 
 
-def configure_process(settings: Settings, worker: WorkerType) -> None:
-    """Logging (``LOG_LEVEL``; JSON off a TTY) and, when asked for by ``OTEL_*``, an OTel tracer provider."""
+def leases_of(runtime: object) -> ShardLeases | None:
+    """The ``ShardLeases`` of a lane runtime: ``runtime.leases()`` when it offers one, else
+    ``runtime.lanes.leases`` (``LaneWorker``); None for the unordered tool workers."""
+    provider = getattr(runtime, "leases", None)
+    candidate = provider() if callable(provider) else getattr(getattr(runtime, "lanes", None), "leases", None)
+    return candidate if isinstance(candidate, ShardLeases) else None
+
+
+def configure_process(settings: Settings, worker: str) -> None:
+    """Logging (``LOG_LEVEL``; JSON off a TTY) and, when ``OTEL_TRACES_EXPORTER`` asks, an OTel provider.
+
+    Call before consumers are built: they bind their loggers when constructed.
+    """
     configure_logging(settings.log_level, static={"worker": worker})
     configure_tracing(f"agentbus-{worker}")
 
 
 class WorkerObservability:
-    """Metrics collectors, health checks, stream stats and the tracer of one worker process."""
+    """Metrics collectors, ``/healthz`` + ``/readyz`` + ``/metrics``, stream stats and the tracer."""
 
     def __init__(
         self,
         settings: Settings,
-        worker: WorkerType,
-        redis: aioredis.Redis,
+        worker: str,
         *,
-        progress_timeout_s: float = 60.0,
+        redis: RedisSource,
+        groups: GroupSource,
+        consumers: ConsumerProvider,
+        draining: Callable[[], bool] | None = None,
+        leases: Callable[[], ShardLeases | None] | None = None,
+        progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
         stream_stats_interval_s: float = 15.0,
     ) -> None:
         self.settings = settings
-        self.worker: WorkerType = worker
+        self.worker = worker_type(worker)
         self.topology = Topology(settings.names)
-        self.watched = watched_streams(self.topology, worker)
-        group_pairs = [(watched.stream, watched.group) for watched in self.watched if watched.group is not None]
-        self.health = Health(redis=redis, groups=lambda: group_pairs, progress_timeout_s=progress_timeout_s)
-        self.tracer = WorkerTracer(worker, on_invalid=self._count_invalid)
+        self._redis = redis
+        self._groups = groups
+        self._leases = leases
+        if self.worker == "tools":
+            # A tool worker's consume loop waits for the jobs of its batch, which may run (serially) up to
+            # the tool deadline: a shorter limit would restart a pod in the middle of a long tool.
+            progress_timeout_s = max(progress_timeout_s, settings.tools.deadline_s)
+        self.health = Health(redis=redis, groups=groups, progress_timeout_s=progress_timeout_s)
+        if draining is not None:
+            self.health.draining_source = draining
+        self.health.register_consumers(self.worker, consumers)
         self.consumer_stats = register_consumer_collector()
-        self.stream_stats = register_stream_stats(
-            StreamStatsPoller(redis, self.watched, interval_s=stream_stats_interval_s)
+        self.consumer_stats.track(self.worker, consumers)
+        self.tracer = WorkerTracer(self.worker, on_invalid=self._count_invalid)
+        self.stream_stats_interval_s = stream_stats_interval_s
+        self.stream_stats: StreamStatsPoller | None = None
+
+    @classmethod
+    def for_process(cls, process: WorkerProcessLike, **options: Any) -> WorkerObservability:
+        """Observe a ``WorkerProcess``: its client, its runtime's consumers and groups, its draining flag."""
+
+        def consumers() -> list[BatchConsumer]:
+            runtime = process.runtime
+            return list(runtime.consumers()) if runtime is not None else []
+
+        def groups() -> list[tuple[str, str]]:
+            runtime = process.runtime
+            return list(runtime.groups()) if runtime is not None else []
+
+        return cls(
+            process.settings,
+            process.name,
+            redis=lambda: process.redis,
+            groups=groups,
+            consumers=consumers,
+            draining=lambda: process.draining,
+            leases=lambda: leases_of(process.runtime),
+            **options,
         )
 
     def _count_invalid(self, _error: TraceparentError) -> None:
         record_traceparent_invalid(self.worker)
-
-    def track_consumers(self, provider: ConsumerProvider) -> None:
-        """Publish these consumers' stats and check their progress in ``/healthz``."""
-        self.consumer_stats.track(self.worker, provider)
-        self.health.register_consumers(self.worker, provider)
 
     def track_leases(self, leases: ShardLeases, task: asyncio.Task[Any] | None = None) -> None:
         """Publish shards owned / lease conflicts; ``task`` (``leases.run()``) must stay alive for /healthz."""
@@ -99,19 +171,34 @@ class WorkerObservability:
             self.health.register_task("leases", task)
 
     def track_task(self, name: str, task: asyncio.Task[Any]) -> None:
+        """A background task whose death makes ``/healthz`` fail (while not draining)."""
         self.health.register_task(name, task)
 
     def routes(self) -> list[tuple[str, Any]]:
+        """``/healthz``, ``/readyz``, ``/metrics`` for ``AsgiFastStream(asgi_routes=...)``."""
         return observability_routes(self.health)
 
     async def start(self) -> None:
-        """Start the stream-stats poller (call from the app's startup hook)."""
-        self.health.register_task("stream_stats", self.stream_stats.start())
+        """After the worker started (Redis connected, groups known): start the stream-stats poller."""
+        redis = self._redis()
+        if redis is None:
+            msg = f"{self.worker}: start observability after the worker connected to Redis"
+            raise RuntimeError(msg)
+        leases = self._leases() if self._leases is not None else None
+        if leases is not None:
+            self.track_leases(leases)
+        extra = [self.topology.requests] if self.worker == "normalization" else []
+        poller = StreamStatsPoller(
+            redis, watched_streams(self._groups(), extra), interval_s=self.stream_stats_interval_s
+        )
+        self.stream_stats = register_stream_stats(poller)
+        self.health.register_task("stream_stats", poller.start())
 
     def begin_drain(self) -> None:
-        """``/readyz`` fails from now on (call first thing on SIGTERM / shutdown)."""
+        """``/readyz`` fails from now on (first thing on SIGTERM)."""
         self.health.start_draining()
 
     async def stop(self) -> None:
         self.begin_drain()
-        await self.stream_stats.stop()
+        if self.stream_stats is not None:
+            await self.stream_stats.stop()

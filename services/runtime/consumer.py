@@ -49,6 +49,18 @@ PipelineWriter = Callable[[Pipeline], None]
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 
 
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation that an ``asyncio.wait_for`` swallowed.
+
+    On Python 3.11, ``wait_for`` returns the inner result instead of raising when the task is cancelled
+    just as the inner awaitable completes (gh-86296). A loop that only checks its stop flag would then
+    run on forever and hang ``asyncio.run``'s shutdown; ``Task.cancelling()`` still records the request.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class Output(NamedTuple):
     """One entry to XADD to ``stream`` in the batch's pipeline."""
 
@@ -108,6 +120,9 @@ class ConsumerConfig:
     """Keep stream order: a failed entry blocks later ones (shard lanes, one reader per stream)."""
     claim_all_on_start: bool = False
     """Take over every pending entry of the group at start (a new lane owner after a failover)."""
+    transactional: bool = False
+    """Write a batch's outputs, the handler's extra commands and the XACK in one MULTI/EXEC, so a crash
+    applies a batch completely or not at all (the handler's state writes included)."""
     dead_letter_stream: str | None = None
     """Defaults to ``<stream>:dlq``."""
     backoff_initial_s: float = 0.05
@@ -205,6 +220,7 @@ class BatchConsumer:
     async def run(self) -> None:
         """The loop: recover, then read new entries, until ``stop``."""
         while not self._stop.is_set():
+            raise_if_cancelling()
             try:
                 await self._step()
             except _TRANSIENT as exc:
@@ -364,7 +380,9 @@ class BatchConsumer:
         except Exception as exc:
             self.stats.handler_errors += 1
             self._log.warning("batch_handler_failed", size=len(live), error=repr(exc))
-            if len(live) == 1:
+            if len(live) == 1 or self.config.transactional:
+                # A transactional handler reads state written by earlier batches: re-running its entries
+                # one by one before any of them is written would read stale state. Retry the whole batch.
                 return [], self.config.ordered
         done: list[tuple[list[StreamEntry], BatchOutcome]] = []
         for entry in live:
@@ -409,7 +427,7 @@ class BatchConsumer:
                 acked_entries.append(by_id[entry_id])
         if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
             return
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = self.redis.pipeline(transaction=self.config.transactional)
         produced = 0
         for _, outcome in done:
             for output in outcome.outputs:

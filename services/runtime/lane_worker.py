@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
@@ -14,11 +15,15 @@ from services.runtime.lanes import HandlerFactory, ShardLanes
 from services.runtime.leases import LeaseConfig, ShardLeases
 from services.runtime.streams import StreamNames
 
+ReleaseCallback = Callable[[int], Awaitable[None] | None]
+"""Told (after the shard's consumer stopped) that this worker no longer owns a shard: drop what it cached
+about the shard's sessions, since the next owner will change them."""
+
 
 class _ReleaseHook:
     """Forwards lease changes to the lanes and tells the worker when it lost a shard."""
 
-    def __init__(self, lanes: ShardLanes, on_release: Callable[[int], None] | None) -> None:
+    def __init__(self, lanes: ShardLanes, on_release: ReleaseCallback | None) -> None:
         self.lanes = lanes
         self.on_release = on_release
 
@@ -28,7 +33,9 @@ class _ReleaseHook:
     async def shard_released(self, shard: int, *, lost: bool) -> None:
         await self.lanes.shard_released(shard, lost=lost)
         if self.on_release is not None:
-            self.on_release(shard)
+            outcome = self.on_release(shard)
+            if inspect.isawaitable(outcome):
+                await outcome
 
 
 class LaneWorker:
@@ -45,7 +52,7 @@ class LaneWorker:
         handler_factory: HandlerFactory,
         consumer_config: ConsumerConfig,
         lease_config: LeaseConfig,
-        on_release: Callable[[int], None] | None = None,
+        on_release: ReleaseCallback | None = None,
         stop_timeout_s: float = 30.0,
     ) -> None:
         self.redis = redis

@@ -5,12 +5,15 @@ reader of the shard's stream, so a session's events are handled in stream order 
 instances run. Every acquisition increments the shard's epoch (``INCR``, same slot, same Lua call);
 writes carry it as a fencing token so a downstream writer can reject a stale owner.
 
-Which worker owns which shard is decided by rendezvous (highest-random-weight) hashing over the live
-members of the lane: each worker heartbeats into a sorted set scored by expiry and takes the shards for
-which it scores highest. When a member joins, the others hand over the shards it now wins (gracefully:
-stop reading, then delete the lease); when one dies, its membership and leases expire and the shards go
-to the next-highest members. Renewal is a compare-and-pexpire, release a compare-and-del, both in Lua.
-A worker that cannot renew gives a shard up on its own once the lease may have expired (self-fencing).
+Which worker owns which shard is decided by rendezvous (highest-random-weight) hashing with bounded
+loads over the live members of the lane: each worker heartbeats into a sorted set scored by expiry, and
+every worker computes the same assignment from that set (strongest (shard, member) weights first, no
+member above ceil(shards / members)), so the shards are spread evenly — plain rendezvous hashing gives
+all 4 shards of a 2-worker lane to one worker 1 time in 8. When a member joins, the others hand over the
+shards it now wins (gracefully: stop reading, then delete the lease); when one dies, its membership and
+leases expire and its shards are reassigned among the rest. Renewal is a compare-and-pexpire, release a
+compare-and-del, both in Lua. A worker that cannot renew gives a shard up on its own once the lease may
+have expired (self-fencing).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +32,7 @@ from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from services.runtime.consumer import raise_if_cancelling
 from services.runtime.entries import id_text
 from services.runtime.streams import StreamNames
 
@@ -83,11 +88,33 @@ def rendezvous_score(lane: str, shard: int, owner: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def preferred_owner(lane: str, shard: int, members: list[str]) -> str | None:
-    """The member that should own ``shard`` (None when there are no members)."""
-    if not members:
-        return None
-    return max(members, key=lambda member: (rendezvous_score(lane, shard, member), member))
+def assign_shards(lane: str, shards: int, members: Sequence[str]) -> list[str | None]:
+    """The owner of each of ``shards`` shards among ``members``: rendezvous hashing with bounded loads.
+
+    (shard, member) pairs are taken strongest weight first; a member stops taking shards at
+    ceil(shards / members). Deterministic for a given member set, so all workers agree; every shard gets
+    an owner when there is at least one member.
+    """
+    unique = sorted(set(members))
+    owners: list[str | None] = [None] * shards
+    if not unique:
+        return owners
+    capacity = -(-shards // len(unique))
+    load = dict.fromkeys(unique, 0)
+    weighted = sorted(
+        ((rendezvous_score(lane, shard, member), member, shard) for shard in range(shards) for member in unique),
+        reverse=True,
+    )
+    for _, member, shard in weighted:
+        if owners[shard] is None and load[member] < capacity:
+            owners[shard] = member
+            load[member] += 1
+    return owners
+
+
+def preferred_owner(lane: str, shard: int, members: Sequence[str], shards: int) -> str | None:
+    """The member that should own ``shard`` of a ``shards``-shard lane (None when there are no members)."""
+    return assign_shards(lane, shards, members)[shard]
 
 
 class LeaseListener(Protocol):
@@ -143,7 +170,10 @@ class ShardLeases:
         self.conflicts = 0
         """Acquisitions that found the lease held by another owner."""
         self._owned: dict[int, Lease] = {}
+        self._assigned_for: tuple[str, ...] = ()
+        self._assignment: list[str | None] = []
         self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
@@ -162,13 +192,20 @@ class ShardLeases:
 
     def target_shards(self, members: list[str]) -> list[int]:
         """The shards this worker should own given the live ``members``, in rendezvous order."""
-        candidates = sorted({*members, self.owner})
-        return [
-            shard for shard in self.rendezvous_order() if preferred_owner(self.lane, shard, candidates) == self.owner
-        ]
+        candidates = tuple(sorted({*members, self.owner}))
+        if candidates != self._assigned_for:
+            # Recomputed only when the membership changes (S × M hashes).
+            self._assignment = assign_shards(self.lane, self.names.shards, candidates)
+            self._assigned_for = candidates
+        return [shard for shard in self.rendezvous_order() if self._assignment[shard] == self.owner]
 
     async def tick(self) -> None:
         """One round: heartbeat, renew held leases, hand over shards others now win, take free ones."""
+        async with self._lock:
+            if not self._stop.is_set():
+                await self._tick()
+
+    async def _tick(self) -> None:
         started = time.monotonic()
         ttl = self.config.ttl_ms
         raw_members = await self._heartbeat(keys=[self.names.lease_members_key(self.lane)], args=[self.owner, ttl])
@@ -184,21 +221,27 @@ class ShardLeases:
     async def run(self) -> None:
         """Tick every renew interval until ``stop``; on Redis errors keep only leases still surely valid."""
         while not self._stop.is_set():
+            raise_if_cancelling()
             try:
                 await self.tick()
             except _TRANSIENT as exc:
                 self._log.warning("lease_redis_unavailable", error=repr(exc))
-                await self._drop_expired()
+                async with self._lock:
+                    await self._drop_expired()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.config.interval_s)
 
     async def stop(self) -> None:
-        """Stop ticking, hand every shard back (listener first, then compare-and-del) and leave the lane."""
+        """Stop ticking, hand every shard back (listener first, then compare-and-del) and leave the lane.
+
+        A tick in progress (in another task) finishes first: the lock keeps the two from interleaving.
+        """
         self._stop.set()
-        for shard in list(self._owned):
-            await self._hand_over(shard)
-        with contextlib.suppress(*_TRANSIENT):
-            await self._heartbeat(keys=[self.names.lease_members_key(self.lane)], args=[self.owner, 0])
+        async with self._lock:
+            for shard in list(self._owned):
+                await self._hand_over(shard)
+            with contextlib.suppress(*_TRANSIENT):
+                await self._heartbeat(keys=[self.names.lease_members_key(self.lane)], args=[self.owner, 0])
 
     async def _renew_owned(self, started: float) -> None:
         if not self._owned:
@@ -212,7 +255,9 @@ class ShardLeases:
         results: list[Any] = await pipe.execute()
         valid_until = started + self.config.ttl_ms / 1000
         for shard, renewed in zip(shards, results, strict=True):
-            lease = self._owned[shard]
+            lease = self._owned.get(shard)
+            if lease is None:
+                continue
             if int(renewed) == 1:
                 self._owned[shard] = Lease(shard, lease.epoch, valid_until)
             else:

@@ -42,6 +42,10 @@ class ToolSettings(BaseModel):
     permission_mode: Literal["default", "acceptEdits", "bypassPermissions", "plan", "dontAsk"] = "default"
     allow: list[str] = Field(default_factory=lambda: ["Read", "Glob", "Grep"])
     deny: list[str] = Field(default_factory=list)
+    ask: list[str] = Field(default_factory=list)
+    ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"] = Field(
+        "reject", description="how an 'ask' resolves in a headless bus (no human to ask): reject = REJECT_MESSAGE"
+    )
 
 
 class Settings(BaseSettings):

@@ -120,12 +120,17 @@ def build_app(
     # logger=None: FastStream's per-message INFO logging costs ~100 µs a message (baseline §5).
     broker = RedisBroker(resolved.redis_url, logger=None)  # type: ignore[arg-type]
     process = WorkerProcess(name=name, settings=resolved, factory=factory, broker=broker, owner=process_owner(name))
-    asgi_routes = list(routes(process)) if routes is not None else []
+    from services.observability.wiring import WorkerObservability
+
+    observability = WorkerObservability.for_process(process)
+    asgi_routes = [*observability.routes(), *(routes(process) if routes is not None else [])]
     app = AsgiFastStream(
         broker,
-        asgi_routes=asgi_routes,  # type: ignore[arg-type]
+        asgi_routes=asgi_routes,
         logger=None,
         on_startup=[process.startup],
-        on_shutdown=[process.shutdown],
+        after_startup=[observability.start],
+        # Stop the stream-stats poller (and fail /readyz) before the process closes its Redis client.
+        on_shutdown=[observability.stop, process.shutdown],
     )
     return app, process

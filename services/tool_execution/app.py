@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from services.observability.metrics import instrument_handler
 from services.runtime.codec import decode_entry, entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
 from services.runtime.deadletter import DeadLetter
@@ -31,7 +32,9 @@ class ToolRuntime:
             workspace_root=str(workspace_root),
             allow=settings.tools.allow,
             deny=settings.tools.deny,
+            ask=settings.tools.ask,
             mode=settings.tools.permission_mode,
+            ask_policy=settings.tools.ask_policy,
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.worker = ToolWorker(
@@ -48,7 +51,7 @@ class ToolRuntime:
             stream=self.topology.tool_jobs,
             group=TOOLS_GROUP,
             consumer=context.owner,
-            handler=self.worker.handle,
+            handler=instrument_handler("tools", self.worker.handle),
             config=context.consumer_config(count=settings.tools.max_concurrent_jobs),
         )
         self.abandoned = BatchConsumer(
@@ -100,3 +103,12 @@ class ToolRuntime:
 
 def create(context: WorkerContext) -> ToolRuntime:
     return ToolRuntime(context)
+
+
+def __getattr__(attribute: str) -> object:
+    """``faststream run services.tool_execution.app:app``: the ASGI app, built from the environment on first use."""
+    if attribute == "app":
+        from services.workers import build_worker
+
+        return build_worker("tools")[0]
+    raise AttributeError(attribute)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ValidationError
 
+from services.observability.metrics import record_tool_execution
 from services.tool_execution import results
 from services.tool_execution.registry import ToolRegistry
 from services.tool_execution.tool import AnyTool, ToolContext, ToolError, ToolOutput, ToolProgress
@@ -92,7 +94,7 @@ def _prepare(index: int, block: ToolUseBlock, registry: ToolRegistry) -> _Call:
     return _Call(index, block, tool, parsed, safe=safe)
 
 
-def partition(calls: Sequence[_Call]) -> list[list[_Call]]:
+def _partition(calls: Sequence[_Call]) -> list[list[_Call]]:
     """R8.5: consecutive safe calls share a batch; each unsafe call is a batch of its own."""
     batches: list[list[_Call]] = []
     for call in calls:
@@ -106,7 +108,7 @@ def partition(calls: Sequence[_Call]) -> list[list[_Call]]:
 def plan_batches(tool_uses: Sequence[ToolUseBlock], registry: ToolRegistry) -> list[list[ToolUseBlock]]:
     """R8.5 partition of ``tool_uses`` as the executor will run them (for inspection and tests)."""
     calls = [_prepare(index, block, registry) for index, block in enumerate(tool_uses)]
-    return [[call.block for call in batch] for batch in partition(calls)]
+    return [[call.block for call in batch] for batch in _partition(calls)]
 
 
 class _Run:
@@ -115,7 +117,6 @@ class _Run:
     def __init__(
         self,
         *,
-        registry: ToolRegistry,
         permissions: PermissionContext,
         timeouts: ToolTimeouts,
         interrupt: asyncio.Event | None,
@@ -124,7 +125,6 @@ class _Run:
         ids: IdSource,
         max_concurrency: int,
     ) -> None:
-        self.registry = registry
         self.permissions = permissions
         self.timeouts = timeouts
         self.interrupt = interrupt
@@ -139,6 +139,8 @@ class _Run:
         self.outstanding: dict[int, _Call] = {}
         """Started calls whose result message has not been yielded, by position."""
         self._interrupt_seen = False
+        self.started: dict[int, float] = {}
+        """perf_counter() when each started call began (for the duration metric)."""
 
     # --- outcomes ---------------------------------------------------------------------------
 
@@ -157,6 +159,17 @@ class _Run:
         """The result message; a Bash is_error result marks the run as errored (R8.10)."""
         if output.is_error and call.tool is not None and call.tool.name == BASH_TOOL_NAME and self.errored is None:
             self.errored = call.block
+        return self._result(call, output)
+
+    def _result(self, call: _Call, output: ToolOutput) -> UserMessage:
+        """The result message of ``call``, counted once in the tool metrics (outcome and run time)."""
+        started = self.started.pop(call.index, None)
+        outcome = output.outcome or ("error" if output.is_error else "ok")
+        record_tool_execution(
+            call.block.name,
+            outcome,  # type: ignore[arg-type]
+            None if started is None else time.perf_counter() - started,
+        )
         return self.messages.result(call.block, output)
 
     # --- one call ---------------------------------------------------------------------------
@@ -264,6 +277,7 @@ class _Run:
         return None
 
     def _start(self, call: _Call) -> None:
+        self.started[call.index] = time.perf_counter()
         self.outstanding[call.index] = call
         self.running[asyncio.create_task(self._run_call(call))] = call
 
@@ -274,7 +288,7 @@ class _Run:
                 call = pending.pop(0)
                 synthetic = self.synthetic_before_start()
                 if synthetic is not None:
-                    yield self.messages.result(call.block, synthetic)
+                    yield self._result(call, synthetic)
                 elif call.early is not None:
                     yield self.finish(call, call.early)
                 else:
@@ -285,7 +299,7 @@ class _Run:
             if event is None:  # R8.9: interrupt — cancel the ``cancel`` calls, ``block`` ones finish
                 victims = [c for c in self.running.values() if c.tool and c.tool.interrupt_behavior() == "cancel"]
                 for call in await self._cancel(victims):
-                    yield self.messages.result(call.block, results.user_interrupted())
+                    yield self._result(call, results.user_interrupted())
                 continue
             if isinstance(event, ProgressMessage):
                 if any(c.block.id == event.parent_tool_use_id for c in self.outstanding.values()):
@@ -297,7 +311,7 @@ class _Run:
             yield self.finish(event.call, event.output)
             if self.errored is event.call.block and self.running:  # R8.10: kill running siblings
                 for call in await self._cancel(list(self.running.values())):
-                    yield self.messages.result(call.block, results.sibling_errored(self.errored))
+                    yield self._result(call, results.sibling_errored(self.errored))
 
     async def close(self) -> None:
         await self._cancel(list(self.running.values()))
@@ -321,7 +335,6 @@ async def execute_tool_uses(
     result message per tool_use (see the module docstring)."""
     context = permissions if permissions.is_subagent == is_subagent else replace(permissions, is_subagent=is_subagent)
     run = _Run(
-        registry=registry,
         permissions=context,
         timeouts=timeouts or ToolTimeouts(),
         interrupt=interrupt,
@@ -334,7 +347,7 @@ async def execute_tool_uses(
     )
     calls = [_prepare(index, block, registry) for index, block in enumerate(tool_uses)]
     try:
-        for batch in partition(calls):
+        for batch in _partition(calls):
             async for message in run.batch(batch):
                 yield message
     finally:

@@ -120,20 +120,23 @@ def error_calling_tool(name: str, error: BaseException) -> ToolOutput:
 
 def permission_denied(message: str) -> ToolOutput:
     """R8.1: permission not granted — the decision's own text, not wrapped."""
-    return ToolOutput(message, is_error=True, tool_use_result=f"Error: {message}")
+    return ToolOutput(message, is_error=True, tool_use_result=f"Error: {message}", outcome="denied")
 
 
 def timed_out(name: str, seconds: float) -> ToolOutput:
     """agentbus: the executor's per-tool time limit ran out; the tool was cancelled (a Bash
     command's process group is killed). Not a Claude Code text."""
     text = f"Error: Tool {name} timed out after {seconds:g}s and was stopped"
-    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text)
+    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text, outcome="timeout")
 
 
 def user_interrupted() -> ToolOutput:
     """R8.9: a user interrupt — REJECT_MESSAGE (+ the memory hint, off by default, R2.1b)."""
     return ToolOutput(
-        with_memory_correction_hint(REJECT_MESSAGE), is_error=True, tool_use_result=USER_REJECTED_TOOL_USE
+        with_memory_correction_hint(REJECT_MESSAGE),
+        is_error=True,
+        tool_use_result=USER_REJECTED_TOOL_USE,
+        outcome="interrupted",
     )
 
 
@@ -159,7 +162,7 @@ def sibling_errored(errored: ToolUseBlock | None) -> ToolOutput:
         if description
         else "Cancelled: parallel tool call errored"
     )
-    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text)
+    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text, outcome="interrupted")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -48,6 +49,8 @@ class ToolOutput:
     is_error: bool = False
     tool_use_result: JsonValue = None
     sibling_blocks: tuple[ContentBlock, ...] = ()
+    outcome: str = ""
+    """The metrics outcome when it is not plain ok/error: denied, timeout, interrupted."""
 
 
 class ToolError(Exception):
@@ -66,7 +69,7 @@ class ToolContext:
     tool_use_id: str
 
 
-class Tool(Generic[InputT]):
+class Tool(abc.ABC, Generic[InputT]):
     """Base class of every tool. Subclasses set ``name``, ``input_model`` (and ``aliases``) and
     implement ``call`` as an async generator."""
 
@@ -94,9 +97,10 @@ class Tool(Generic[InputT]):
         addition to the path written in the input."""
         return []
 
+    @abc.abstractmethod
     def call(self, tool_input: InputT, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
-        """Run the tool: yield progress, then exactly one :class:`ToolOutput`."""
-        raise NotImplementedError
+        """Run the tool: yield progress, then exactly one :class:`ToolOutput` (an ``async def``
+        generator in subclasses)."""
 
 
 AnyTool = Tool[Any]

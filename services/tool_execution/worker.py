@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 import structlog
 
+from services.observability.metrics import record_traceparent_invalid
+from services.observability.tracing import continue_trace
 from services.runtime.codec import decode_entry, entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
@@ -123,6 +125,17 @@ class ToolWorker:
         self.stats.calls_skipped_answered += len(job.tool_uses) - len(calls)
         if not calls:
             return
+        # Continue the job's trace: results and progress carry this worker's span as their parent.
+        span = continue_trace(job.traceparent, on_invalid=lambda _error: record_traceparent_invalid("tools"))
+        job = job.model_copy(update={"traceparent": span.traceparent})
+        log.info(
+            "tool_job_started",
+            session_id=job.session_id,
+            assistant_uuid=job.assistant_uuid,
+            tools=[call.name for call in calls],
+            trace_id=span.trace_id,
+            span_id=span.span_id,
+        )
         running = _Running(job.session_id, job.dispatched_ms)
         if interrupted_at is not None and int(interrupted_at) >= job.dispatched_ms:
             running.interrupt.set()

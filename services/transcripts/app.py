@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from services.observability.metrics import instrument_handler
 from services.runtime.consumer import BatchConsumer
 from services.runtime.lane_worker import LaneWorker
 from services.runtime.topology import TRANSCRIPTS_GROUP
@@ -25,10 +26,14 @@ class TranscriptRuntime:
             group=TRANSCRIPTS_GROUP,
             stream_name="log",
             owner=context.owner,
-            handler_factory=self.worker.handler_for,
+            handler_factory=lambda shard, epoch: instrument_handler(
+                "transcripts", self.worker.handler_for(shard, epoch)
+            ),
             consumer_config=context.consumer_config(),
             lease_config=context.lease_config(),
+            on_release=self._forget_shard,
         )
+        self._names = settings.names
 
     async def start(self) -> None:
         await self.lanes.start()
@@ -36,6 +41,11 @@ class TranscriptRuntime:
     async def stop(self) -> None:
         await self.lanes.stop()
         await self.store.close()
+
+    async def _forget_shard(self, shard: int) -> None:
+        """The shard's next owner appends to its sessions' files: what this store cached of them (de-dup
+        uuids, chain tail) goes stale, so it is dropped and re-read if the shard comes back."""
+        await self.store.forget(s for s in self.store.cached_sessions() if self._names.shard_of(s) == shard)
 
     def consumers(self) -> list[BatchConsumer]:
         return self.lanes.consumers()
@@ -46,3 +56,12 @@ class TranscriptRuntime:
 
 def create(context: WorkerContext) -> TranscriptRuntime:
     return TranscriptRuntime(context)
+
+
+def __getattr__(attribute: str) -> object:
+    """``faststream run services.transcripts.app:app``: the ASGI app, built from the environment on first use."""
+    if attribute == "app":
+        from services.workers import build_worker
+
+        return build_worker("transcripts")[0]
+    raise AttributeError(attribute)

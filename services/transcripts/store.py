@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +26,10 @@ from services.transcripts.cleaning import (
     CleaningPolicy,
     PersistableMessage,
     clean_messages_for_logging,
-    is_chain_participant,
-    is_compact_boundary,
 )
-from services.transcripts.layout import PROJECTS_DIR, session_file, subagent_file
-from services.transcripts.lines import ChainFields, SessionStamp, build_line, dumps_line
+from services.transcripts.layout import PROJECTS_DIR, session_file, subagent_file, write_subagent_meta
+from services.transcripts.lines import SessionStamp, dumps_line
+from services.transcripts.recording import TeamInfo, build_chain_lines, preserved_prelude, split_recorded_prefix
 from services.transcripts.removal import (
     MAX_REWRITE_BYTES,
     TAIL_WINDOW_BYTES,
@@ -109,23 +108,6 @@ def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
             if value.get("type") in _CHAIN_TYPES and value.get("isSidechain") is not True:
                 last = uuid
     return uuids, last
-
-
-def _preserved_segment_tail(message: Message) -> tuple[str | None, str | None]:
-    """``(headUuid, tailUuid)`` of a compact boundary's ``preservedSegment`` (R2.4b)."""
-    metadata = getattr(message, "compact_metadata", None)
-    segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
-    if not isinstance(segment, dict):
-        return None, None
-    head, tail = segment.get("headUuid"), segment.get("tailUuid")
-    return (head if isinstance(head, str) else None), (tail if isinstance(tail, str) else None)
-
-
-def _last_index(messages: Sequence[Message], uuid: str) -> int:
-    for index in range(len(messages) - 1, -1, -1):
-        if getattr(messages[index], "uuid", None) == uuid:
-            return index
-    return -1
 
 
 class TranscriptStore:
@@ -221,10 +203,10 @@ class TranscriptStore:
         """
         state = await self._session(session_id, cwd)
         pending: list[asyncio.Future[None]] = []
-        team = (team_name, agent_name, prompt_id)
+        team = TeamInfo(team_name, agent_name, prompt_id)
         async with state.lock:
             hint = parent_hint if parent_hint is not None or not continue_chain else state.last_chain_uuid
-            prelude, from_history = self._preserved_prelude(state, messages, history)
+            prelude, from_history = preserved_prelude(messages, history, state.uuids)
             earlier: tuple[str, ...] = ()
             if prelude:
                 # A segment taken from the batch is written as the continuation of the session so far.
@@ -237,28 +219,6 @@ class TranscriptStore:
             await future
         return result
 
-    @staticmethod
-    def _preserved_prelude(
-        state: _SessionState, messages: Sequence[Message], history: Sequence[Message] | None
-    ) -> tuple[Sequence[Message], bool]:
-        """R7.11: what must be on disk before a new compact boundary with a preserved segment, and
-        whether it was taken from ``history`` (else from the batch)."""
-        for index, message in enumerate(messages):
-            if not is_compact_boundary(message) or message.uuid in state.uuids:
-                continue
-            head, tail = _preserved_segment_tail(message)
-            if tail is None:
-                continue
-            if history is not None and (tail_index := _last_index(history, tail)) >= 0:
-                return history[: tail_index + 1], True
-            tail_index = _last_index(messages, tail)
-            if tail_index <= index:
-                continue  # already before the boundary: the natural order is right
-            head_index = _last_index(messages, head) if head is not None else -1
-            start = head_index if index < head_index <= tail_index else index + 1
-            return messages[start : tail_index + 1], False
-        return (), False
-
     def _record_now(
         self,
         state: _SessionState,
@@ -266,39 +226,28 @@ class TranscriptStore:
         cwd: str,
         parent_hint: str | None,
         all_messages: Sequence[Message] | None,
-        team: tuple[str | None, str | None, str | None],
+        team: TeamInfo,
         pending: list[asyncio.Future[None]],
     ) -> RecordResult:
         """R7.7 steps 1–5 without awaiting: the batch is written before this returns."""
         cleaned = clean_messages_for_logging(messages, self.config.cleaning, all_messages=all_messages)
-        starting_parent = parent_hint
-        seen_new = False
-        new: list[PersistableMessage] = []
-        skipped: list[str] = []
-        for message in cleaned:
-            if message.uuid in state.uuids:
-                skipped.append(message.uuid)
-                if not seen_new and is_chain_participant(message):
-                    starting_parent = message.uuid
-                continue
-            new.append(message)
-            seen_new = True
-        lines, written, last_new = self._insert_message_chain(
-            new, starting_parent, cwd=cwd, session_id=state.session_id, team=team, agent_id=None
-        )
+        split = split_recorded_prefix(cleaned, state.uuids, parent_hint)
+        stamp = self.config.stamp.values(cwd=cwd, session_id=state.session_id)  # git branch: once per batch
+        chain = build_chain_lines(split.new, split.starting_parent, stamp=stamp, team=team, agent_id=None)
+        lines, written, last_new = chain.lines, chain.uuids, chain.last_participant
         kept = [(line, uuid) for line, uuid in zip(lines, written, strict=True) if self._claim(state, uuid)]
         kept_uuids = [uuid for _, uuid in kept]
         try:
-            durable = self._append_session_lines(state, [line for line, _ in kept], new, kept_uuids, pending)
+            durable = self._append_session_lines(state, [line for line, _ in kept], split.new, kept_uuids, pending)
         except Exception:
             state.uuids.difference_update(kept_uuids)  # not written: a retry must write them
             raise
         if last_new is not None:
             state.last_chain_uuid = last_new
         return RecordResult(
-            last_uuid=last_new if last_new is not None else starting_parent,
+            last_uuid=last_new if last_new is not None else split.starting_parent,
             written=tuple(kept_uuids),
-            skipped=tuple(skipped),
+            skipped=tuple(split.skipped),
             path=state.file.path,
             durable=durable,
         )
@@ -310,45 +259,6 @@ class TranscriptStore:
             return False
         state.uuids.add(uuid)
         return True
-
-    def _insert_message_chain(
-        self,
-        messages: Sequence[PersistableMessage],
-        starting_parent: str | None,
-        *,
-        cwd: str,
-        session_id: str,
-        team: tuple[str | None, str | None, str | None],
-        agent_id: str | None,
-    ) -> tuple[list[str], list[str], str | None]:
-        """R7.8 ``insertMessageChain``: (lines, their uuids, last chain participant or ``None``)."""
-        stamp = self.config.stamp.values(cwd=cwd, session_id=session_id)  # git branch: once per batch
-        team_name, agent_name, prompt_id = team
-        parent = starting_parent
-        last: str | None = None
-        lines: list[str] = []
-        uuids: list[str] = []
-        for message in messages:
-            effective = parent
-            if isinstance(message, UserMessage) and message.source_tool_assistant_uuid:
-                effective = message.source_tool_assistant_uuid
-            boundary = is_compact_boundary(message)
-            chain = ChainFields(
-                parent_uuid=None if boundary else effective,
-                logical_parent_uuid=parent,
-                with_logical_parent=boundary,
-                is_sidechain=agent_id is not None,
-                team_name=team_name,
-                agent_name=agent_name,
-                prompt_id=prompt_id,
-                agent_id=agent_id,
-            )
-            lines.append(dumps_line(build_line(message.to_wire(), chain, stamp)))
-            uuids.append(message.uuid)
-            if is_chain_participant(message):
-                parent = message.uuid
-                last = message.uuid
-        return lines, uuids, last
 
     def _append_session_lines(
         self,
@@ -407,23 +317,26 @@ class TranscriptStore:
         cleaned = clean_messages_for_logging(messages, self.config.cleaning)
         path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
         file = self._path_file(path)
-        lines, uuids, last = self._insert_message_chain(
-            cleaned,
-            starting_parent,
-            cwd=cwd,
-            session_id=session_id,
-            team=(team_name, agent_name, None),
-            agent_id=agent_id,
-        )
-        if lines:
-            await file.append(lines)
+        stamp = self.config.stamp.values(cwd=cwd, session_id=session_id)
+        team = TeamInfo(team_name, agent_name)
+        chain = build_chain_lines(cleaned, starting_parent, stamp=stamp, team=team, agent_id=agent_id)
+        if chain.lines:
+            await file.append(chain.lines)
         return RecordResult(
-            last_uuid=last if last is not None else starting_parent,
-            written=tuple(uuids),
+            last_uuid=chain.last_participant if chain.last_participant is not None else starting_parent,
+            written=tuple(chain.uuids),
             skipped=(),
             path=path,
             durable=True,
         )
+
+    async def write_subagent_meta(
+        self, session_id: str, agent_id: str, meta: JsonObject, *, cwd: str, subdir: str | None = None
+    ) -> Path:
+        """R7.1: the ``agent-<agentId>.meta.json`` sidecar (``{agentType, worktreePath?, description?}``,
+        see :func:`~services.transcripts.layout.subagent_meta`), written atomically."""
+        path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
+        return await asyncio.to_thread(write_subagent_meta, path, meta)
 
     # ------------------------------------------------------------------ tombstones
     async def remove(
@@ -467,6 +380,23 @@ class TranscriptStore:
         """Wait until every line appended so far (all sessions and agent files) is durable."""
         files = [state.file for state in self._sessions.values()] + list(self._other_files.values())
         await asyncio.gather(*(file.sync() for file in files))
+
+    def cached_sessions(self) -> list[str]:
+        """Ids of the sessions whose state (de-dup uuids, chain tail, open file) the store holds now."""
+        return list(self._sessions)
+
+    async def forget(self, session_ids: Iterable[str]) -> None:
+        """Make durable and close the files of ``session_ids`` and drop what the store remembers of them,
+        so their next ``record`` re-reads the file (R7.7 de-dup set and chain tail, torn-tail recovery):
+        another writer, e.g. the next owner of the sessions' bus shard, may append to them meanwhile.
+        Lines still buffered for an unmaterialized session (R7.2) are discarded, as by ``close``."""
+        states = [state for session_id in session_ids if (state := self._sessions.pop(session_id, None))]
+
+        async def close(state: _SessionState) -> None:
+            async with state.lock:  # a record() in flight finishes its append first
+                await state.file.close()
+
+        await asyncio.gather(*(close(state) for state in states))
 
     async def close(self) -> None:
         """Flush and close every file. Lines still buffered for an unmaterialized session (no user or

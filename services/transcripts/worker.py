@@ -9,10 +9,15 @@ A crash before the ack redelivers the batch and the uuid de-dup makes the transc
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import Counter
 from dataclasses import dataclass
 
 import structlog
 
+from services.observability import metrics
+from services.observability.logging import debug_enabled
+from services.observability.tracing import trace_id_of
 from services.runtime.codec import decode_entry
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
@@ -46,14 +51,52 @@ class TranscriptWorker:
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
         poison: dict[str, Poison] = {}
         by_session: dict[str, list[LogEntry]] = {}
+        consumed: Counter[str] = Counter()
+        debug = debug_enabled()
         for entry in entries:
             record = decode_entry(entry, parse_log_entry)
             if isinstance(record, Poison):
+                consumed["invalid"] += 1
                 poison[entry.entry_id] = record
             else:
+                consumed[record.message.type] += 1
+                if debug:
+                    log.debug(
+                        "log_entry",
+                        session_id=record.session_id,
+                        seq=record.seq,
+                        uuid=getattr(record.message, "uuid", None),
+                        trace_id=trace_id_of(record.traceparent),
+                    )
                 by_session.setdefault(record.session_id, []).append(record)
+        before = (self.stats.lines_written, self.stats.duplicates_skipped, self.stats.lines_removed)
+        started = time.perf_counter()
         # Sessions are independent files: write them concurrently so their fsyncs overlap.
         await asyncio.gather(*(self._persist(session, records) for session, records in by_session.items()))
+        durable_s = time.perf_counter() - started
+        stream = entries[0].stream if entries else "log"
+        metrics.record_consumed("transcripts", stream, consumed)
+        if poison:
+            metrics.record_dead_lettered("transcripts", stream, Counter(p.reason for p in poison.values()))
+        if by_session:
+            metrics.record_transcript_append(
+                lines=self.stats.lines_written - before[0],
+                durable_s=durable_s,
+                removed=self.stats.lines_removed - before[2],
+            )
+            metrics.record_duplicates("transcripts", "uuid", self.stats.duplicates_skipped - before[1])
+            metrics.observe_end_to_end(
+                "transcript_durable",
+                [
+                    metrics.entry_id_ms(record.ingress_id)
+                    for records in by_session.values()
+                    for record in records
+                    if record.ingress_id
+                ],
+            )
+        log.info(
+            "batch_handled", stream=stream, size=len(entries), sessions=len(by_session), durable_s=round(durable_s, 6)
+        )
         return BatchOutcome(poison=poison)
 
     async def _persist(self, session: str, records: list[LogEntry]) -> None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from services.observability.metrics import observe_fsync
 from services.transcripts.errors import TranscriptFileClosed, TranscriptStoreError, TranscriptSyncFailed
 from services.transcripts.files import ensure_private_dir
 from services.transcripts.tail_recovery import TornTail, recover_torn_tail
@@ -225,7 +226,9 @@ class DurableJsonlFile:
         fd = self._fd
         if fd is None:
             return
+        started = time.perf_counter()
         os.fsync(fd)
+        observe_fsync(time.perf_counter() - started)
         self.stats.fsyncs += 1
         if self._created:
             dir_fd = os.open(self.path.parent, os.O_RDONLY)

@@ -1,10 +1,11 @@
 """R4.9 ``normalizeAttachmentForAPI``: an attachment becomes 0..n meta user messages.
 
 Converted here (exact texts): ``queued_command`` (every origin), the hook kinds of R4.9,
-``edited_text_file`` and image ``file`` reads. Kinds that produce nothing by design yield ``[]``.
-Everything else — unknown kinds, and the ``file``/``directory`` reads whose result text needs the
-Read/Bash tools' own result mapping — yields ``[]`` *and* an ``attachment_unconverted`` repair, so the
-loss is counted instead of silent.
+``edited_text_file``, image ``file`` reads, and the simple reminder kinds of
+:mod:`shared.normalize.attachment_reminders`. Kinds that produce nothing by design yield ``[]``.
+Everything else — unknown kinds, gated/stateful ones, and the text ``file``/``directory`` reads whose
+result text needs the Read/Bash tools' own result mapping — yields ``[]`` *and* an
+``attachment_unconverted`` repair, so the loss is counted instead of silent.
 
 Produced messages get deterministic ids: ``derive_uuid(attachment uuid, k)`` and the attachment's
 timestamp (Claude Code mints random ones; they are never sent to the API), except a queued command,

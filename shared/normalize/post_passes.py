@@ -50,6 +50,13 @@ def _all_thinking(content: Sequence[ContentBlock]) -> bool:
     return all(is_thinking(block) for block in content)
 
 
+def _is_orphaned_thinking_only(message: AssistantMessage, ids_with_content: set[str]) -> bool:
+    blocks = message.blocks
+    return (
+        bool(blocks) and _all_thinking(blocks) and not (message.message.id and message.message.id in ids_with_content)
+    )
+
+
 def filter_orphaned_thinking_only_messages(messages: Sequence[ApiMessage]) -> PassResult:
     """R4.14: a non-empty, thinking-only assistant is dropped unless another assistant with the same
     ``message.id`` has non-thinking content (a failed stream's leftover would break the signature
@@ -62,14 +69,7 @@ def filter_orphaned_thinking_only_messages(messages: Sequence[ApiMessage]) -> Pa
     kept: list[ApiMessage] = []
     repairs: list[Repair] = []
     for message in messages:
-        orphaned = (
-            isinstance(message, AssistantMessage)
-            and bool(message.blocks)
-            and _all_thinking(message.blocks)
-            and not (message.message.id and message.message.id in ids_with_content)
-        )
-        if orphaned:
-            assert isinstance(message, AssistantMessage)
+        if isinstance(message, AssistantMessage) and _is_orphaned_thinking_only(message, ids_with_content):
             repairs.append(
                 Repair(
                     kind=RepairKind.ORPHANED_THINKING_DROPPED,
@@ -139,8 +139,11 @@ def smoosh_system_reminder_siblings(messages: Sequence[ApiMessage]) -> list[ApiM
     ``<system-reminder>`` is folded into the *last* tool_result (R4.12); left alone when impossible."""
     result: list[ApiMessage] = []
     for message in messages:
-        content = message.message.content if isinstance(message, UserMessage) else None
-        if content is None or isinstance(content, str) or not any(b.type == "tool_result" for b in content):
+        if not isinstance(message, UserMessage) or isinstance(message.message.content, str):
+            result.append(message)
+            continue
+        content = message.message.content
+        if not any(b.type == "tool_result" for b in content):
             result.append(message)
             continue
         reminders = [b for b in content if isinstance(b, TextBlock) and b.text.startswith(SYSTEM_REMINDER_OPEN)]
@@ -151,7 +154,6 @@ def smoosh_system_reminder_siblings(messages: Sequence[ApiMessage]) -> list[ApiM
         if folded is None:
             result.append(message)
             continue
-        assert isinstance(message, UserMessage)
         result.append(with_user_content(message, [*kept[:last_index], folded, *kept[last_index + 1 :]]))
     return result
 
@@ -176,10 +178,10 @@ def sanitize_error_tool_result_content(messages: Sequence[ApiMessage]) -> PassRe
     result: list[ApiMessage] = []
     repairs: list[Repair] = []
     for message in messages:
-        content = message.message.content if isinstance(message, UserMessage) else None
-        if content is None or isinstance(content, str):
+        if not isinstance(message, UserMessage) or isinstance(message.message.content, str):
             result.append(message)
             continue
+        content = message.message.content
         rebuilt: list[ContentBlock] = []
         for block in content:
             if (
@@ -198,7 +200,6 @@ def sanitize_error_tool_result_content(messages: Sequence[ApiMessage]) -> PassRe
                     )
                 )
             rebuilt.append(block)
-        assert isinstance(message, UserMessage)
         changed = any(_is_error_result_with_non_text(block) for block in content)
         result.append(with_user_content(message, rebuilt) if changed else message)
     return result, repairs
@@ -217,13 +218,11 @@ def append_message_id_tags(messages: Sequence[ApiMessage]) -> list[ApiMessage]:
         if isinstance(content, str):
             result.append(with_user_content(message, content + tag))
             continue
-        text_indexes = [i for i, block in enumerate(content) if isinstance(block, TextBlock)]
-        if not text_indexes:
+        tagged = [(i, block) for i, block in enumerate(content) if isinstance(block, TextBlock)]
+        if not tagged:
             result.append(message)
             continue
-        i = text_indexes[-1]
-        block = content[i]
-        assert isinstance(block, TextBlock)
+        i, block = tagged[-1]
         result.append(
             with_user_content(
                 message, [*content[:i], block.model_copy(update={"text": block.text + tag}), *content[i + 1 :]]

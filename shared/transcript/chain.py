@@ -11,15 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, cast
+from typing import Literal
 
 from shared.content import ToolResultBlock
 from shared.errors import BrokenTranscriptChain
 from shared.json_types import JsonValue
-from shared.messages import AssistantMessage, UserMessage, parse_message
+from shared.messages import AssistantMessage, UserMessage
 from shared.transcript.fixups import TranscriptMessage
 from shared.transcript.lines import PrLinkLine
 from shared.transcript.loader import Transcript
+from shared.wire import without_fields
 
 LeafMode = Literal["jsonl_path", "session_id", "picker"]
 """R7.19 entry points: ``jsonl_path`` = ``--resume path/to/file.jsonl`` (latest non-sidechain leaf);
@@ -171,20 +172,16 @@ def subagent_chain(transcript: Transcript, agent_id: str | None = None) -> list[
     return [message for message in chain if message.agent_id == wanted] if wanted is not None else chain
 
 
+_CHAIN_FIELDS = ("parent_uuid", "is_sidechain")
+
+
 def remove_chain_fields(messages: Iterable[TranscriptMessage]) -> list[TranscriptMessage]:
     """R7.19 ``removeExtraFields``: drop ``parentUuid`` and ``isSidechain``; the rest of the envelope
     (cwd, sessionId, version…) stays."""
-    stripped: list[TranscriptMessage] = []
-    for message in messages:
-        wire = message.to_wire()
-        if "parentUuid" not in wire and "isSidechain" not in wire:
-            stripped.append(message)
-            continue
-        wire.pop("parentUuid", None)
-        wire.pop("isSidechain", None)
-        # Same type and subtype, so the message parses back to the same kind.
-        stripped.append(cast("TranscriptMessage", parse_message(wire)))
-    return stripped
+    return [
+        message if message.model_fields_set.isdisjoint(_CHAIN_FIELDS) else without_fields(message, *_CHAIN_FIELDS)
+        for message in messages
+    ]
 
 
 @dataclass(frozen=True)

@@ -56,10 +56,11 @@ def _split_bytes(data: bytes) -> Iterator[tuple[str | None, str, bool]]:
         if not terminated and not piece:
             return
         try:
-            text: str | None = piece.decode("utf-8")
+            text = piece.decode("utf-8")
         except UnicodeDecodeError:
-            text = None
-        yield text, piece.decode("utf-8", errors="replace"), terminated
+            yield None, piece.decode("utf-8", errors="replace"), terminated
+        else:
+            yield text, text, terminated
 
 
 def _split_text(chunks: Iterable[str]) -> Iterator[tuple[str | None, str, bool]]:

@@ -19,7 +19,7 @@ from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.errors import TranscriptLineError
 from shared.factories import create_assistant_message, create_user_message
 from shared.ids import IdSource
-from shared.messages import ApiMessage, AssistantMessage, AttachmentMessage, UserMessage, parse_message
+from shared.messages import ApiMessage, AssistantMessage, AttachmentMessage, UserMessage
 from shared.normalize.post_passes import (
     filter_orphaned_thinking_only_messages,
     filter_whitespace_only_assistant_messages,
@@ -29,6 +29,7 @@ from shared.transcript.chain import LeafMode, build_conversation_chain, remove_c
 from shared.transcript.fixups import TranscriptMessage, js_truthy
 from shared.transcript.loader import build_transcript
 from shared.transcript.reader import read_transcript
+from shared.wire import without_fields
 
 Interruption = Literal["none", "interrupted_prompt", "interrupted_turn"]
 
@@ -105,9 +106,7 @@ def drop_invalid_permission_mode(message: TranscriptMessage) -> TranscriptMessag
         return message
     if message.permission_mode in PERMISSION_MODES:
         return message
-    wire = message.to_wire()
-    wire.pop("permissionMode", None)
-    return cast("UserMessage", parse_message(wire))
+    return without_fields(message, "permission_mode")
 
 
 def filter_unresolved_tool_uses(messages: Sequence[TranscriptMessage]) -> list[TranscriptMessage]:

@@ -47,11 +47,16 @@ async def client(aof_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
         await connection.aclose()
 
 
-async def produce(client: aioredis.Redis, seqs: range) -> None:
-    pipe = client.pipeline(transaction=False)
-    for seq in seqs:
-        pipe.xadd(STREAM, {"seq": seq})
-    await pipe.execute()
+async def produce(url: str, seqs: range) -> None:
+    """Write from a fresh connection (the consumer's client is the one under test)."""
+    producer = aioredis.Redis.from_url(url)
+    try:
+        pipe = producer.pipeline(transaction=False)
+        for seq in seqs:
+            pipe.xadd(STREAM, {"seq": seq})
+        await pipe.execute()
+    finally:
+        await producer.aclose()
 
 
 async def test_consumer_survives_redis_restart(aof_redis: LocalRedis, client: aioredis.Redis) -> None:
@@ -66,11 +71,11 @@ async def test_consumer_survives_redis_restart(aof_redis: LocalRedis, client: ai
     config = ConsumerConfig(block_ms=50, claim_interval_s=60.0, backoff_initial_s=0.02, backoff_max_s=0.2)
     consumer = BatchConsumer(client, stream=STREAM, group=GROUP, consumer="c1", handler=handle, config=config)
     consumer.start()
-    await produce(client, range(100))
+    await produce(aof_redis.url, range(100))
     await wait_until(lambda: consumer.stats.acked == 100)
 
     await asyncio.to_thread(aof_redis.restart)
-    await produce(client, range(100, 200))
+    await produce(aof_redis.url, range(100, 200))
     await wait_until(lambda: consumer.stats.acked >= 200)
     await consumer.stop()
 
@@ -97,7 +102,7 @@ async def test_entries_in_hand_at_restart_are_processed_after_it(aof_redis: Loca
 
     config = ConsumerConfig(block_ms=50, claim_interval_s=60.0, backoff_initial_s=0.02, backoff_max_s=0.2)
     consumer = BatchConsumer(client, stream=STREAM, group=GROUP, consumer="c1", handler=handle, config=config)
-    await produce(client, range(5))
+    await produce(aof_redis.url, range(5))
     consumer.start()
     await in_hand.wait()
     await asyncio.to_thread(aof_redis.restart)

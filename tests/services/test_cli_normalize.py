@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,18 @@ def test_empty_file_without_prompt_is_an_error(tmp_path: Path) -> None:
     assert code == 1
     assert body is None
     assert "no conversation" in stderr
+
+
+def test_installed_agentbus_script_runs_normalize(corpus_root: Path) -> None:
+    """The pyproject script entry point, end to end in a subprocess."""
+    script = Path(sys.executable).with_name("agentbus")
+    source = corpus_root / "claude-code/marot__spotter/short.jsonl"
+    completed = subprocess.run(
+        [str(script), "normalize", str(source), "--prompt", "continue"], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
+    body = json.loads(completed.stdout)
+    assert validate_api_request(body["messages"]) == []
 
 
 def test_agentbus_root_app_registers_normalize_and_transcript() -> None:

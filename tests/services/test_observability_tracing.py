@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -158,11 +159,11 @@ OTEL_SCRIPT = textwrap.dedent(
     from services.observability.tracing import WorkerTracer
 
     tracer = WorkerTracer("tools")
-    with tracer.start("run_tools", "%s", attributes={"session.id": "s1"}) as span:
+    with tracer.start("run_tools", "TRACEPARENT", attributes={"session.id": "s1"}) as span:
         propagated = span.traceparent
     (finished,) = exporter.get_finished_spans()
     context = finished.get_span_context()
-    assert propagated == "00-%%032x-%%016x-01" %% (context.trace_id, context.span_id), propagated
+    assert propagated == f"00-{context.trace_id:032x}-{context.span_id:016x}-01", propagated
     assert finished.parent.span_id == 0x00f067aa0ba902b7
     assert finished.attributes["session.id"] == "s1"
     root = tracer.start_root("send")
@@ -170,8 +171,7 @@ OTEL_SCRIPT = textwrap.dedent(
     root.end()
     print("ok")
     """
-    % W3C_EXAMPLE
-)
+).replace("TRACEPARENT", W3C_EXAMPLE)
 
 
 def test_with_opentelemetry_sdk_spans_are_real_and_ids_match() -> None:
@@ -180,3 +180,36 @@ def test_with_opentelemetry_sdk_spans_are_real_and_ids_match() -> None:
     result = subprocess.run([sys.executable, "-c", OTEL_SCRIPT], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+CONSOLE_SCRIPT = textwrap.dedent(
+    """
+    from services.observability.tracing import WorkerTracer, configure_tracing
+
+    assert configure_tracing("agentbus-test") is True
+    span = WorkerTracer("transcripts").start("persist", None)
+    span.end()
+    from opentelemetry import trace
+
+    trace.get_tracer_provider().shutdown()
+    """
+)
+
+
+def test_configure_tracing_console_exporter_prints_spans() -> None:
+    """``OTEL_TRACES_EXPORTER=console`` installs an SDK provider (only with the ``otel`` extra)."""
+    pytest.importorskip("opentelemetry.sdk.trace")
+    env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "agentbus-test-svc"}
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_SCRIPT], capture_output=True, text=True, check=False, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"name": "persist"' in result.stdout
+    assert "agentbus-test-svc" in result.stdout
+
+
+def test_configure_tracing_is_a_no_op_without_an_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    assert tracing.configure_tracing("agentbus-test") is False
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    assert tracing.configure_tracing("agentbus-test") is False

@@ -45,7 +45,18 @@ def test_resolve_accepts_paths_inside(layout: tuple[Workspace, Path]) -> None:
     assert workspace.resolve(".") == root
 
 
-@pytest.mark.parametrize("raw", ["../outside/secret.txt", "sub/../../outside/secret.txt", "link_out", "dir_out/secret.txt", "dangling_out", "/etc/passwd", "~/x"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "../outside/secret.txt",
+        "sub/../../outside/secret.txt",
+        "link_out",
+        "dir_out/secret.txt",
+        "dangling_out",
+        "/etc/passwd",
+        "~/x",
+    ],
+)
 def test_resolve_rejects_escapes(layout: tuple[Workspace, Path], raw: str) -> None:
     workspace, _ = layout
     with pytest.raises(PathOutsideWorkspace) as caught:
@@ -133,10 +144,27 @@ async def test_symlink_inside_the_workspace_works(layout: tuple[Workspace, Path]
     assert result_of(message).content == "     1→hello\n     2→"
 
 
-async def test_glob_does_not_descend_into_symlinked_directories(layout: tuple[Workspace, Path]) -> None:
+async def test_search_tools_skip_links_out_and_special_files(layout: tuple[Workspace, Path]) -> None:
+    """Glob/Grep list and read only regular files really inside: a link to an outside file is
+    neither listed nor read, symlinked directories are not entered, a FIFO never blocks a read."""
     workspace, _ = layout
-    [message] = await run(workspace, [("Glob", {"pattern": "**/*.txt"})])
-    content = result_of(message).content
-    assert isinstance(content, str)
-    assert "secret" not in content
-    assert os.path.join(str(workspace.root), "inside.txt") in content.splitlines()
+    os.mkfifo(workspace.root / "pipe")
+    messages = await run(
+        workspace,
+        [
+            ("Glob", {"pattern": "**/*"}),
+            ("Grep", {"pattern": "secret|hello", "output_mode": "content"}),
+            ("Grep", {"pattern": ".", "output_mode": "count"}),
+            ("Read", {"file_path": "pipe"}),
+        ],
+    )
+    # one concurrent batch: results arrive in completion order, so look them up by id
+    by_id = {result_of(message).tool_use_id: result_of(message) for message in messages}
+    globbed, grepped, counted, fifo = (by_id[f"toolu_{index}"] for index in range(4))
+    listed = str(globbed.content).splitlines()
+    assert sorted(listed) == [str(workspace.root / "inside.txt"), str(workspace.root / "link_in")]
+    assert grepped.content == f"{workspace.root / 'inside.txt'}:1:hello\n{workspace.root / 'link_in'}:1:hello"
+    assert "pipe" not in str(counted.content)
+    assert fifo.content == (
+        "<tool_use_error>pipe is not a regular file (a pipe, socket or device); it cannot be read.</tool_use_error>"
+    )

@@ -88,7 +88,7 @@ async def test_glob_truncates(workspace: Workspace) -> None:
 
 
 async def test_glob_rejects_parent_patterns_and_missing_paths(workspace: Workspace) -> None:
-    with pytest.raises(ToolError, match="may not contain '..'"):
+    with pytest.raises(ToolError, match="may not contain '\\.\\.'"):
         await run(GlobTool(workspace), pattern="src/../../*")
     with pytest.raises(ToolError, match="Path does not exist: nowhere"):
         await run(GlobTool(workspace), pattern="*", path="nowhere")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,14 @@ async def test_write_keeps_content_byte_exact_and_refuses_directories(workspace:
     (workspace.root / "d").mkdir()
     with pytest.raises(ToolError, match="is a directory"):
         await run(WriteTool(workspace), file_path="d", content="")
+
+
+async def test_write_and_edit_refuse_special_files(workspace: Workspace) -> None:
+    os.mkfifo(workspace.root / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        await run(WriteTool(workspace), file_path="pipe", content="x")
+    with pytest.raises(ToolError, match="not a regular file"):
+        await run(EditTool(workspace), file_path="pipe", old_string="a", new_string="b")
 
 
 async def test_edit_replaces_a_unique_match(workspace: Workspace) -> None:

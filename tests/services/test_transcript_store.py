@@ -339,6 +339,13 @@ async def test_r7_9_sidechain_lines_go_to_the_agent_file_without_dedup(store: Tr
     assert (await store.record(SESSION, [user("SA0")], cwd=CWD)).written == ("SA0",)
 
 
+async def test_r7_1_subagent_meta_sidecar_beside_the_agent_file(store: TranscriptStore) -> None:
+    result = await store.record_sidechain(SESSION, "a7", [user("SA0")], cwd=CWD, subdir="workflows")
+    meta = await store.write_subagent_meta(SESSION, "a7", {"agentType": "Explore"}, cwd=CWD, subdir="workflows")
+    assert meta == result.path.with_name("agent-a7.meta.json")
+    assert json.loads(meta.read_text()) == {"agentType": "Explore"}
+
+
 # ---------------------------------------------------------------- R7.11 compact-boundary write order
 def _compaction(anchor_is_summary: bool = True) -> tuple[list[Message], list[Message], str]:
     """Pre-compact history [U0, A1, U2, A3] keeping [U2, A3]; post-compact [B, S, U2, A3]."""

@@ -502,14 +502,29 @@ class _HistoryBuilder:
         self.messages.extend(tombstones_for(partials))
 
     def _late_tombstone(self) -> None:
-        """Chaos: retract some earlier assistant message (its results stay in the history)."""
+        """Chaos: retract an earlier reply although its results are in the history.
+
+        A part holding a client tool_use takes every part of its reply with it (as R6.1 does for a
+        failed attempt): retracting just that part would also withdraw a result streamed between the
+        parts, and with it the user message that lets R4.7 merge the parts across a local command or
+        hook, so a spec-exact normalizer legitimately loses later results of the same reply (found by
+        these properties; see the helper report). Other parts are retracted alone, which is how a
+        tombstone targets one exact message (R6.3).
+        """
         candidates = [
             m for m in self.messages if isinstance(m, AssistantMessage) and m.uuid not in self.retracted_uuids
         ]
-        if candidates:
-            target = self.draw(st.sampled_from(candidates))
-            self.retracted_uuids.add(target.uuid)
-            self.add(TombstoneMessage(message=target))
+        if not candidates:
+            return
+        target = self.draw(st.sampled_from(candidates))
+        targets = [target]
+        if any(isinstance(block, ToolUseBlock) for block in target.blocks):
+            targets = [
+                m for m in candidates if m.api_message_id == target.api_message_id and not m.is_api_error_message
+            ]
+        for message in targets:
+            self.retracted_uuids.add(message.uuid)
+            self.add(TombstoneMessage(message=message))
 
     def _orphan_result(self) -> None:
         block = ToolResultBlock(tool_use_id=f"toolu_orphan{self.next_serial()}", content="stale")

@@ -79,7 +79,7 @@ def test_r4_29_placeholder_message_reported_with_output_uuid() -> None:
         [user("q"), assistant(tool_use("t1"))], options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(1)
     )
     assert shape(result) == ["U[text]", "A[tool_use]", "U[tool_result]"]
-    assert result[2].is_meta is True  # type: ignore[union-attr]
+    assert result[2].is_meta is True
     inserted = [r for r in repairs if r.kind is RepairKind.PLACEHOLDER_MESSAGE_INSERTED]
     assert [r.message_uuid for r in inserted] == [result[2].uuid]
     assert pairing.inserted_messages == (2,)
@@ -123,3 +123,36 @@ def test_r4_23_excess_media_oldest_first_nested_before_top_level() -> None:
     assert isinstance(nested, ToolResultBlock)
     assert nested.content == [text("x")]
     assert strip_excess_media_items([first, second], limit=3) == ([first, second], [])
+
+
+def test_r4_25_to_r4_29_examples_through_the_client_steps() -> None:
+    """§4.6 examples, as the R4.22 steps see them after normalizeMessagesForAPI."""
+    orphan_first, _ = _steps([user([tool_result("t9")]), assistant(text("a")), user("q")])
+    assert wire(orphan_first[0]) == [
+        {"type": "text", "text": "[Orphaned tool result removed due to conversation resume]"}
+    ]
+
+    duplicate, kinds = _steps([user("q"), assistant(tool_use("t1")), user([tool_result("t1"), tool_result("t1")])])
+    assert shape(duplicate) == ["U[text]", "A[tool_use]", "U[tool_result]"]
+    assert kinds == [RepairKind.DUPLICATE_TOOL_RESULT_DROPPED]
+
+    repeated, kinds = _steps(
+        [
+            user("q"),
+            assistant(tool_use("t1"), msg_id="A1"),
+            user([tool_result("t1")]),
+            assistant(tool_use("t1"), msg_id="A2"),
+            user([tool_result("t1")]),
+        ]
+    )
+    assert wire(repeated[3]) == [{"type": "text", "text": "[Tool use interrupted]", "citations": []}]
+    assert repeated[4].message.content == "(no content)"
+    assert repeated[4].is_meta is True
+    assert RepairKind.TOOL_USE_INTERRUPTED in kinds
+    assert RepairKind.RESULT_MESSAGE_EMPTIED in kinds
+
+    not_adjacent, _ = _steps(
+        [assistant(tool_use("t1")), user([text("hi")]), assistant(text("ok")), user([tool_result("t1")])]
+    )
+    assert shape(not_adjacent) == ["A[tool_use]", "U[tool_result,text]", "A[text]", "U[text]"]
+    assert not_adjacent[3].message.content == "(no content)"

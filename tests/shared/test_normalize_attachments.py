@@ -88,7 +88,7 @@ def test_r4_9_queued_command_blocks_keep_images_and_meta_rules() -> None:
 
 def test_r4_9_hook_texts() -> None:
     """R4.9: the hook attachment texts, each in a ``<system-reminder>``."""
-    blocking = {
+    blocking: JsonObject = {
         "type": "hook_blocking_error",
         "hookName": "PreToolUse:Bash",
         "blockingError": {"command": "lint.sh", "blockingError": "exit 2"},
@@ -96,13 +96,18 @@ def test_r4_9_hook_texts() -> None:
     assert _single_content(blocking) == (
         '<system-reminder>\nPreToolUse:Bash hook blocking error from command: "lint.sh": exit 2\n</system-reminder>'
     )
-    success = {"type": "hook_success", "hookName": "SessionStart:startup", "hookEvent": "SessionStart", "content": "ok"}
+    success: JsonObject = {
+        "type": "hook_success",
+        "hookName": "SessionStart:startup",
+        "hookEvent": "SessionStart",
+        "content": "ok",
+    }
     assert _single_content(success) == "<system-reminder>\nSessionStart:startup hook success: ok\n</system-reminder>"
-    context = {"type": "hook_additional_context", "hookName": "UserPromptSubmit", "content": ["a", "b"]}
+    context: JsonObject = {"type": "hook_additional_context", "hookName": "UserPromptSubmit", "content": ["a", "b"]}
     assert _single_content(context) == (
         "<system-reminder>\nUserPromptSubmit hook additional context: a\nb\n</system-reminder>"
     )
-    stopped = {"type": "hook_stopped_continuation", "hookName": "Stop", "message": "tests failing"}
+    stopped: JsonObject = {"type": "hook_stopped_continuation", "hookName": "Stop", "message": "tests failing"}
     assert (
         _single_content(stopped)
         == "<system-reminder>\nStop hook stopped continuation: tests failing\n</system-reminder>"
@@ -141,10 +146,11 @@ def test_r4_9_unknown_kind_produces_nothing_but_is_reported() -> None:
 def test_r4_9_text_file_read_is_reported_unconverted() -> None:
     """R4.9 ``file`` (text) and ``directory``: their result text is the Read/Bash tool's own mapping,
     not reproduced by agentbus — reported instead of silently dropped."""
-    for data in (
+    cases: list[JsonObject] = [
         {"type": "file", "filename": "/a.py", "content": {"type": "text", "file": {"content": "x"}}},
         {"type": "directory", "path": "/src", "content": "a.py"},
-    ):
+    ]
+    for data in cases:
         produced, repairs = normalize_attachment_for_api(attachment(data))
         assert produced == []
         assert [r.kind for r in repairs] == [RepairKind.ATTACHMENT_UNCONVERTED]
@@ -161,7 +167,9 @@ def test_r4_9_image_file_read_simulates_a_tool_call() -> None:
     (call, result), repairs = normalize_attachment_for_api(file_read)
     assert repairs == []
     assert call.message.content == (
-        '<system-reminder>\nCalled the Read tool with the following input: {"file_path":"/shots/a.png"}\n</system-reminder>'
+        "<system-reminder>\n"
+        'Called the Read tool with the following input: {"file_path":"/shots/a.png"}\n'
+        "</system-reminder>"
     )
     assert wire(result) == [{"type": "image", "source": {"type": "base64", "data": "AAAA", "media_type": "image/png"}}]
     assert (call.is_meta, result.is_meta) == (True, True)

@@ -51,7 +51,7 @@ def test_r4_14_orphaned_thinking_only_dropped() -> None:
     result, report = normalize_messages_for_api([user("q"), orphan, user("again")], options=NormalizeOptions())
     assert shape(result) == ["U[text]", "U[text]"]
     assert report.count(RepairKind.ORPHANED_THINKING_DROPPED) == 1
-    partner_later = [
+    partner_later: list[Message] = [
         user("q"),
         assistant(thinking("t"), msg_id="B"),
         user([text("x")]),
@@ -69,7 +69,7 @@ def test_r4_15_trailing_thinking_removed_from_last_assistant() -> None:
     assert report.count(RepairKind.TRAILING_THINKING_DROPPED) == 1
     thinking_then_tool = assistant(thinking("a"), tool_use("t1"), thinking("b"), msg_id="M")
     assert shape(_normalize([user("q"), thinking_then_tool])) == ["U[text]", "A[thinking,tool_use]"]
-    only = [user("q"), assistant(text("x"), msg_id="T"), assistant(thinking("z"), msg_id="T")]
+    only: list[Message] = [user("q"), assistant(text("x"), msg_id="T"), assistant(thinking("z"), msg_id="T")]
     assert wire(_normalize(only)[-1]) == [{"type": "text", "text": "x"}]
 
 
@@ -93,9 +93,9 @@ def test_r4_16_whitespace_only_assistants_removed_and_users_merged() -> None:
     result, report = normalize_messages_for_api(messages, options=NormalizeOptions())
     assert wire(result[0]) == [{"type": "text", "text": "a\n"}, {"type": "text", "text": "b"}]
     assert report.count(RepairKind.WHITESPACE_ASSISTANT_DROPPED) == 1
-    with_thinking = [user("a"), assistant(text("\n\n"), thinking("x"), msg_id="W2"), user("b")]
+    with_thinking: list[Message] = [user("a"), assistant(text("\n\n"), thinking("x"), msg_id="W2"), user("b")]
     assert shape(_normalize(with_thinking)) == ["U[text]", "A[text,thinking]", "U[text]"]
-    last_blank = [user("a"), assistant(text("  "), thinking("x"), msg_id="V")]
+    last_blank: list[Message] = [user("a"), assistant(text("  "), thinking("x"), msg_id="V")]
     assert shape(_normalize(last_blank)) == ["U[text]"]
 
 
@@ -172,5 +172,5 @@ def test_r4_21_oversized_base64_image_raises() -> None:
     assert raised.value.limit == 100
     # At the limit, or nested in a tool_result, it is not R4.21's concern.
     _normalize([user([image("A" * 100)])], NormalizeOptions(max_image_base64_bytes=100))
-    nested = [assistant(tool_use("t1")), user([tool_result("t1", [big])])]
+    nested: list[Message] = [assistant(tool_use("t1")), user([tool_result("t1", [big])])]
     _normalize(nested, NormalizeOptions(max_image_base64_bytes=100))

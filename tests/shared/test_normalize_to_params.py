@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shared.json_types import JsonObject
 from shared.messages import parse_message
 from shared.normalize import message_to_param, to_messages_request
 from tests.shared.normalize_builders import assistant, text, thinking, tool_result, tool_use, user
@@ -22,7 +23,7 @@ def test_to_params_user_string_and_blocks() -> None:
 def test_to_params_assistant_is_always_a_list_and_thinking_byte_identical() -> None:
     """Assistant content is always a list (an old string content becomes one text block); thinking
     text and signature are dumped exactly as read (key order is the model's, which JSON ignores)."""
-    raw = {
+    raw: JsonObject = {
         "type": "assistant",
         "uuid": "u1",
         "timestamp": "2026-01-01T00:00:00.000Z",
@@ -39,7 +40,9 @@ def test_to_params_assistant_is_always_a_list_and_thinking_byte_identical() -> N
         "role": "assistant",
         "content": [{"signature": "EqQB/sig==", "thinking": "why\n", "type": "thinking"}],
     }
-    old = parse_message({**raw, "message": {**raw["message"], "content": "plain"}})  # type: ignore[dict-item]
+    payload = raw["message"]
+    assert isinstance(payload, dict)
+    old = parse_message({**raw, "message": {**payload, "content": "plain"}})
     assert message_to_param(old)["content"] == [{"type": "text", "text": "plain"}]  # type: ignore[arg-type]
 
 

@@ -18,6 +18,7 @@ from shared.constants import (
     dont_ask_reject_message,
 )
 from shared.errors import AgentbusError, InvalidPermissionRule
+from shared.json_types import JsonObject
 from shared.path_glob import gitignore_match, glob_match, normalize_posix
 from shared.permission_rules import parse_rule, path_rule_matches
 from shared.permissions import PermissionContext, check_permission, decide
@@ -30,7 +31,7 @@ def ctx(**kwargs: object) -> PermissionContext:
     return PermissionContext.from_settings(workspace_root=WS, home_dir=HOME, **kwargs)  # type: ignore[arg-type]
 
 
-def bash(command: str) -> dict[str, object]:
+def bash(command: str) -> JsonObject:
     return {"command": command}
 
 
@@ -155,6 +156,7 @@ def test_bash_deny_wins_if_any_part_is_denied() -> None:
     "command",
     [
         "FOO=1 rm x",
+        'FOO="a b" BAR=$(id) rm x',
         "timeout 10 rm x",
         "nohup rm x",
         "find . | xargs rm",
@@ -174,6 +176,7 @@ def test_bash_allow_strips_only_harmless_env_vars_and_wrappers() -> None:
     assert check_permission("Bash", bash("timeout 30 npm test"), context).behavior == "allow"
     assert check_permission("Bash", bash("LD_PRELOAD=/x.so npm test"), context).behavior == "ask"
     assert check_permission("Bash", bash("PATH=/evil npm test"), context).behavior == "ask"
+    assert check_permission("Bash", bash('NODE_ENV="$X" npm test'), context).behavior == "ask"
 
 
 @pytest.mark.parametrize(
@@ -350,7 +353,12 @@ def test_read_only_tools_are_allowed_by_default() -> None:
 
 
 def test_plan_mode_decides_like_default() -> None:
-    for tool, tool_input in (("Edit", {"file_path": "/ws/a"}), ("Bash", bash("ls")), ("Read", {"file_path": "/ws/a"})):
+    calls: list[tuple[str, JsonObject]] = [
+        ("Edit", {"file_path": "/ws/a"}),
+        ("Bash", bash("ls")),
+        ("Read", {"file_path": "/ws/a"}),
+    ]
+    for tool, tool_input in calls:
         assert (
             check_permission(tool, tool_input, ctx(mode="plan")).behavior
             == check_permission(tool, tool_input, ctx()).behavior

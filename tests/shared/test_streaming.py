@@ -483,12 +483,6 @@ TOOL_BLOCK = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}
             "Content block is not a thinking block",
         ),
         (
-            [message_start(), block_start(0, TEXT_BLOCK), delta(0, "connector_text_delta", connector_text="x")],
-            2,
-            "content_block_delta",
-            "unknown delta type 'connector_text_delta'",
-        ),
-        (
             [message_start(), block_start(0, TEXT_BLOCK), delta(0, "text_delta", text=5)],
             2,
             "content_block_delta",
@@ -629,3 +623,13 @@ def test_r9_9_non_streaming_fallback_result_is_one_message_with_all_blocks() -> 
     assert parse_message(message.to_wire()) == message
     with pytest.raises(ContentNormalizationError):
         assistant_from_api_response({**response, "content": "text"})
+
+
+def test_r9_3_unknown_delta_types_are_ignored_like_claude_code() -> None:
+    """R9.3/R9.6: a delta type newer than this code is skipped (the raw event still passes through)."""
+    accumulator = StreamAccumulator(max_output_tokens=100)
+    accumulator.feed(message_start())
+    accumulator.feed(block_start(0, TEXT_BLOCK))
+    outputs = accumulator.feed(delta(0, "connector_text_delta", connector_text="x"))
+    assert [type(output).__name__ for output in outputs] == ["StreamEventMessage"]
+    assert accumulator.failure is None

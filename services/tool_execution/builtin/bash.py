@@ -67,6 +67,36 @@ class _CappedText:
         return body
 
 
+class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Signals when the shell itself exits. ``Process.wait()`` also waits for the pipes to close,
+    which a background child (``sleep 99 &``) can keep open long after the command is done."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+async def _spawn(
+    argv: list[str], *, cwd: str, env: dict[str, str]
+) -> tuple[asyncio.subprocess.Process, _ExitAwareProtocol]:
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.subprocess_exec(
+        lambda: _ExitAwareProtocol(limit=2**16, loop=loop),
+        *argv,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+    )
+    return asyncio.subprocess.Process(transport, protocol, loop), protocol
+
+
 def _kill_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -117,32 +147,23 @@ class BashTool(Tool[BashInput]):
         base = dict(os.environ) if self.env is None else dict(self.env)
         return {**base, **QUIET_ENV}
 
-    async def _stop(self, process: asyncio.subprocess.Process) -> None:
-        """SIGTERM the group, then SIGKILL it if it is still there after the grace period."""
-        if process.returncode is not None:
-            _kill_group(process.pid, signal.SIGKILL)  # stragglers of a finished leader
-            return
-        _kill_group(process.pid, signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), self.kill_grace_s)
+    async def _stop(self, process: asyncio.subprocess.Process, protocol: _ExitAwareProtocol) -> None:
+        """SIGTERM the group, SIGKILL it after the grace period; a finished shell's leftover
+        background children are killed right away."""
+        if not protocol.exited.is_set():
+            _kill_group(process.pid, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(protocol.exited.wait(), self.kill_grace_s)
         _kill_group(process.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            await process.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(protocol.exited.wait(), self.kill_grace_s)
 
     async def call(self, tool_input: BashInput, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
         timeout_ms = min(tool_input.timeout or self.default_timeout_ms, self.max_timeout_ms)
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
-        process = await asyncio.create_subprocess_exec(
-            self.shell,
-            "-c",
-            tool_input.command,
-            cwd=self.workspace.root,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            env=self._environment(),
+        process, protocol = await _spawn(
+            [self.shell, "-c", tool_input.command], cwd=str(self.workspace.root), env=self._environment()
         )
         chunks: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
         readers = [
@@ -150,7 +171,7 @@ class BashTool(Tool[BashInput]):
             asyncio.create_task(self._pump(process.stderr, "stderr", chunks)),
         ]
         outputs = {"stdout": _CappedText(self.max_output_chars), "stderr": _CappedText(self.max_output_chars)}
-        exited = asyncio.create_task(process.wait())
+        exited = asyncio.create_task(protocol.exited.wait())
         fresh: list[str] = []
         lines = 0
         last_progress = started
@@ -184,11 +205,11 @@ class BashTool(Tool[BashInput]):
                     await asyncio.wait_for(asyncio.shield(exited), max(deadline - time.monotonic(), 0))
                 except TimeoutError:
                     timed_out = True
-            await self._stop(process)
+            await self._stop(process, protocol)
             await self._finish_readers(readers, chunks, outputs)
         finally:
-            if process.returncode is None or not exited.done():
-                await asyncio.shield(self._stop(process))
+            if not protocol.exited.is_set():
+                await asyncio.shield(self._stop(process, protocol))
             exited.cancel()
             for reader in readers:
                 reader.cancel()

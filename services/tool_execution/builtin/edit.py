@@ -49,6 +49,8 @@ class EditTool(Tool[EditInput]):
             raise ToolError(NO_CHANGES)
         if path.is_dir():
             raise ToolError(f"{tool_input.file_path} is a directory; Edit needs a file path.")
+        if path.exists() and not path.is_file():
+            raise ToolError(f"{tool_input.file_path} is not a regular file (a pipe, socket or device).")
 
     def permission_paths(self, tool_input: EditInput) -> list[str]:
         return [str(self.workspace.resolve(tool_input.file_path))]

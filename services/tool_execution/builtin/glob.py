@@ -69,7 +69,9 @@ class GlobTool(Tool[GlobInput]):
         root = search_root(self.workspace, tool_input.path)
         pattern = self._relative_pattern(tool_input)
         found = [
-            (modified_time(path), str(path)) for path, relative in walk_files(root) if glob_match(pattern, relative)
+            (modified_time(path), str(path))
+            for path, relative in walk_files(self.workspace, root)
+            if glob_match(pattern, relative)
         ]
         found.sort()
         truncated = len(found) > self.max_results

@@ -118,7 +118,7 @@ class GrepTool(Tool[GrepInput]):
         regex = self._compile(tool_input)
         root = search_root(self.workspace, tool_input.path)
         hits: list[_FileHits] = []
-        for path, relative in walk_files(root):
+        for path, relative in walk_files(self.workspace, root):
             if tool_input.glob and not gitignore_match(tool_input.glob, relative):
                 continue
             found = self._search_file(path, regex, tool_input)

@@ -87,6 +87,10 @@ class ReadTool(Tool[ReadInput]):
             raise ToolError(f"File does not exist. Note: your current working directory is {self.workspace.root}.")
         if path.is_dir():
             raise ToolError(f"{tool_input.file_path} is a directory, not a file. Use Glob or Bash (ls) to list it.")
+        if not path.is_file():
+            raise ToolError(
+                f"{tool_input.file_path} is not a regular file (a pipe, socket or device); it cannot be read."
+            )
         ext = extension(path)
         if ext in IMAGE_MEDIA_TYPES:
             return self._read_image(path, tool_input.file_path, IMAGE_MEDIA_TYPES[ext])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,19 +21,31 @@ def search_root(workspace: Workspace, raw: str | None) -> Path:
     return root
 
 
-def walk_files(root: Path) -> Iterator[tuple[Path, str]]:
-    """``(path, path relative to root in POSIX form)`` for every regular file (or link to one) under
-    ``root``, in a stable order; symlinked directories are not entered, ``.git`` is skipped."""
-    if root.is_file():
-        yield root, root.name
+def _searchable(path: Path, workspace: Workspace) -> bool:
+    """A regular file whose real location is inside the workspace: a symlink pointing outside is
+    never read, and FIFOs, sockets and devices (which could block a read forever) are skipped."""
+    try:
+        real = path.resolve(strict=True)
+        return workspace.contains(real) and stat.S_ISREG(real.stat().st_mode)
+    except (OSError, RuntimeError):
+        return False
+
+
+def walk_files(workspace: Workspace, root: Path) -> Iterator[tuple[Path, str]]:
+    """``(path, path relative to root in POSIX form)`` for every searchable file under ``root`` (see
+    :func:`_searchable`), in a stable order; symlinked directories are not entered, ``.git`` is
+    skipped."""
+    if not root.is_dir():
+        if _searchable(root, workspace):
+            yield root, root.name
         return
     for directory, subdirectories, files in os.walk(root, followlinks=False):
         subdirectories[:] = sorted(name for name in subdirectories if name not in SKIPPED_DIRECTORIES)
         base = Path(directory)
         relative_base = base.relative_to(root).as_posix()
         for name in sorted(files):
-            relative = name if relative_base == "." else f"{relative_base}/{name}"
-            yield base / name, relative
+            if _searchable(base / name, workspace):
+                yield base / name, name if relative_base == "." else f"{relative_base}/{name}"
 
 
 def modified_time(path: Path) -> float:

@@ -31,6 +31,8 @@ class WriteTool(Tool[WriteInput]):
         path = self.workspace.resolve(tool_input.file_path)
         if path.is_dir():
             raise ToolError(f"{tool_input.file_path} is a directory; Write needs a file path.")
+        if path.exists() and not path.is_file():
+            raise ToolError(f"{tool_input.file_path} is not a regular file (a pipe, socket or device).")
 
     def permission_paths(self, tool_input: WriteInput) -> list[str]:
         return [str(self.workspace.resolve(tool_input.file_path))]

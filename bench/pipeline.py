@@ -1,0 +1,251 @@
+"""End-to-end pipeline benchmark against a raw batched redis-py chain measured in the same run.
+
+    uv run python bench/pipeline.py                 # saturation throughput + latency at 1k events/s
+    uv run python bench/pipeline.py --events 20000 --aof
+
+What is measured (issue 4):
+- **throughput**: N events (prompts and assistant replies over S sessions, pipelined by the producer)
+  from the first XADD until every one is in the canonical log, its request (if any) published and its
+  transcript line fsync'd — i.e. until the normalization and transcript groups have settled;
+- **latency**: a producer paced at R events/s; every event's time from its ingress entry id (the
+  producer's write) to its durable transcript line, read from the transcript worker's
+  ``agentbus_end_to_end_latency_seconds{stage="transcript_durable"}`` histogram;
+- **baseline**: ``bench/raw_chain.py`` with the same number of consuming hops (3: ingestion, then
+  normalization and transcripts) on the same private Redis, in the same run; the figures are printed
+  as ratios to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.raw_chain import run_raw_chain
+from services.client import AgentbusClient
+from services.runtime.local_redis import LocalRedis, free_port, start_local_redis
+from services.runtime.streams import StreamNames
+from services.runtime.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
+from shared.events import AssistantReply, IngressEnvelope, UserPrompt
+from shared.factories import create_assistant_message
+
+HOPS = 3
+SHARDS = 8
+
+
+@dataclass
+class Workers:
+    processes: list[subprocess.Popen[bytes]]
+    ports: dict[str, int]
+
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in zip(self.ports, self.processes, strict=True)}
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def start_workers(redis_url: str, root: Path) -> Workers:
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "AGENTBUS_DATA_DIR": str(root / "data"),
+        "AGENTBUS_SHARDS": str(SHARDS),
+        "AGENTBUS_FSYNC_INTERVAL_MS": "2",
+        "AGENTBUS_CONSUMER__BLOCK_MS": "100",
+        "LOG_LEVEL": "WARNING",
+    }
+    processes, ports = [], {}
+    for name in ("ingestion", "normalization", "transcripts"):
+        port = free_port()
+        ports[name] = port
+        profile = ["-m", "cProfile", "-o", str(root / f"{name}.prof")] if os.environ.get("BENCH_PROFILE") else []
+        command = [sys.executable, *profile, "-m", "services.cli.main", "worker", name, "--port", str(port)]
+        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    deadline = time.monotonic() + 60
+    for name, port in ports.items():
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready")
+            time.sleep(0.05)
+    workers = Workers(processes, ports)
+    if os.environ.get("BENCH_PIDS"):
+        Path(os.environ["BENCH_PIDS"]).write_text(json.dumps(workers.pids()))
+    return workers
+
+
+def workload(events: int, sessions: int) -> list[tuple[str, IngressEnvelope]]:
+    """Alternating prompts and replies per session: every prompt makes the normalizer publish a request."""
+    out: list[tuple[str, IngressEnvelope]] = []
+    for index in range(events):
+        session = f"bench-{index % sessions}"
+        turn = index // sessions
+        if turn % 2 == 0:
+            payload: Any = UserPrompt(content=f"question {turn} of {session}: what is {turn} + {turn}?")
+        else:
+            payload = AssistantReply(message=create_assistant_message(f"{turn - 1} + {turn - 1} is {2 * (turn - 1)}."))
+        out.append((session, IngressEnvelope(session_id=session, idempotency_key=f"{session}:{turn}", payload=payload)))
+    return out
+
+
+async def settled(redis: aioredis.Redis, topology: Topology) -> bool:
+    for stream in topology.names.shard_streams("log"):
+        for info in await redis.xinfo_groups(stream):
+            name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
+            if name in (NORMALIZATION_GROUP, TRANSCRIPTS_GROUP) and (info.get("lag") != 0 or int(info["pending"]) != 0):
+                return False
+    for stream in topology.names.shard_streams("ingress"):
+        for info in await redis.xinfo_groups(stream):
+            if info.get("lag") != 0 or int(info["pending"]) != 0:
+                return False
+    return True
+
+
+async def saturate(redis_url: str, events: int, sessions: int) -> float:
+    names = StreamNames(prefix="agentbus:", shards=SHARDS)
+    async with AgentbusClient.connect(redis_url, names=names) as bus:
+        batch = workload(events, sessions)
+        started = time.perf_counter()
+        for start in range(0, len(batch), 100):
+            pipe = bus.redis.pipeline(transaction=False)
+            for session, envelope in batch[start : start + 100]:
+                pipe.xadd(bus.topology.ingress_for(session), {"data": envelope.to_wire_json()})
+            await pipe.execute()
+        while not await settled(bus.redis, bus.topology):
+            await asyncio.sleep(0.002)
+        return events / (time.perf_counter() - started)
+
+
+async def paced(redis_url: str, rate: float, seconds: float, sessions: int) -> int:
+    names = StreamNames(prefix="agentbus:", shards=SHARDS)
+    async with AgentbusClient.connect(redis_url, names=names) as bus:
+        batch = workload(int(rate * seconds), sessions)
+        started = time.perf_counter()
+        for index, (session, envelope) in enumerate(batch):
+            due = started + index / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await bus.redis.xadd(bus.topology.ingress_for(session), {"data": envelope.to_wire_json()})
+        while not await settled(bus.redis, bus.topology):
+            await asyncio.sleep(0.01)
+        return len(batch)
+
+
+def latency_buckets(port: int, stage: str = "transcript_durable") -> list[tuple[float, float]]:
+    """The cumulative buckets of the transcript worker's end-to-end latency histogram for ``stage``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    buckets: list[tuple[float, float]] = []
+    for line in text.splitlines():
+        if line.startswith("agentbus_end_to_end_latency_seconds_bucket") and f'stage="{stage}"' in line:
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float("inf") if bound == "+Inf" else float(bound), float(line.rsplit(" ", 1)[1])))
+    return sorted(buckets)
+
+
+def window_quantiles(before: list[tuple[float, float]], after: list[tuple[float, float]]) -> dict[str, float]:
+    """p50/p99 in ms of the events observed between two scrapes (linear interpolation in a bucket)."""
+    earlier = dict(before)
+    buckets = [(bound, count - earlier.get(bound, 0.0)) for bound, count in after]
+    total = buckets[-1][1] if buckets else 0.0
+    result: dict[str, float] = {"count": total}
+    for name, quantile in (("p50_ms", 0.5), ("p99_ms", 0.99)):
+        target, lower_bound, lower_count = quantile * total, 0.0, 0.0
+        for bound, count in buckets:
+            if count >= target and total:
+                span = count - lower_count
+                fraction = (target - lower_count) / span if span else 1.0
+                upper = bound if bound != float("inf") else lower_bound
+                result[name] = (lower_bound + fraction * (upper - lower_bound)) * 1000
+                break
+            lower_bound, lower_count = bound, count
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--sessions", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--aof", action="store_true", help="Redis with appendonly everysec (production setting)")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="agentbus-bench-"))
+    server: LocalRedis = start_local_redis(root / "redis", appendonly=args.aof)
+    results: dict[str, Any] = {"events": args.events, "sessions": args.sessions, "hops": HOPS, "aof": args.aof}
+    try:
+        raw = run_raw_chain(server.url, hops=HOPS, n=args.events)
+        raw_paced = run_raw_chain(server.url, hops=HOPS, n=int(args.rate * args.seconds), rate=args.rate)
+        results["raw_events_per_s"] = raw.events_per_s
+        results["raw_paced_p50_ms"], results["raw_paced_p99_ms"] = raw_paced.p50_ms, raw_paced.p99_ms
+        asyncio.run(_flush(server.url))
+        workers = start_workers(server.url, root)
+        try:
+            cpu_before = {name: _cpu_s(pid) for name, pid in workers.pids().items()}
+            results["agentbus_events_per_s"] = asyncio.run(saturate(server.url, args.events, args.sessions))
+            results["cpu_us_per_event"] = {
+                name: round((_cpu_s(pid) - cpu_before[name]) * 1e6 / args.events, 1) for name, pid in workers.pids().items()
+            }
+            before = latency_buckets(workers.ports["transcripts"])
+            results["paced_events"] = asyncio.run(paced(server.url, args.rate, args.seconds, args.sessions))
+            results["paced_latency"] = window_quantiles(before, latency_buckets(workers.ports["transcripts"]))
+        finally:
+            workers.stop()
+    finally:
+        server.stop()
+    results["throughput_ratio"] = results["agentbus_events_per_s"] / results["raw_events_per_s"]
+    print(json.dumps(results, indent=2))
+    print(
+        f"\nthroughput: agentbus {results['agentbus_events_per_s']:,.0f} ev/s vs raw {HOPS}-hop chain "
+        f"{results['raw_events_per_s']:,.0f} ev/s → ratio {results['throughput_ratio']:.2f} (goal ≥ 0.5)"
+    )
+    latency = results["paced_latency"]
+    p50, p99 = latency.get("p50_ms", float("nan")), latency.get("p99_ms", float("nan"))
+    print(
+        f"latency at {args.rate:,.0f} ev/s, ingress → durable transcript: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
+        f"(goal p99 ≤ 10 ms); raw chain p50 {results['raw_paced_p50_ms']:.1f} ms, p99 {results['raw_paced_p99_ms']:.1f} ms"
+    )
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _flush(url: str) -> None:
+    client = aioredis.Redis.from_url(url)
+    await client.flushall()
+    await client.aclose()
+
+
+if __name__ == "__main__":
+    main()

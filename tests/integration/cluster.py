@@ -1,0 +1,146 @@
+"""A real agentbus deployment for tests: every worker is its own OS process (``agentbus worker NAME``)
+against the test session's private Redis, with short timeouts so failure paths finish quickly."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.client import AgentbusClient
+from services.runtime.local_redis import free_port
+from services.runtime.streams import StreamNames
+
+TEST_SHARDS = 4
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+
+@dataclass
+class WorkerCluster:
+    """Worker processes of one test; ``stop()`` ends them all."""
+
+    redis_url: str
+    root: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    workers: list[Worker] = field(default_factory=list)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
+
+    @property
+    def names(self) -> StreamNames:
+        return StreamNames(prefix="agentbus:", shards=TEST_SHARDS)
+
+    def env(self) -> dict[str, str]:
+        env = {
+            **os.environ,
+            "REDIS_URL": self.redis_url,
+            "AGENTBUS_DATA_DIR": str(self.data_dir),
+            "AGENTBUS_TOOLS__WORKSPACE": str(self.workspace),
+            "AGENTBUS_SHARDS": str(TEST_SHARDS),
+            "AGENTBUS_CONSUMER__CLAIM_MIN_IDLE_MS": "1500",
+            "AGENTBUS_CONSUMER__CLAIM_INTERVAL_S": "0.5",
+            "AGENTBUS_CONSUMER__MAX_DELIVERIES": "4",
+            "AGENTBUS_LANE__LEASE_TTL_MS": "2000",
+            "AGENTBUS_LANE__RENEW_INTERVAL_MS": "300",
+            "AGENTBUS_TOOLS__TIMEOUT_S": "2",
+            "AGENTBUS_TOOLS__DEADLINE_S": "30",
+            "AGENTBUS_TOOLS__ALLOW": '["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]',
+            "AGENTBUS_FSYNC_INTERVAL_MS": "2",
+            "LOG_LEVEL": "WARNING",
+            **self.extra_env,
+        }
+        return env
+
+    def start(self, name: str, count: int = 1) -> list[Worker]:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        started = []
+        for _ in range(count):
+            port = free_port()
+            log_path = self.root / f"{name}-{port}.log"
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "services.cli.main", "worker", name, "--port", str(port)],
+                    env=self.env(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            worker = Worker(name, process, port, log_path)
+            self.workers.append(worker)
+            started.append(worker)
+        return started
+
+    def start_all(self, instances: int = 1) -> None:
+        for name in ("ingestion", "normalization", "transcripts", "tools"):
+            self.start(name, instances)
+        self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for worker in self.workers:
+            while True:
+                if worker.process.poll() is not None:
+                    raise RuntimeError(f"{worker.name} exited: {worker.log_path.read_text()[-2000:]}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/readyz", timeout=1) as reply:
+                        if reply.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{worker.name} not ready: {worker.log_path.read_text()[-2000:]}")
+                time.sleep(0.05)
+
+    def of(self, name: str) -> list[Worker]:
+        return [w for w in self.workers if w.name == name and w.process.poll() is None]
+
+    def kill(self, worker: Worker) -> None:
+        worker.process.send_signal(signal.SIGKILL)
+        worker.process.wait()
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+
+    def client(self) -> AgentbusClient:
+        return AgentbusClient.connect(self.redis_url, names=self.names)
+
+    def logs(self) -> str:
+        return "\n".join(f"== {w.name}:{w.port}\n{w.log_path.read_text(errors='replace')}" for w in self.workers)
+
+
+async def eventually(check: object, *, timeout_s: float = 30.0, interval_s: float = 0.05) -> None:
+    """Await ``check()`` (an async callable returning bool) until it is true."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if await check():  # type: ignore[operator]
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        await asyncio.sleep(interval_s)

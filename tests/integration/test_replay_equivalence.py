@@ -1,0 +1,103 @@
+"""Issue 4, replay equivalence: every recorded Claude Code session of the corpus, pushed through the bus
+by ``agentbus replay`` (ingestion → log → transcript worker), normalizes to the same API request as the
+original file (R7.14–R7.20 resume, then §4 normalization, with the same new prompt appended)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from services.client import AgentbusClient
+from services.replay import replay_transcript
+from services.runtime.settings import Settings
+from services.transcripts.api_view import api_view_of_transcript
+from services.transcripts.layout import session_file
+from shared.api_types import MessageParam
+from shared.api_validation import validate_api_request
+from tests.conftest import CORPUS_ROOT
+from tests.integration.cluster import WorkerCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PROMPT = "continue"
+CORPUS_FILES = sorted((CORPUS_ROOT / "claude-code").rglob("*.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def replay_cluster(module_cluster: WorkerCluster) -> Iterator[WorkerCluster]:
+    """One instance of every worker, shared by the module (sessions keep the tests apart)."""
+    module_cluster.start_all(instances=1)
+    yield module_cluster
+
+
+@pytest.fixture
+async def bus(replay_cluster: WorkerCluster) -> AsyncIterator[AgentbusClient]:
+    async with replay_cluster.client() as client:
+        yield client
+
+
+def settings_of(cluster: WorkerCluster) -> Settings:
+    return Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+
+
+def session_for(path: Path) -> str:
+    """A stable session id per corpus file, so a failure names the session to inspect."""
+    relative = path.relative_to(CORPUS_ROOT).as_posix()
+    return f"replay-{zlib.crc32(relative.encode()):08x}-{path.stem[:24]}"
+
+
+def api_messages(data: bytes) -> list[MessageParam]:
+    return api_view_of_transcript(data, prompt=PROMPT).request["messages"]
+
+
+def test_corpus_has_the_claude_code_sessions() -> None:
+    """The equivalence below is only meaningful if it covers the whole corpus."""
+    assert len(CORPUS_FILES) == 24
+
+
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.relative_to(CORPUS_ROOT).as_posix())
+async def test_replayed_session_normalizes_like_the_original(
+    path: Path, replay_cluster: WorkerCluster, bus: AgentbusClient
+) -> None:
+    """R7.14–R7.20 + §4: normalize(replay(FILE) persisted transcript) == normalize(FILE)."""
+    original = path.read_bytes()
+    session = session_for(path)
+    persisted_path = await replay_transcript(
+        bus, original, session_id=session, settings=settings_of(replay_cluster), timeout_s=30
+    )
+    persisted = persisted_path.read_bytes()
+    uuids = [json.loads(line)["uuid"] for line in persisted.splitlines() if line.strip()]
+    assert len(uuids) == len(set(uuids)) > 0  # effectively-once per message uuid
+    expected = api_messages(original)
+    replayed = api_messages(persisted)
+    assert replayed == expected
+    assert validate_api_request({"messages": replayed}) == []
+    dead = await bus.redis.xlen(replay_cluster.names.dead_letter_stream(bus.topology.ingress_for(session)))
+    assert dead == 0
+
+
+def test_cli_replay_prints_the_session_and_its_transcript(replay_cluster: WorkerCluster) -> None:
+    """``agentbus replay FILE --session ID`` prints the session id and the transcript path it waited for."""
+    path = CORPUS_ROOT / "claude-code" / "marot__spotter" / "tool_heavy.jsonl"
+    session = "replay-cli-tool-heavy"
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "replay", str(path), "--session", session, "--timeout", "30"],
+        env=replay_cluster.env(),
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    printed_session, printed_path = done.stdout.decode().split()
+    settings = settings_of(replay_cluster)
+    assert printed_session == session
+    assert Path(printed_path) == session_file(settings.data_dir, settings.cwd, session)
+    lines = [json.loads(line) for line in Path(printed_path).read_text().splitlines()]
+    assert {line["sessionId"] for line in lines} == {session}
+    assert api_messages(Path(printed_path).read_bytes()) == api_messages(path.read_bytes())

@@ -1,0 +1,153 @@
+"""Ordered lanes (ecosystem.md §5.3 points 2–3): with several worker instances, each shard stream has one
+reader (its lease owner), so every session's events are handled in stream order, across a graceful
+hand-over and across the crash of an owner."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.runtime.consumer import BatchHandler, BatchOutcome, ConsumerConfig
+from services.runtime.entries import StreamEntry
+from services.runtime.lanes import ShardLanes
+from services.runtime.leases import LeaseConfig, ShardLeases
+from services.runtime.streams import StreamNames
+
+pytestmark = pytest.mark.integration
+
+NAMES = StreamNames(prefix="agentbus:", shards=4)
+LANE = "normalize"
+EVENTS = "session_events"
+SESSIONS = [f"session-{i}" for i in range(8)]
+
+Record = tuple[str, int, int, str]  # session, seq, epoch, worker
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 15.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def produce(client: aioredis.Redis, seqs: range) -> None:
+    pipe = client.pipeline(transaction=False)
+    for seq in seqs:
+        for session in SESSIONS:
+            pipe.xadd(NAMES.session_stream(session, EVENTS), {"session": session, "seq": seq})
+    await pipe.execute()
+
+
+class Worker:
+    """One worker instance: leases for the lane plus one ordered consumer per owned shard."""
+
+    def __init__(self, client: aioredis.Redis, name: str, records: list[Record], ttl_ms: int) -> None:
+        self.name = name
+        self.records = records
+        self.hang = asyncio.Event()
+        self.in_hand = asyncio.Event()
+        self.lanes = ShardLanes(
+            client,
+            NAMES,
+            stream_name=EVENTS,
+            group=LANE,
+            consumer=name,
+            handler_factory=self.handler,
+            config=ConsumerConfig(count=20, block_ms=20),
+        )
+        config = LeaseConfig(ttl_ms=ttl_ms, renew_interval_ms=50)
+        self.leases = ShardLeases(client, NAMES, lane=LANE, owner=name, listener=self.lanes, config=config)
+        self.task = asyncio.create_task(self.leases.run())
+
+    def handler(self, shard: int, epoch: int) -> BatchHandler:
+        async def handle(batch: list[StreamEntry]) -> BatchOutcome:
+            if self.hang.is_set():
+                self.in_hand.set()
+                await asyncio.Event().wait()
+            await asyncio.sleep(0.001)
+            for entry in batch:
+                self.records.append((entry.fields["session"].decode(), int(entry.fields["seq"]), epoch, self.name))
+            return BatchOutcome()
+
+        return handle
+
+    async def stop(self) -> None:
+        await self.leases.stop()
+        await self.task
+
+    async def crash(self) -> None:
+        """Die without releasing anything: leases expire, batches in hand stay pending."""
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        for consumer in list(self.lanes.consumers.values()):
+            await consumer.stop(timeout_s=0)
+
+
+async def settled(*workers: Worker) -> None:
+    """Wait until the workers split the shards between them (so each one reads some sessions)."""
+
+    def split() -> bool:
+        for worker in workers:
+            if worker.task.done():
+                worker.task.result()  # surface a crashed lease loop instead of waiting for the timeout
+        owned = [set(worker.leases.owned) for worker in workers]
+        return all(owned) and sum(map(len, owned)) == NAMES.shards == len(set().union(*owned))
+
+    try:
+        await wait_until(split)
+    except TimeoutError:
+        state = {w.name: (sorted(w.leases.owned), w.leases.members, w.leases.conflicts) for w in workers}
+        raise AssertionError(f"shards never split between the workers: {state}") from None
+
+
+def assert_in_order(records: list[Record], seqs: range) -> None:
+    """Per session, seqs are handled in stream order and none is missing (repeats allowed: at-least-once)."""
+    for session in SESSIONS:
+        handled = [seq for name, seq, _, _ in records if name == session]
+        assert handled == sorted(handled), f"{session} out of order: {handled}"
+        assert set(handled) == set(seqs)
+
+
+async def test_sessions_stay_in_order_across_graceful_hand_over(aredis: aioredis.Redis) -> None:
+    records: list[Record] = []
+    a = Worker(aredis, "worker-a", records, ttl_ms=2000)
+    b = Worker(aredis, "worker-b", records, ttl_ms=2000)
+    await settled(a, b)
+    await produce(aredis, range(30))
+    await wait_until(lambda: len(records) >= 30 * len(SESSIONS))
+    assert {worker for *_, worker in records} == {"worker-a", "worker-b"}
+    await a.stop()
+    await produce(aredis, range(30, 60))
+    await wait_until(lambda: len({(s, q) for s, q, _, _ in records}) == 60 * len(SESSIONS))
+    await b.stop()
+    assert_in_order(records, range(60))
+    assert len(records) == 60 * len(SESSIONS)  # graceful: nothing handled twice
+    assert {worker for _, seq, _, worker in records if seq >= 30} == {"worker-b"}
+
+
+async def test_sessions_stay_in_order_when_an_owner_crashes(aredis: aioredis.Redis) -> None:
+    records: list[Record] = []
+    a = Worker(aredis, "worker-a", records, ttl_ms=300)
+    b = Worker(aredis, "worker-b", records, ttl_ms=300)
+    await settled(a, b)
+    a_shards = set(a.leases.owned)
+    await produce(aredis, range(20))
+    await wait_until(lambda: len(records) >= 20 * len(SESSIONS))
+    a.hang.set()
+    await produce(aredis, range(20, 40))
+    await a.in_hand.wait()  # worker-a holds a batch it will never finish
+    await a.crash()
+    await wait_until(lambda: len({(s, q) for s, q, _, _ in records}) == 40 * len(SESSIONS))
+    await b.stop()
+    assert_in_order(records, range(40))
+    # worker-b took worker-a's shards over, with a higher epoch (fencing token) than worker-a had.
+    for shard in a_shards:
+        on_shard = [(epoch, worker) for session, _, epoch, worker in records if NAMES.shard_of(session) == shard]
+        a_epochs = {epoch for epoch, worker in on_shard if worker == "worker-a"}
+        b_epochs = {epoch for epoch, worker in on_shard if worker == "worker-b"}
+        assert b_epochs
+        assert min(b_epochs) > max(a_epochs, default=0)

@@ -1,0 +1,149 @@
+"""/healthz and /readyz (ecosystem.md §4.3), through a real ``AsgiFastStream`` app and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from faststream.asgi import AsgiFastStream
+
+from services.observability.endpoints import observability_routes
+from services.observability.health import Health
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def call(app: Any, path: str, method: str = "GET") -> tuple[int, dict[str, Any] | bytes, dict[bytes, bytes]]:
+    """One HTTP request through the ASGI interface."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": path, "headers": [], "query_string": b""}
+    await app(scope, receive, send)
+    start, body = sent[0], sent[1]
+    headers = {bytes(name).lower(): bytes(value) for name, value in start["headers"]}
+    raw = body["body"]
+    if headers.get(b"content-type") == b"application/json":
+        return start["status"], orjson.loads(raw), headers
+    return start["status"], raw, headers
+
+
+def make_app(health: Health) -> AsgiFastStream:
+    return AsgiFastStream(asgi_routes=observability_routes(health))
+
+
+async def test_healthz_fails_when_a_loop_stops_progressing() -> None:
+    clock = FakeClock()
+    progress = {"ingress": 1000.0}
+    health = Health(progress_timeout_s=30, clock=clock)
+    health.register_loop("ingress", lambda: progress["ingress"])
+    app = make_app(health)
+    status, body, _ = await call(app, "/healthz")
+    assert status == 200
+    assert isinstance(body, dict)
+    assert body["status"] == "ok"
+    clock.now += 31
+    status, body, _ = await call(app, "/healthz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["ingress"]["ok"] is False
+    progress["ingress"] = clock.now
+    assert (await call(app, "/healthz"))[0] == 200
+
+
+async def test_healthz_fails_when_a_background_task_dies_but_not_while_draining() -> None:
+    async def boom() -> None:
+        raise RuntimeError("lease loop crashed")
+
+    task = asyncio.create_task(boom())
+    await asyncio.gather(task, return_exceptions=True)
+    health = Health()
+    health.register_task("leases", task)
+    status, body, _ = await call(make_app(health), "/healthz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert "lease loop crashed" in body["checks"]["task:leases"]["detail"]
+
+    finished = asyncio.create_task(asyncio.sleep(0))
+    await finished
+    quiet = Health()
+    quiet.register_task("poller", finished)
+    assert (await call(make_app(quiet), "/healthz"))[0] == 503
+    quiet.start_draining()
+    assert (await call(make_app(quiet), "/healthz"))[0] == 200
+
+
+async def test_healthz_checks_every_consumer_of_a_provider() -> None:
+    class Loop:
+        def __init__(self, stream: str, last: float) -> None:
+            self.stream = stream
+            self.last_progress_monotonic = last
+
+    clock = FakeClock()
+    loops = [Loop("agentbus:{s00}:log", 1000.0), Loop("agentbus:{s01}:log", 900.0)]
+    health = Health(progress_timeout_s=60, clock=clock)
+    health.register_consumers("normalization", lambda: loops)  # type: ignore[arg-type, return-value]
+    status, body, _ = await call(make_app(health), "/healthz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["normalization:agentbus:{s01}:log"]["ok"] is False
+    assert body["checks"]["normalization:agentbus:{s00}:log"]["ok"] is True
+
+
+async def test_readyz_needs_redis_groups_and_not_draining(aredis: aioredis.Redis) -> None:
+    pairs: Sequence[tuple[str, str]] = [("agentbus:{s00}:ingress", "ingestion"), ("agentbus:tools:jobs", "tools")]
+    draining = {"flag": False}
+    health = Health(redis=lambda: aredis, groups=lambda: pairs, draining_source=lambda: draining["flag"])
+    app = make_app(health)
+    status, body, _ = await call(app, "/readyz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["redis"]["ok"] is True
+    assert "agentbus:{s00}:ingress/ingestion" in body["checks"]["groups"]["detail"]
+
+    for stream, group in pairs:
+        await aredis.xgroup_create(stream, group, id="0", mkstream=True)
+    assert (await call(app, "/readyz"))[0] == 200
+
+    draining["flag"] = True
+    status, body, _ = await call(app, "/readyz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["draining"]["ok"] is False
+    draining["flag"] = False
+    health.start_draining()
+    assert (await call(app, "/readyz"))[0] == 503
+
+
+async def test_readyz_fails_without_redis() -> None:
+    unreachable = aioredis.Redis(port=1, socket_connect_timeout=0.2)
+    health = Health(redis=lambda: unreachable, ping_timeout_s=1.0)
+    status, body, _ = await call(make_app(health), "/readyz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["redis"]["ok"] is False
+    await unreachable.aclose()
+    not_started = Health()
+    assert (await call(make_app(not_started), "/readyz"))[0] == 503
+
+
+async def test_metrics_route_serves_the_exposition() -> None:
+    status, body, headers = await call(make_app(Health()), "/metrics")
+    assert status == 200
+    assert isinstance(body, bytes)
+    assert b"agentbus_build_info" in body
+    assert headers[b"content-type"].startswith(b"text/plain")
