@@ -11,6 +11,9 @@ Rules enforced at this boundary:
 - placeholder rule: no tool_use stays unpaired forever — a call past its deadline, or whose job was
   abandoned, is answered with an ``is_error`` result carrying the placeholder text;
 - a second result for an answered call, or a result for a retracted call, is dropped (reported);
+- live producers' messages are checked before they are logged: a prompt, reply or tool result with a
+  malformed block, or a tool result that answers no call of the session, is bad input (dead-lettered);
+  recorded messages (replay) are logged as recorded;
 - interrupts: R10.1 while a reply streams, R10.2 while tools run.
 """
 
@@ -24,7 +27,7 @@ from pydantic import BaseModel, Field
 from shared.chain_cursor import ChainCursor
 from shared.clock import Clock, utc_now
 from shared.constants import INTERRUPTED_BY_USER, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import ToolResultBlock, ToolUseBlock
+from shared.content import ToolResultBlock, ToolUseBlock, is_malformed
 from shared.envelope import StoredMessageBase
 from shared.errors import StreamAccumulationError
 from shared.events import (
@@ -69,6 +72,8 @@ class LedgerState(BaseModel):
     pending: dict[str, PendingToolUse] = Field(default_factory=dict)
     closed_tool_use_ids: set[str] = Field(default_factory=set)
     retracted_uuids: set[str] = Field(default_factory=set)
+    retracted_tool_use_ids: set[str] = Field(default_factory=set)
+    """Calls of tombstoned messages: they never run, and a result for one is dropped."""
     interrupt_reason: str | None = None
     """Set while dispatched tools finish after an interrupt (R10.2)."""
     open_replies: dict[str, OpenReply] = Field(default_factory=dict)
@@ -115,6 +120,15 @@ def tool_result_ids_of(message: UserMessage) -> list[str]:
     return [block.tool_use_id for block in message.blocks if isinstance(block, ToolResultBlock)]
 
 
+def malformed_block_problem(message: UserMessage | AssistantMessage) -> str | None:
+    """A block of a known API type missing a required field (``content.is_malformed``) can never be sent
+    to the API (anthropic-api-rules §1): from a live producer it is bad input, named by its index."""
+    for index, block in enumerate(message.blocks):
+        if is_malformed(block):
+            return f"content block {index} is a malformed {block.type!r} block"
+    return None
+
+
 class SessionLedger:
     """Applies ingress payloads of one session in order; see the module docstring for the rules."""
 
@@ -134,33 +148,51 @@ class SessionLedger:
 
     # -- entry points -------------------------------------------------------------------------
 
-    def apply(self, envelope: IngressEnvelope, *, now_ms: int, ingress_id: str | None = None) -> LedgerOutput:
-        """Apply one ingress payload (the caller has already dropped duplicate idempotency keys);
-        ``ingress_id`` names the entry it came from on every log entry it produces."""
+    def apply(
+        self,
+        envelope: IngressEnvelope,
+        *,
+        now_ms: int,
+        ingress_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> LedgerOutput:
+        """Apply one ingress payload (the caller has already dropped duplicate idempotency keys).
+
+        ``ingress_id`` names the entry it came from on every log entry it produces; ``traceparent``
+        (the span ingestion continued for it) replaces the envelope's on those entries.
+        """
         self._ingress_id = ingress_id
         out = LedgerOutput()
         payload = envelope.payload
+        trace = traceparent if traceparent is not None else envelope.traceparent
         match payload:
             case UserPrompt():
-                self._log(out, self._prompt_message(payload), envelope.traceparent)
+                prompt = self._prompt_message(payload)
+                if (problem := malformed_block_problem(prompt)) is not None:
+                    out.invalid = f"user_prompt: {problem}"
+                else:
+                    self._log(out, prompt, trace)
             case AssistantReply():
-                self._apply_assistant(out, payload.message, payload.execute_tools, now_ms, envelope.traceparent)
+                if (problem := malformed_block_problem(payload.message)) is not None:
+                    out.invalid = f"assistant_message {payload.message.uuid}: {problem}"
+                else:
+                    self._apply_assistant(out, payload.message, payload.execute_tools, now_ms, trace)
             case StreamEvent():
-                self._apply_stream_event(out, payload, now_ms, envelope.traceparent)
+                self._apply_stream_event(out, payload, now_ms, trace)
             case StreamFallback():
-                self._apply_fallback(out, payload.request_id, envelope.traceparent)
+                self._apply_fallback(out, payload.request_id, trace)
             case SystemNotice() | AttachmentNotice():
-                self._log(out, payload.message, envelope.traceparent)
+                self._log(out, payload.message, trace)
             case Interrupt():
-                self._apply_interrupt(out, payload.reason, envelope.traceparent)
+                self._apply_interrupt(out, payload.reason, trace)
             case ToolProgressReport():
-                self._apply_progress(out, payload.message, envelope.traceparent)
+                self._apply_progress(out, payload.message, trace)
             case ToolResultReport():
-                self._apply_tool_result(out, payload.message, envelope.traceparent)
+                self._apply_tool_result(out, payload.message, trace, live=True)
             case ToolJobAbandoned():
-                self._answer_with_placeholders(out, payload.tool_use_ids, envelope.traceparent)
+                self._answer_with_placeholders(out, payload.tool_use_ids, trace)
             case RecordedMessage():
-                self._apply_recorded(out, payload.message, now_ms, envelope.traceparent)
+                self._apply_recorded(out, payload.message, now_ms, trace)
             case DeadlineSweep():
                 out.extend(self.expire(now_ms=payload.now_ms))
         return out
@@ -323,8 +355,13 @@ class SessionLedger:
             return
         self._log(out, message, traceparent)
 
-    def _apply_tool_result(self, out: LedgerOutput, message: UserMessage, traceparent: str | None) -> None:
+    def _apply_tool_result(
+        self, out: LedgerOutput, message: UserMessage, traceparent: str | None, *, live: bool = False
+    ) -> None:
         answered = tool_result_ids_of(message)
+        if live and (problem := self._live_result_problem(message, answered)) is not None:
+            out.invalid = f"tool_result {message.uuid}: {problem}"
+            return
         late = [i for i in answered if i in self.state.closed_tool_use_ids]
         if late:
             out.dropped.append(Dropped("duplicate_tool_result", f"tool_use {', '.join(late)} already answered"))
@@ -332,13 +369,32 @@ class SessionLedger:
         retracted = [
             i
             for i in answered
-            if (p := self.state.pending.get(i)) is not None and p.assistant_uuid in self.state.retracted_uuids
+            if i in self.state.retracted_tool_use_ids
+            or ((p := self.state.pending.get(i)) is not None and p.assistant_uuid in self.state.retracted_uuids)
         ]
         if retracted:
             out.dropped.append(Dropped("retracted", f"result for tombstoned call {', '.join(retracted)}"))
             return
         self._log(out, message, traceparent)
         self._close(out, answered, traceparent)
+
+    def _live_result_problem(self, message: UserMessage, answered: Sequence[str]) -> str | None:
+        """R8.1: a tool result answers calls this session made (pending, answered or retracted ones); a
+        report that answers nothing, or a call never made, is bad input. Recorded results (replay) are
+        exempt: a resumed history may hold results whose call was compacted away (R4.25 repairs them)."""
+        if not answered:
+            return "the message holds no tool_result block"
+        if (problem := malformed_block_problem(message)) is not None:
+            return problem
+        state = self.state
+        unknown = [
+            i
+            for i in answered
+            if i not in state.pending and i not in state.closed_tool_use_ids and i not in state.retracted_tool_use_ids
+        ]
+        if unknown:
+            return f"no tool_use {', '.join(unknown)} in this session"
+        return None
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -388,6 +444,8 @@ class SessionLedger:
             if isinstance(message, AssistantMessage):
                 for call in tool_uses_of(message):
                     self.state.pending.pop(call.id, None)
+                    if call.id not in self.state.closed_tool_use_ids:
+                        self.state.retracted_tool_use_ids.add(call.id)
             self._append(out, TombstoneMessage(message=message), traceparent)
 
     def _log(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
@@ -399,10 +457,12 @@ class SessionLedger:
 
     def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
         self.state.seq += 1
-        entry = LogEntry(session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent)
-        if self._ingress_id is not None:
-            entry = entry.model_copy(update={"ingress_id": self._ingress_id})
-        out.entries.append(entry)
+        origin = {"ingress_id": self._ingress_id} if self._ingress_id is not None else {}
+        out.entries.append(
+            LogEntry(
+                session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent, **origin
+            )
+        )
 
 
 def new_ledger_state(session_id: str) -> LedgerState:

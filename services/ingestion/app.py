@@ -36,6 +36,7 @@ class IngestionRuntime:
             handler_factory=lambda shard, epoch: instrument_handler("ingestion", self.worker.handler_for(shard, epoch)),
             consumer_config=context.consumer_config(transactional=True),
             lease_config=context.lease_config(),
+            on_release=self.worker.forget_shard,
         )
         self._sweeper: asyncio.Task[None] | None = None
 

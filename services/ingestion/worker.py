@@ -1,11 +1,13 @@
 """The ingestion worker: owner of ingress shards, only writer of the canonical log.
 
-Per batch (one shard, in stream order) it loads the ledgers of the sessions in the batch, drops
-entries whose idempotency key was applied before, applies the rest through :class:`SessionLedger`
-(pure rules in ``shared/ledger.py``), and writes in ONE MULTI/EXEC transaction together with the
-XACK: the log entries (shard log + the session's own event stream), tool jobs, the ledgers, the
-applied keys and the sets tool workers consult (answered calls, retracted messages). A crash at any
-point therefore either applied a batch completely or not at all: nothing lost, nothing duplicated.
+Per batch (one shard, in stream order) it takes the ledgers of the sessions in the batch from its cache
+(loading the missing ones from Redis, see ``ledger_cache.py``), drops entries whose idempotency key was
+applied before, applies the rest through :class:`SessionLedger` (pure rules in ``shared/ledger.py``),
+and writes in ONE MULTI/EXEC transaction together with the XACK: the log entries (shard log + the
+session's own event stream), tool jobs, the ledgers, the applied keys and the sets tool workers consult
+(answered calls, retracted messages). A crash at any point therefore either applied a batch completely
+or not at all: nothing lost, nothing duplicated. The cache keeps a batch's ledgers only once that
+transaction succeeded.
 """
 
 from __future__ import annotations
@@ -19,22 +21,36 @@ import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.client import Pipeline
 
+from services.ingestion.ledger_cache import (
+    MAX_SEEN_KEYS_PER_SESSION,
+    SESSIONS_TOUCH_INTERVAL_MS,
+    CachedLedger,
+    LedgerCache,
+    dump_state,
+    encode_event,
+    load_state,
+    replies_to_restore,
+    restore_reply_events,
+)
 from services.observability import metrics
 from services.observability.logging import debug_enabled
 from services.observability.tracing import continue_trace
 from services.runtime.codec import decode_entry, entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
 from services.runtime.entries import StreamEntry
+from services.runtime.key_calls import KeyCalls
 from services.runtime.topology import Topology
 from shared.clock import Clock, utc_now
 from shared.events import IngressEnvelope, parse_ingress
 from shared.ids import IdSource, random_uuid
-from shared.ledger import Dropped, LedgerOutput, LedgerState, SessionLedger, new_ledger_state
+from shared.ledger import Dropped, LedgerOutput, SessionLedger, new_ledger_state
 
 log = structlog.get_logger(__name__)
 
 SESSION_EVENTS_MAXLEN = None
 """The per-session event stream is the session's canonical history: never trimmed."""
+
+INTERRUPT_TTL_MS = 24 * 3600 * 1000
 
 
 def entry_time_ms(entry_id: str) -> int:
@@ -48,7 +64,7 @@ class _Batch:
 
     outputs: list[Output] = field(default_factory=list)
     poison: dict[str, Poison] = field(default_factory=dict)
-    ledgers: dict[str, SessionLedger] = field(default_factory=dict)
+    ledgers: dict[str, CachedLedger] = field(default_factory=dict)
     applied_keys: dict[str, list[str]] = field(default_factory=dict)
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
@@ -78,19 +94,27 @@ class IngestionWorker:
         self.ids = ids
         self.now_ms = now_ms
         self.dropped_total = 0
+        self.cache = LedgerCache()
 
     def _invalid_traceparent(self, _error: Exception) -> None:
         metrics.record_traceparent_invalid("ingestion")
 
     def handler_for(self, shard: int, epoch: int) -> BatchHandler:
+        # A new lease: the previous owner may have changed the shard's ledgers since we last held it.
+        self.cache.forget_shard(shard)
+
         async def handle(batch: list[StreamEntry]) -> BatchOutcome:
             return await self.handle(shard, batch)
 
         return handle
 
+    def forget_shard(self, shard: int) -> None:
+        """The shard was released (``LaneWorker`` ``on_release``): its next owner will change its ledgers."""
+        self.cache.forget_shard(shard)
+
     async def handle(self, shard: int, entries: list[StreamEntry]) -> BatchOutcome:
         batch = _Batch()
-        decoded: list[tuple[StreamEntry, IngressEnvelope]] = []
+        decoded: list[tuple[StreamEntry, IngressEnvelope, str]] = []
         consumed: Counter[str] = Counter()
         debug = debug_enabled()
         for entry in entries:
@@ -108,7 +132,6 @@ class IngestionWorker:
                 # Continue the producer's trace (or start one): every log entry and tool job of this
                 # envelope carries ingestion's span as its parent.
                 span = continue_trace(envelope.traceparent, on_invalid=self._invalid_traceparent)
-                envelope = envelope.model_copy(update={"traceparent": span.traceparent})
                 if debug:
                     log.debug(
                         "ingress_entry",
@@ -118,9 +141,9 @@ class IngestionWorker:
                         trace_id=span.trace_id,
                         span_id=span.span_id,
                     )
-                decoded.append((entry, envelope))
-        seen = await self._load(batch, decoded)
-        for entry, envelope in decoded:
+                decoded.append((entry, envelope, span.traceparent))
+        seen = await self._load(shard, batch, [(entry, envelope) for entry, envelope, _ in decoded])
+        for entry, envelope, traceparent in decoded:
             key = envelope.idempotency_key
             session = envelope.session_id
             if key in seen[session]:
@@ -129,8 +152,8 @@ class IngestionWorker:
             seen[session].add(key)
             batch.applied_keys.setdefault(session, []).append(key)
             # Deadlines are measured on the entry's own clock (its id), so a replayed batch decides the same.
-            out = batch.ledgers[session].apply(
-                envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id
+            out = batch.ledgers[session].ledger.apply(
+                envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id, traceparent=traceparent
             )
             self._collect(batch, session, out)
             if out.invalid is not None:
@@ -148,34 +171,80 @@ class IngestionWorker:
         metrics.record_duplicates("ingestion", "idempotency_key", duplicates)
         log.info("batch_handled", stream=stream, size=len(entries), dead_lettered=len(batch.poison))
         return BatchOutcome(
-            outputs=batch.outputs, write=lambda pipe: self._write_state(pipe, shard, batch), poison=batch.poison
+            outputs=batch.outputs,
+            write=lambda pipe: self._write_state(pipe, shard, batch),
+            poison=batch.poison,
+            on_settled=lambda: self.cache.put_back(shard, batch.ledgers),
         )
 
-    async def _load(self, batch: _Batch, decoded: list[tuple[StreamEntry, IngressEnvelope]]) -> dict[str, set[str]]:
-        """Load the ledger and the already-applied keys of every session in the batch (one round trip)."""
+    async def _load(
+        self, shard: int, batch: _Batch, decoded: list[tuple[StreamEntry, IngressEnvelope]]
+    ) -> dict[str, set[str]]:
+        """Take the ledgers of the batch's sessions from the cache or Redis, and return per session the
+        applied idempotency keys it knows of: all of them when the cache holds the session's set, else
+        those of this batch's keys that Redis has. No round trip when every session is cached with its
+        keys; one otherwise; two when a loaded session has earlier keys or a reply to rebuild."""
         keys_by_session: dict[str, list[str]] = {}
-        for _, envelope in decoded:
+        redelivered: set[str] = set()
+        for entry, envelope in decoded:
             keys_by_session.setdefault(envelope.session_id, []).append(envelope.idempotency_key)
-        sessions = list(keys_by_session)
-        if not sessions:
-            return {}
-        pipe = self.redis.pipeline(transaction=False)
-        for session in sessions:
-            pipe.get(self.topology.ledger(session))
-            pipe.smismember(self.topology.seen_keys(session), keys_by_session[session])
-        replies = await pipe.execute()
+            if entry.delivery_count > 1:
+                redelivered.add(envelope.session_id)
         seen: dict[str, set[str]] = {}
-        for index, session in enumerate(sessions):
-            raw_state, flags = replies[2 * index], replies[2 * index + 1]
-            state = (
-                LedgerState.model_validate_json(raw_state, by_alias=True, by_name=False)
-                if raw_state
-                else new_ledger_state(session)
-            )
-            batch.ledgers[session] = SessionLedger(
-                state, tool_deadline_ms=self.tool_deadline_ms, clock=self.clock, ids=self.ids
-            )
+        missing: list[str] = []
+        remote: list[str] = []
+        for session in keys_by_session:
+            cached = self.cache.take(shard, session)
+            # An entry seen before may belong to a batch whose outcome is unknown: trust only Redis.
+            if cached is None or session in redelivered:
+                missing.append(session)
+                continue
+            batch.ledgers[session] = cached
+            if cached.seen is not None:
+                seen[session] = cached.seen
+            else:
+                remote.append(session)
+        if not missing and not remote:
+            return seen
+        reads = KeyCalls()
+        for session in (*remote, *missing):
+            reads.add("SMISMEMBER", self.topology.seen_keys(session), *keys_by_session[session])
+        for session in missing:
+            reads.add("GET", self.topology.ledger(session))
+            reads.add("SCARD", self.topology.seen_keys(session))
+        replies = await reads.read(self.redis)
+        for session, flags in zip((*remote, *missing), replies, strict=False):
             seen[session] = {key for key, flag in zip(keys_by_session[session], flags, strict=True) if flag}
+        loaded = replies[len(remote) + len(missing) :]
+        to_restore: list[tuple[CachedLedger, str]] = []
+        to_fill: list[CachedLedger] = []
+        for index, session in enumerate(missing):
+            raw_state, applied = loaded[2 * index], int(loaded[2 * index + 1])
+            state = load_state(raw_state) if raw_state else new_ledger_state(session)
+            cached = CachedLedger(
+                SessionLedger(state, tool_deadline_ms=self.tool_deadline_ms, clock=self.clock, ids=self.ids)
+            )
+            batch.ledgers[session] = cached
+            to_restore += [(cached, request_id) for request_id in replies_to_restore(state)]
+            if applied == 0:
+                cached.seen = seen[session]  # complete: Redis has no key of this session yet
+            elif applied <= MAX_SEEN_KEYS_PER_SESSION:
+                to_fill.append(cached)
+        if to_restore or to_fill:
+            # Replies first, then key sets: the replies are read back in that order.
+            more = KeyCalls()
+            for cached, request_id in to_restore:
+                more.add("LRANGE", self.topology.reply_events(cached.ledger.state.session_id, request_id), 0, -1)
+            for cached in to_fill:
+                more.add("SMEMBERS", self.topology.seen_keys(cached.ledger.state.session_id))
+            replies = await more.read(self.redis)
+            for (cached, request_id), raw_events in zip(to_restore, replies, strict=False):
+                restore_reply_events(cached, request_id, raw_events)
+            for cached, members in zip(to_fill, replies[len(to_restore) :], strict=True):
+                session = cached.ledger.state.session_id
+                cached.seen = {member.decode() for member in members}
+                # The batch's own keys already found applied stay so (same set, read later).
+                seen[session] = cached.seen
         return seen
 
     def _collect(self, batch: _Batch, session: str, out: LedgerOutput) -> None:
@@ -198,21 +267,52 @@ class IngestionWorker:
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
 
     def _write_state(self, pipe: Pipeline, shard: int, batch: _Batch) -> None:
+        """Queue the batch's state writes: the shard's keys as one script call, then the global ones."""
         now = self.now_ms()
-        for session, ledger in batch.ledgers.items():
-            pipe.set(self.topology.ledger(session), ledger.state.model_dump_json())
-            deadline = ledger.next_deadline_ms()
-            if deadline is None:
-                pipe.zrem(self.topology.deadlines(shard), session)
-            else:
-                pipe.zadd(self.topology.deadlines(shard), {session: deadline})
+        calls = KeyCalls()
+        touched: list[str] = []
+        for session, cached in batch.ledgers.items():
+            calls.add("SET", self.topology.ledger(session), dump_state(cached.ledger.state))
+            self._write_reply_events(calls, session, cached)
+            deadline = cached.ledger.next_deadline_ms()
+            if not cached.deadline_known or deadline != cached.deadline_ms:
+                if deadline is None:
+                    calls.add("ZREM", self.topology.deadlines(shard), session)
+                else:
+                    calls.add("ZADD", self.topology.deadlines(shard), deadline, session)
+                cached.deadline_ms, cached.deadline_known = deadline, True
         for session, keys in batch.applied_keys.items():
-            pipe.sadd(self.topology.seen_keys(session), *keys)
-            pipe.zadd(self.topology.sessions(), {session: now})
+            calls.add_members("SADD", self.topology.seen_keys(session), list(keys))
+            cached = batch.ledgers[session]
+            if cached.touched_ms is None or now - cached.touched_ms >= SESSIONS_TOUCH_INTERVAL_MS:
+                touched.append(session)
+                cached.touched_ms = now
         for session, ids in batch.closed.items():
-            pipe.sadd(self.topology.answered(session), *ids)
+            calls.add_members("SADD", self.topology.answered(session), list(ids))
         for session, uuids in batch.retracted.items():
-            pipe.sadd(self.topology.retracted(session), *uuids)
+            calls.add_members("SADD", self.topology.retracted(session), list(uuids))
         for session, at_ms in batch.interrupts.items():
-            pipe.set(self.topology.interrupt(session), at_ms, px=24 * 3600 * 1000)
+            calls.add("SET", self.topology.interrupt(session), at_ms, "PX", INTERRUPT_TTL_MS)
+        calls.queue_writes(pipe)
+        if touched:
+            pipe.zadd(self.topology.sessions(), dict.fromkeys(touched, now))
+        for session in batch.interrupts:
             pipe.publish(self.topology.interrupts_channel, session)
+
+    def _write_reply_events(self, calls: KeyCalls, session: str, cached: CachedLedger) -> None:
+        """Append the new raw events of each open reply to its list; delete the lists of finished ones.
+
+        (The bookkeeping is updated now: if the transaction fails, this ledger is not put back in the cache.)
+        """
+        open_replies = cached.ledger.state.open_replies
+        stored = cached.stored_replies
+        for request_id, (reply, _) in list(stored.items()):
+            if open_replies.get(request_id) is not reply:
+                calls.add("DEL", self.topology.reply_events(session, request_id))
+                del stored[request_id]
+        for request_id, reply in open_replies.items():
+            count = stored[request_id][1] if request_id in stored else 0
+            if len(reply.events) > count:
+                key = self.topology.reply_events(session, request_id)
+                calls.add_members("RPUSH", key, [encode_event(event) for event in reply.events[count:]])
+            stored[request_id] = (reply, len(reply.events))

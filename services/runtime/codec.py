@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+import orjson
 from pydantic import ValidationError
 
 from services.runtime.consumer import Poison
@@ -32,12 +33,28 @@ def decode_entry(entry: StreamEntry, parse: Callable[[bytes], Record]) -> Record
         problems = "; ".join(
             f"{'.'.join(str(part) for part in issue['loc'])}: {issue['msg']}" for issue in error.errors()[:5]
         )
+        declared = _declared_version(raw)
+        if declared is not None and declared != SCHEMA_VERSION:
+            # A record of another version fails this version's model for that reason, not for the
+            # field it trips over first.
+            detail = f"v={declared} (this worker reads v={SCHEMA_VERSION}); {problems}"
+            return Poison("unsupported_schema_version", f"{entry.stream} {entry.entry_id}: {detail}")
         reason = "unsupported_schema_version" if _version_of(error) else "invalid_entry"
         return Poison(reason, f"{entry.stream} {entry.entry_id}: {problems}")
     version = getattr(record, "v", SCHEMA_VERSION)
     if version != SCHEMA_VERSION:
         return Poison("unsupported_schema_version", f"{entry.stream} {entry.entry_id}: v={version}")
     return record
+
+
+def _declared_version(raw: bytes) -> int | None:
+    """The integer ``v`` a record that failed validation declares, if it is a JSON object with one."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    version = body.get("v") if isinstance(body, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def _version_of(error: ValidationError) -> bool:

@@ -21,17 +21,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.client import Pipeline
 from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from services.runtime.batch import (
+    BatchHandler,
+    BatchOutcome,
+    ConsumerConfig,
+    ConsumerStats,
+    FieldValue,
+    Output,
+    OutputWriteError,
+    PipelineWriter,
+    Poison,
+    raise_if_cancelling,
+)
 from services.runtime.deadletter import (
     REASON_ENTRY_DELETED,
     REASON_MAX_DELIVERIES,
@@ -44,112 +55,30 @@ from services.runtime.streams import dead_letter_stream
 
 log = structlog.get_logger(__name__)
 
-FieldValue = bytes | str | int | float
-PipelineWriter = Callable[[Pipeline], None]
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 
-
-def raise_if_cancelling() -> None:
-    """Re-raise a cancellation that an ``asyncio.wait_for`` swallowed.
-
-    On Python 3.11, ``wait_for`` returns the inner result instead of raising when the task is cancelled
-    just as the inner awaitable completes (gh-86296). A loop that only checks its stop flag would then
-    run on forever and hang ``asyncio.run``'s shutdown; ``Task.cancelling()`` still records the request.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
-class Output(NamedTuple):
-    """One entry to XADD to ``stream`` in the batch's pipeline."""
-
-    stream: str
-    fields: Mapping[str, FieldValue]
-    maxlen: int | None = None
-    """Approximate MAXLEN trim (``~``); None keeps everything."""
-
-
-@dataclass(frozen=True, slots=True)
-class Poison:
-    """The handler's verdict that one entry can never succeed: dead-letter it now."""
-
-    reason: str
-    """A short bounded word (used as a metrics label), e.g. ``decode_error``, ``invariant_violation``."""
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class BatchOutcome:
-    """What the handler wants written for a batch; the consumer writes it in one pipeline."""
-
-    outputs: Sequence[Output] = ()
-    write: PipelineWriter | None = None
-    """Extra commands queued on the batch's pipeline (after the outputs, before the XACK)."""
-    ack: Collection[str] | None = None
-    """Entry ids to ack; None acks every entry of the batch. Entries not acked stay pending."""
-    poison: Mapping[str, Poison] = field(default_factory=dict)
-    """Entry id → why it is dead-lettered (it is acked too)."""
-
-
-BatchHandler = Callable[[list[StreamEntry]], Awaitable[BatchOutcome]]
-
-
-class OutputWriteError(RuntimeError):
-    """Redis rejected commands of a batch's pipeline; the affected entries are named."""
-
-    def __init__(self, stream: str, entry_ids: Sequence[str], errors: Sequence[BaseException]) -> None:
-        super().__init__(f"{stream}: pipeline for entries {list(entry_ids)} failed: {errors[0]!r}")
-        self.stream = stream
-        self.entry_ids = list(entry_ids)
-        self.errors = list(errors)
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """Tuning of one consumer loop; the defaults suit the unordered pool."""
-
-    count: int = 100
-    block_ms: int = 1000
-    claim_min_idle_ms: int = 30_000
-    claim_interval_s: float = 15.0
-    claim_max_pages: int = 10
-    """XAUTOCLAIM pages (of ``count`` entries) per sweep, so a big backlog does not starve new reads."""
-    max_deliveries: int = 5
-    ordered: bool = False
-    """Keep stream order: a failed entry blocks later ones (shard lanes, one reader per stream)."""
-    claim_all_on_start: bool = False
-    """Take over every pending entry of the group at start (a new lane owner after a failover)."""
-    transactional: bool = False
-    """Write a batch's outputs, the handler's extra commands and the XACK in one MULTI/EXEC, so a crash
-    applies a batch completely or not at all (the handler's state writes included)."""
-    dead_letter_stream: str | None = None
-    """Defaults to ``<stream>:dlq``."""
-    backoff_initial_s: float = 0.05
-    backoff_max_s: float = 2.0
-
-
-@dataclass(slots=True)
-class ConsumerStats:
-    """Counters and heartbeats a metrics or health layer reads; never reset."""
-
-    consumed: int = 0
-    produced: int = 0
-    acked: int = 0
-    dead_lettered: int = 0
-    reclaimed: int = 0
-    redelivered: int = 0
-    batches: int = 0
-    handler_errors: int = 0
-    write_errors: int = 0
-    connection_errors: int = 0
-    last_progress_monotonic: float = field(default_factory=time.monotonic)
-    """Last time the loop completed a step (a read, a batch, or a retry while Redis is down)."""
-    connected: bool = False
+__all__ = [
+    "BatchConsumer",
+    "BatchHandler",
+    "BatchOutcome",
+    "ConsumerConfig",
+    "ConsumerStats",
+    "FieldValue",
+    "Output",
+    "OutputWriteError",
+    "PipelineWriter",
+    "Poison",
+    "raise_if_cancelling",
+]
 
 
 class BatchConsumer:
-    """Consume ``stream`` as ``consumer`` of ``group`` in batches; see the module docstring."""
+    """Consume ``stream`` as ``consumer`` of ``group`` in batches; see the module docstring.
+
+    ``redis`` must return bytes (``decode_responses=False``, the default): values reach handlers as the
+    exact bytes stored. ``consumer`` should be stable across restarts of the same instance (e.g. the pod
+    name) so a restarted consumer finds its own pending entries.
+    """
 
     def __init__(
         self,
@@ -365,7 +294,9 @@ class BatchConsumer:
         self.stats.consumed += len(live)
         self.stats.redelivered += sum(1 for entry in live if entry.delivery_count > 1)
         done, blocked = await self._handle(live)
-        await self._settle(done, letters, now_ms)
+        if not await self._settle(done, letters, now_ms):
+            # A write callback raised: nothing was sent, every entry of the batch stays pending.
+            return self.config.ordered
         return blocked
 
     async def _handle(self, live: list[StreamEntry]) -> tuple[list[tuple[list[StreamEntry], BatchOutcome]], bool]:
@@ -403,8 +334,12 @@ class BatchConsumer:
 
     async def _settle(
         self, done: list[tuple[list[StreamEntry], BatchOutcome]], letters: list[DeadLetter], now_ms: int
-    ) -> None:
-        """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline."""
+    ) -> bool:
+        """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline.
+
+        Returns False when a handler's ``write`` callback raised while the pipeline was being built (then
+        nothing is sent, exactly as if the handler itself had raised).
+        """
         ack_ids: list[str] = [letter.entry_id for letter in letters]
         acked_entries: list[StreamEntry] = []
         for batch, outcome in done:
@@ -426,15 +361,22 @@ class BatchConsumer:
                 ack_ids.append(entry_id)
                 acked_entries.append(by_id[entry_id])
         if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
-            return
+            _notify_settled(done)
+            return True
         pipe = self.redis.pipeline(transaction=self.config.transactional)
         produced = 0
-        for _, outcome in done:
-            for output in outcome.outputs:
-                pipe.xadd(output.stream, dict(output.fields), maxlen=output.maxlen, approximate=True)  # type: ignore[arg-type]
-                produced += 1
-            if outcome.write is not None:
-                outcome.write(pipe)
+        try:
+            for _, outcome in done:
+                for output in outcome.outputs:
+                    pipe.xadd(output.stream, output.fields, maxlen=output.maxlen, approximate=True)  # type: ignore[arg-type]
+                    produced += 1
+                if outcome.write is not None:
+                    outcome.write(pipe)
+        except Exception as exc:
+            self.stats.handler_errors += 1
+            entry_ids = [entry.entry_id for batch, _ in done for entry in batch]
+            self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
+            return False
         for letter in letters:
             dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
         if ack_ids:
@@ -446,11 +388,14 @@ class BatchConsumer:
         errors = [result for result in results if isinstance(result, Exception)]
         if errors:
             await self._on_write_errors(acked_entries, letters, errors, now_ms)
+        else:
+            _notify_settled(done)
         self.stats.batches += 1
         self.stats.produced += produced
         self.stats.dead_lettered += len(letters)
         if ack_ids:
             self.stats.acked += int(results[-1])
+        return True
 
     async def _on_write_errors(
         self, acked: list[StreamEntry], letters: list[DeadLetter], errors: list[Exception], now_ms: int
@@ -492,3 +437,10 @@ class BatchConsumer:
             at_ms=now_ms,
             fields={},
         )
+
+
+def _notify_settled(done: list[tuple[list[StreamEntry], BatchOutcome]]) -> None:
+    """Tell each handler that its batch was written completely (see ``BatchOutcome.on_settled``)."""
+    for _, outcome in done:
+        if outcome.on_settled is not None:
+            outcome.on_settled()

@@ -32,7 +32,7 @@ from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.runtime.consumer import raise_if_cancelling
+from services.runtime.batch import raise_if_cancelling
 from services.runtime.entries import id_text
 from services.runtime.streams import StreamNames
 

@@ -70,6 +70,10 @@ class Topology:
     def ledger(self, session_id: str) -> str:
         return self.names.session_key(session_id, "ledger")
 
+    def reply_events(self, session_id: str, request_id: str) -> str:
+        """List of the raw stream events of a reply still streaming (ingestion rebuilds it from them)."""
+        return self.names.session_key(session_id, "reply", request_id)
+
     def seen_keys(self, session_id: str) -> str:
         """Idempotency keys ingestion has applied."""
         return self.names.session_key(session_id, "keys")
@@ -94,7 +98,7 @@ class Topology:
         return self.names.shard_stream(shard, "deadlines")
 
     def sessions(self) -> str:
-        """Sorted set of known session ids (scored by last activity, epoch ms)."""
+        """Sorted set of known session ids (scored by last activity, epoch ms, refreshed at most once a minute)."""
         return self.names.stream("sessions")
 
     def lane_streams(self, group: str) -> list[str]:

@@ -18,6 +18,7 @@ from faststream.redis import RedisBroker
 
 from services.runtime.consumer import BatchConsumer, ConsumerConfig
 from services.runtime.leases import LeaseConfig
+from services.runtime.redis_client import worker_redis
 from services.runtime.settings import Settings
 from services.runtime.topology import Topology
 
@@ -94,7 +95,7 @@ class WorkerProcess:
     draining: bool = False
 
     async def startup(self) -> None:
-        self.redis = aioredis.Redis.from_url(self.settings.redis_url, health_check_interval=30)
+        self.redis = worker_redis(self.settings.redis_url)
         context = WorkerContext(self.name, self.settings, self.redis, self.broker, self.owner)
         self.runtime = self.factory(context)
         await self.runtime.start()

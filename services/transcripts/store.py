@@ -125,7 +125,8 @@ class TranscriptStore:
         self._on_torn_tail = on_torn_tail
         self._sessions: dict[str, _SessionState] = {}
         self._other_files: dict[Path, DurableJsonlFile] = {}
-        self._open_lock = asyncio.Lock()
+        self._opening: dict[str, asyncio.Future[None]] = {}
+        """Sessions being opened now (done when the attempt ends): a second caller waits for it."""
 
     # ------------------------------------------------------------------ files and sessions
     def _file(self, path: Path) -> DurableJsonlFile:
@@ -153,24 +154,30 @@ class TranscriptStore:
         return preferred
 
     async def _session(self, session_id: str, cwd: str) -> _SessionState:
+        while (opening := self._opening.get(session_id)) is not None:
+            await asyncio.wait([opening])
         state = self._sessions.get(session_id)
         if state is not None:
             return state
-        async with self._open_lock:
-            state = self._sessions.get(session_id)
-            if state is not None:
-                return state
-            path = await asyncio.to_thread(self._locate_session_file, session_id, cwd)
-            file = self._file(path)
-
-            def load() -> tuple[set[str], str | None]:
-                file.recover()
-                return _scan_session_file(path)
-
-            uuids, last = await asyncio.to_thread(load)
-            state = _SessionState(session_id, file, uuids, last, materialized=path.exists())
+        # Sessions open concurrently (one worker-thread hop each): a batch starting 200 sessions
+        # used to open them one after another behind a store-wide lock, two hops each. If this
+        # attempt fails, a caller that waited for it tries again.
+        opening = self._opening[session_id] = asyncio.get_running_loop().create_future()
+        try:
+            state = await asyncio.to_thread(self._open_session, session_id, cwd)
             self._sessions[session_id] = state
             return state
+        finally:
+            del self._opening[session_id]
+            opening.set_result(None)
+
+    def _open_session(self, session_id: str, cwd: str) -> _SessionState:
+        """(In a worker thread.) Find the session's file, repair a torn tail, read its uuids and chain end."""
+        path = self._locate_session_file(session_id, cwd)
+        file = self._file(path)
+        file.recover()
+        uuids, last = _scan_session_file(path)
+        return _SessionState(session_id, file, uuids, last, materialized=path.exists())
 
     def session_path(self, session_id: str, cwd: str) -> Path:
         """Where ``session_id`` is (or would be) recorded."""

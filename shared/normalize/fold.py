@@ -76,21 +76,67 @@ def fold_user(
     return stripped, repairs
 
 
-def append_assistant(result: list[ApiMessage], message: AssistantMessage) -> None:
+def _stops_merge_walk(message: ApiMessage) -> bool:
+    """R4.7 step 2: the walk back for a merge target passes assistants and tool-result user messages
+    and stops at anything else."""
+    return not isinstance(message, AssistantMessage) and not is_tool_result_message(message)
+
+
+class MergeTargets:
+    """For ``append_assistant``: where its walk back would stop, and the latest assistant of each
+    ``message.id`` after that point, kept up to date as the fold appends. Each merge is then O(1)
+    instead of a walk over the whole turn (tool-heavy turns made the fold quadratic)."""
+
+    def __init__(self) -> None:
+        self._start = 0
+        """First index the walk back reaches (just after the latest stopper)."""
+        self._by_id: dict[str, int] = {}
+        self._valid = True
+
+    def user_tail_changed(self, result: Sequence[ApiMessage], first_changed: int) -> None:
+        """``result[first_changed:]`` was replaced or appended by user messages (merges, attachments)."""
+        for index in range(len(result) - 1, first_changed - 1, -1):
+            if _stops_merge_walk(result[index]):
+                self._start, self._by_id, self._valid = index + 1, {}, True
+                return
+        if first_changed < self._start:
+            # The stopper itself became a tool-result message: the walk now reaches further back.
+            self._valid = False
+
+    def target(self, result: Sequence[ApiMessage], message_id: str) -> int | None:
+        if not self._valid:
+            self._rescan(result)
+        return self._by_id.get(message_id)
+
+    def appended(self, index: int, message_id: str | None) -> None:
+        if message_id is not None:
+            self._by_id[message_id] = index
+
+    def _rescan(self, result: Sequence[ApiMessage]) -> None:
+        self._start, self._by_id = 0, {}
+        for index in range(len(result) - 1, -1, -1):
+            candidate = result[index]
+            if isinstance(candidate, AssistantMessage):
+                if candidate.message.id is not None:
+                    self._by_id.setdefault(candidate.message.id, index)
+            elif _stops_merge_walk(candidate):
+                self._start = index + 1
+                break
+        self._valid = True
+
+
+def append_assistant(result: list[ApiMessage], message: AssistantMessage, targets: MergeTargets) -> None:
     """R4.7 step 2: merge into the latest assistant with the same ``message.id``, walking back over
     tool-result user messages and assistants of other ids (streaming splits one response into one
     message per block, and parallel agents interleave); anything else stops the walk. A message
-    without an id never merges (Claude Code's ids are always set)."""
+    without an id never merges (Claude Code's ids are always set). ``targets`` answers the walk."""
     message_id = message.message.id
-    for index in range(len(result) - 1, -1, -1):
+    if message_id is not None and (index := targets.target(result, message_id)) is not None:
         candidate = result[index]
         if isinstance(candidate, AssistantMessage):
-            if message_id is not None and candidate.message.id == message_id:
-                result[index] = merge_assistant_messages(candidate, message)
-                return
-            continue
-        if not is_tool_result_message(candidate):
-            break
+            result[index] = merge_assistant_messages(candidate, message)
+            return
+    targets.appended(len(result), message_id)
     result.append(message)
 
 
@@ -139,18 +185,24 @@ def fold_messages(
     """R4.5–R4.8: the fold over the filtered list."""
     result: list[ApiMessage] = []
     repairs: Repairs = []
+    targets = MergeTargets()
     for message in messages:
+        # User-side steps change only the tail: the last message (a merge) or what they append.
+        tail = max(len(result) - 1, 0)
         if isinstance(message, LocalCommandSystemMessage):
             _append_user(result, local_command_as_user(message), options)
         elif isinstance(message, UserMessage):
             folded, user_repairs = fold_user(message, options, strip_targets)
             repairs += user_repairs
-            if folded is not None:
-                _append_user(result, folded, options)
+            if folded is None:
+                continue
+            _append_user(result, folded, options)
         elif isinstance(message, AssistantMessage):
             normalized, tool_repairs = normalize_tool_uses(message, options)
             repairs += tool_repairs
-            append_assistant(result, normalized)
+            append_assistant(result, normalized, targets)
+            continue
         else:
             repairs += fold_attachment(result, message, options)
+        targets.user_tail_changed(result, tail)
     return result, repairs

@@ -4,6 +4,7 @@ against the test session's private Redis, with short timeouts so failure paths f
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from services.runtime.local_redis import free_port
 from services.runtime.streams import StreamNames
 
 TEST_SHARDS = 4
+TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]
 
 
 @dataclass
@@ -51,7 +53,7 @@ class WorkerCluster:
         return StreamNames(prefix="agentbus:", shards=TEST_SHARDS)
 
     def env(self) -> dict[str, str]:
-        env = {
+        return {
             **os.environ,
             "REDIS_URL": self.redis_url,
             "AGENTBUS_DATA_DIR": str(self.data_dir),
@@ -64,12 +66,11 @@ class WorkerCluster:
             "AGENTBUS_LANE__RENEW_INTERVAL_MS": "300",
             "AGENTBUS_TOOLS__TIMEOUT_S": "2",
             "AGENTBUS_TOOLS__DEADLINE_S": "30",
-            "AGENTBUS_TOOLS__ALLOW": '["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]',
+            "AGENTBUS_TOOLS__ALLOW": json.dumps(TEST_ALLOW_RULES),
             "AGENTBUS_FSYNC_INTERVAL_MS": "2",
             "LOG_LEVEL": "WARNING",
             **self.extra_env,
         }
-        return env
 
     def start(self, name: str, count: int = 1) -> list[Worker]:
         self.workspace.mkdir(parents=True, exist_ok=True)

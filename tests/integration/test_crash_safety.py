@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import json
 import os
 import signal
 import uuid
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,18 +40,21 @@ from services.demo import stream_events_for
 from services.runtime.deadletter import dead_letter_streams, list_dead_letters
 from services.runtime.entries import id_text
 from services.runtime.leases import preferred_owner
+from services.runtime.settings import Settings
 from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP
 from services.transcripts.layout import session_file
 from shared.api_validation import validate_api_request
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import LogEntry, UserPrompt, parse_log_entry
+from shared.events import UserPrompt, parse_log_entry
 from shared.factories import create_assistant_message
 from shared.messages import AssistantMessage, ProgressMessage, UserMessage
 from shared.normalize import to_api_request
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RELAXED_TOOL_LIMITS = {"AGENTBUS_TOOLS__TIMEOUT_S": "30", "AGENTBUS_TOOLS__DEADLINE_S": "120"}
 
 SESSIONS = 12
 MAX_TURNS = 100
@@ -116,7 +121,10 @@ async def converse(bus: AgentbusClient, script: Script, traffic: Traffic) -> Scr
 
     async def next_request() -> PublishedRequest:
         nonlocal seq
-        request = await bus.next_request(session, after_seq=seq, timeout_s=REQUEST_TIMEOUT_S)
+        try:
+            request = await bus.next_request(session, after_seq=seq, timeout_s=REQUEST_TIMEOUT_S)
+        except TimeoutError:
+            raise AssertionError(await stall_report(bus, session, seq)) from None
         seq = request.seq
         script.last_request = request
         return request
@@ -155,7 +163,7 @@ async def converse(bus: AgentbusClient, script: Script, traffic: Traffic) -> Scr
             await bus.send_assistant(session, reply)
         request = await next_request()
         answered = [b["tool_use_id"] for b in request.request["messages"][-1]["content"] if b["type"] == "tool_result"]
-        assert answered == [c.id for c in calls]
+        assert sorted(answered) == sorted(c.id for c in calls)  # R8.5: completion order within a batch
         traffic.turn_done()
 
     closing = create_assistant_message("All done.")
@@ -248,19 +256,34 @@ async def kill_mid_batch(bus: AgentbusClient, worker: Worker) -> int:
     return held
 
 
-async def settled(bus: AgentbusClient, cluster: WorkerCluster) -> bool:
-    """Every group has read and acked everything of every stream it consumes."""
+async def unsettled(bus: AgentbusClient) -> list[str]:
+    """The (stream, group) pairs that have not read and acked everything yet."""
+    behind = []
     for kind, group in GROUP_OF_WORKER.items():
         for stream in streams_of(bus, kind):
             infos = await bus.redis.xinfo_groups(stream)
             info = next((i for i in infos if id_text(i["name"]) == group), None)
-            if info is None or int(info["pending"]) != 0 or info.get("lag") not in (0, None):
-                return False
-            if info.get("lag") is None and id_text(info["last-delivered-id"]) != id_text(
-                (await bus.redis.xinfo_stream(stream))["last-generated-id"]
-            ):
-                return False
-    return True
+            if info is None or int(info["pending"]) != 0 or info.get("lag") != 0:
+                held = await bus.redis.xpending_range(stream, group, "-", "+", 10)
+                behind.append(f"{stream} {group}: {info} {held}")
+    return behind
+
+
+async def settle(bus: AgentbusClient, timeout_s: float = 30.0) -> None:
+    with contextlib.suppress(TimeoutError):
+        await eventually(lambda: _no(unsettled(bus)), timeout_s=timeout_s)
+    assert await unsettled(bus) == []
+
+
+async def _no(items: Awaitable[list[str]]) -> bool:
+    return not await items
+
+
+async def stall_report(bus: AgentbusClient, session: str, seq: int) -> str:
+    """Why a session got no request after ``seq``: its log tail, the groups behind, the dead letters."""
+    tail = [f"{e.seq} {e.message.type} {e.message.to_wire_json()[:200]}" for e in (await bus.history(session))[-6:]]
+    lines = [f"no request for {session} after seq {seq}", "log tail:", *tail, "behind:", *await unsettled(bus)]
+    return "\n".join([*lines, "dead letters:", *await dead_letters(bus)])
 
 
 # -- the checks ------------------------------------------------------------------------------------
@@ -301,35 +324,35 @@ async def check_session(bus: AgentbusClient, cluster: WorkerCluster, script: Scr
     results = [b for m in messages if isinstance(m, UserMessage) for b in m.blocks if isinstance(b, ToolResultBlock)]
     assert Counter(r.tool_use_id for r in results) == Counter(script.calls.keys()), session
     for result in results:
-        assert not result.is_error, (session, result)
+        assert not result.is_error, (session, text_of(result))
         assert SYNTHETIC_TOOL_RESULT_PLACEHOLDER not in text_of(result), (session, result)
         assert script.calls[result.tool_use_id] in text_of(result), (session, result)
 
     # The last request is the shared/ rules applied to the log, and the API would accept it.
     assert script.last_request is not None
     latest = await bus.latest_request(session)
-    assert latest is not None and latest.seq == history[-1].seq, session
-    assert latest.request == to_api_request([e.message for e in history]).request, session
+    assert latest is not None, session
+    assert latest.seq == history[-1].seq, session
+    expected = to_api_request([e.message for e in history]).request
+    assert latest.request == expected, request_diff(session, latest.request, expected)
     assert validate_api_request(latest.request) == [], session
 
     # The transcript: each persisted message of the log once, in log order, chained as logged.
-    path = session_file(cluster.data_dir, "/agentbus", session)
+    path = session_file(cluster.data_dir, Settings().cwd, session)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["uuid"] for line in lines] == [m.uuid for m in messages], session  # type: ignore[union-attr]
     logged_parents = {m.uuid: m.parent_uuid for m in messages}  # type: ignore[union-attr]
-    got = [line["parentUuid"] for line in lines]
-    exp = [logged_parents[line["uuid"]] for line in lines]
-    if got != exp:
-        for i, line in enumerate(lines):
-            flag = "  " if got[i] == exp[i] else "XX"
-            print("DEBUG", flag, i, line["type"], line["uuid"][:8], "file-parent", str(got[i])[:8], "log-parent", str(exp[i])[:8], str(line.get("timestamp")))
-        print("DEBUG path", path)
-        import shutil
-        shutil.copytree(cluster.root, "/tmp/crashdbg", dirs_exist_ok=True)
-        with open("/tmp/crashdbg/history.jsonl", "w") as fh:
-            for e in history:
-                fh.write(e.to_wire_json() + "\n")
     assert [line["parentUuid"] for line in lines] == [logged_parents[line["uuid"]] for line in lines], session
+
+
+def request_diff(session: str, published: object, expected: object) -> str:
+    """The differing lines of two requests, one message per line."""
+    lines = [
+        [json.dumps(m, sort_keys=True) for m in request["messages"]]  # type: ignore[index]
+        for request in (published, expected)
+    ]
+    diff = difflib.unified_diff(lines[0], lines[1], lineterm="", n=1)
+    return "\n".join([f"{session}: published (-) vs rules applied to the log (+)", *diff])
 
 
 async def dead_letters(bus: AgentbusClient) -> list[str]:
@@ -351,6 +374,8 @@ async def test_sigkill_mid_batch_loses_nothing_and_duplicates_nothing(cluster: W
     cluster.workspace.mkdir(parents=True, exist_ok=True)
     for script in scripts:
         (cluster.workspace / f"{script.session}.txt").write_text(f"read-me {script.session}\n")
+    # A tool that times out under machine load would be a correct is_error result, not what is tested here.
+    cluster.extra_env.update(RELAXED_TOOL_LIMITS)
     cluster.start_all(instances=1)
     traffic = Traffic()
     async with cluster.client() as bus:
@@ -377,7 +402,7 @@ async def test_sigkill_mid_batch_loses_nothing_and_duplicates_nothing(cluster: W
                 producers.cancel()
                 with contextlib.suppress(BaseException):
                     await producers
-        await eventually(lambda: settled(bus, cluster), timeout_s=30)
+        await settle(bus)
         for script in scripts:
             await check_session(bus, cluster, script)
         assert await dead_letters(bus) == []

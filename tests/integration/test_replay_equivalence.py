@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,10 +30,10 @@ CORPUS_FILES = sorted((CORPUS_ROOT / "claude-code").rglob("*.jsonl"))
 
 
 @pytest.fixture(scope="module")
-def replay_cluster(module_cluster: WorkerCluster) -> Iterator[WorkerCluster]:
+def replay_cluster(module_cluster: WorkerCluster) -> WorkerCluster:
     """One instance of every worker, shared by the module (sessions keep the tests apart)."""
     module_cluster.start_all(instances=1)
-    yield module_cluster
+    return module_cluster
 
 
 @pytest.fixture

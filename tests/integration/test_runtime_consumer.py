@@ -178,6 +178,30 @@ async def test_handler_exception_leaves_entries_pending(aredis: aioredis.Redis) 
     assert await aredis.xlen(OUT) == 0
 
 
+async def test_failing_write_callback_leaves_entries_pending(aredis: aioredis.Redis) -> None:
+    """A handler's pipeline callback that raises is a handler failure: nothing is written or acked, and the
+    consumer keeps running."""
+    await fill(aredis, 2)
+    calls: list[int] = []
+
+    def broken_write(pipe: object) -> None:
+        calls.append(1)
+        raise KeyError("state not loaded")
+
+    async def handle(batch: list[StreamEntry]) -> BatchOutcome:
+        return BatchOutcome(outputs=[Output(OUT, {"x": 1})], write=broken_write)
+
+    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="c1", handler=handle, config=NO_CLAIM)
+    consumer.start()
+    await wait_until(lambda: consumer.stats.handler_errors == 1)
+    await aredis.xadd(STREAM, {"data": b"{}"})
+    await wait_until(lambda: consumer.stats.handler_errors == 2)  # still reading after the failure
+    await consumer.stop()
+    assert await pending_count(aredis) == 3
+    assert await aredis.xlen(OUT) == 0
+    assert consumer.stats.acked == 0
+
+
 async def test_one_failing_entry_does_not_sink_its_batch(aredis: aioredis.Redis) -> None:
     """After a batch fails, entries are retried one by one: the good ones are settled, the bad one stays."""
     await fill(aredis, 3)

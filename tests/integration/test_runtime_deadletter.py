@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis.asyncio as aioredis
 
@@ -15,7 +17,7 @@ from services.runtime.deadletter import (
     replay_dead_letter,
     show_dead_letter,
 )
-from services.runtime.entries import StreamEntry
+from services.runtime.entries import StreamEntry, id_text
 from services.runtime.streams import StreamNames
 
 pytestmark = pytest.mark.integration
@@ -53,8 +55,9 @@ async def test_replay_writes_original_fields_back_and_removes_the_dead_letter(ar
     ids = await store(aredis, letter("1-0", {"data": b"one"}), letter("2-0", {"data": b"two", "k": b"\x80"}))
     new_id = await replay_dead_letter(aredis, DLQ, ids[1])
     assert new_id is not None
-    ((replayed_id, fields),) = await aredis.xrange(STREAM)
-    assert replayed_id.decode() == new_id
+    replayed: Any = await aredis.xrange(STREAM)
+    ((replayed_id, fields),) = replayed
+    assert id_text(replayed_id) == new_id
     assert fields == {b"data": b"two", b"k": b"\x80"}
     assert [item.entry_id for item in await list_dead_letters(aredis, DLQ)] == ["1-0"]
     assert await replay_dead_letter(aredis, DLQ, ids[1]) is None
@@ -69,6 +72,6 @@ async def test_purge_and_discover_dead_letter_streams(aredis: aioredis.Redis) ->
 
 
 async def test_malformed_dead_letter_is_reported_with_its_id(aredis: aioredis.Redis) -> None:
-    dlq_id = (await aredis.xadd(DLQ, {"type": "dead_letter", "stream": STREAM})).decode()
+    dlq_id = id_text(await aredis.xadd(DLQ, {"type": "dead_letter", "stream": STREAM}))
     with pytest.raises(DeadLetterDecodeError, match=dlq_id):
         await list_dead_letters(aredis, DLQ)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
+from services.runtime.entries import id_text
 from services.runtime.leases import LeaseConfig, ShardLeases, current_epoch, preferred_owner
 from services.runtime.streams import StreamNames
 
@@ -43,7 +44,7 @@ async def settle(leases: list[ShardLeases], rounds: int = 4) -> None:
 
 async def holders(client: aioredis.Redis) -> dict[int, str | None]:
     values = await client.mget([NAMES.lease_key(LANE, shard) for shard in range(NAMES.shards)])
-    return {shard: value.decode() if value is not None else None for shard, value in enumerate(values)}
+    return {shard: id_text(value) if value is not None else None for shard, value in enumerate(values)}
 
 
 async def assert_exclusive(client: aioredis.Redis, leases: list[ShardLeases]) -> None:

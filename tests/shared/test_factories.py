@@ -116,14 +116,10 @@ def test_r2_3b_array_content_is_verbatim(deps: Deps) -> None:
 
 
 def test_r2_3c_synthetic_api_error(deps: Deps) -> None:
-    error = create_assistant_api_error_message(
-        c.CONTEXT_WINDOW_EXCEEDED_ERROR, api_error="max_output_tokens", **deps
-    )
+    error = create_assistant_api_error_message(c.CONTEXT_WINDOW_EXCEEDED_ERROR, api_error="max_output_tokens", **deps)
     assert is_synthetic_api_error(error)
     assert not is_synthetic_api_error(create_assistant_message("x", **deps))
-    assert c.max_output_tokens_error(32000).startswith(
-        "API Error: Claude's response exceeded the 32000 output"
-    )
+    assert c.max_output_tokens_error(32000).startswith("API Error: Claude's response exceeded the 32000 output")
 
 
 def test_r2_1c_is_synthetic_message(deps: Deps) -> None:
@@ -134,9 +130,7 @@ def test_r2_1c_is_synthetic_message(deps: Deps) -> None:
 def test_r2_1_constants_are_byte_exact() -> None:
     assert c.SYNTHETIC_TOOL_RESULT_PLACEHOLDER == "[Tool result missing due to internal error]"
     assert c.INTERRUPT_MESSAGE_FOR_TOOL_USE == "[Request interrupted by user for tool use]"
-    assert c.auto_reject_message("Bash").startswith(
-        "Permission to use Bash has been denied. IMPORTANT: You *may*"
-    )
+    assert c.auto_reject_message("Bash").startswith("Permission to use Bash has been denied. IMPORTANT: You *may*")
     assert c.dont_ask_reject_message("Bash").startswith(
         "Permission to use Bash has been denied because Claude Code is running in don't ask mode. IMPORTANT"
     )
@@ -146,10 +140,7 @@ def test_r2_1_constants_are_byte_exact() -> None:
     )
     assert c.is_classifier_denial(c.build_yolo_rejection_message("x"))
     assert c.with_memory_correction_hint("x") == "x"
-    assert (
-        c.with_memory_correction_hint("x", auto_memory=True, amber_prism=True)
-        == "x" + c.MEMORY_CORRECTION_HINT
-    )
+    assert c.with_memory_correction_hint("x", auto_memory=True, amber_prism=True) == "x" + c.MEMORY_CORRECTION_HINT
 
 
 def test_r2_4b_compact_boundary(deps: Deps) -> None:

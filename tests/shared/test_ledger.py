@@ -159,7 +159,8 @@ def test_r9_4_stream_becomes_one_message_per_block_with_final_usage_and_one_job(
     messages = [e.message for e in out.entries]
     assert [type(m) for m in messages] == [AssistantMessage, AssistantMessage]
     text, tool = messages
-    assert isinstance(text, AssistantMessage) and isinstance(tool, AssistantMessage)
+    assert isinstance(text, AssistantMessage)
+    assert isinstance(tool, AssistantMessage)
     assert text.api_message_id == tool.api_message_id == "msg_1"
     assert tool.blocks == [ToolUseBlock(id="t9", name="Read", input={"file_path": "x"})]
     assert tool.message.stop_reason == "tool_use"  # R9.5 applied before the line is logged
@@ -186,7 +187,8 @@ def test_r6_1_stream_fallback_tombstones_partials_and_their_calls_never_run(ledg
 
 def test_malformed_stream_event_is_reported_and_kills_the_attempt(ledger: SessionLedger) -> None:
     out = send(ledger, StreamEvent(request_id="r1", event={"type": "content_block_delta", "index": 0, "delta": {}}))
-    assert out.invalid is not None and out.invalid.startswith("stream_event:")
+    assert out.invalid is not None
+    assert out.invalid.startswith("stream_event:")
     assert "r1" not in ledger.state.open_replies
 
 
@@ -204,7 +206,8 @@ def test_r10_1_interrupt_while_streaming(ledger: SessionLedger) -> None:
 def test_r10_2_interrupt_while_tools_run(ledger: SessionLedger) -> None:
     send(ledger, AssistantReply(message=assistant_with_calls("t1", "t2")))
     out = send(ledger, Interrupt(reason="user_cancel"))
-    assert out.interrupt_tools and out.entries == []
+    assert out.interrupt_tools
+    assert out.entries == []
     send(ledger, ToolResultReport(message=result_for("t1")))
     last = send(ledger, ToolResultReport(message=result_for("t2")))
     assert last.entries[-1].message.blocks == [TextBlock(text=INTERRUPT_MESSAGE_FOR_TOOL_USE)]  # type: ignore[union-attr]

@@ -194,9 +194,7 @@ def test_malformed_known_block_is_kept_verbatim_and_flagged() -> None:
 
 def test_invalid_message_reports_its_location() -> None:
     with pytest.raises(ValidationError) as info:
-        parse_message(
-            {"type": "user", "uuid": "u", "timestamp": "t", "message": {"role": "user", "content": [7]}}
-        )
+        parse_message({"type": "user", "uuid": "u", "timestamp": "t", "message": {"role": "user", "content": [7]}})
     assert ("user", "message", "content", "str") in [error["loc"] for error in info.value.errors()]
 
 

@@ -16,9 +16,9 @@ def test_readme_worked_example_output_is_true() -> None:
     code = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("#"))
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - the README's own example
+        exec(compile(code, "README.md", "exec"), {})
     printed = output.getvalue()
-    assert re.search(r"'tool_use_id': 't1', 'content': '\[Tool result missing due to internal error\]', 'is_error': True\}, "
-                     r"\{'type': 'tool_result', 'tool_use_id': 't2', 'content': '3'\}", printed)
+    placeholder = r"'tool_use_id': 't1', 'content': '\[Tool result missing due to internal error\]', 'is_error': True\}"
+    assert re.search(placeholder + r", \{'type': 'tool_result', 'tool_use_id': 't2', 'content': '3'\}", printed)
     assert "'text': ''" not in printed
     assert printed.count("'role': 'assistant'") == 1
