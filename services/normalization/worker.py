@@ -23,11 +23,11 @@ import structlog
 from redis.asyncio.client import Pipeline
 
 from services.observability import metrics
-from services.observability.logging import debug_enabled
-from services.observability.tracing import continue_trace, trace_id_of
-from services.runtime.codec import decode_entry, entry_fields
-from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
+from services.observability.tracing import continue_trace
+from services.runtime.codec import entry_fields
+from services.runtime.consumer import BatchHandler, BatchOutcome, Output
 from services.runtime.entries import StreamEntry
+from services.runtime.log_batch import decode_log_batch
 from services.runtime.topology import Topology
 from shared.api_validation import validate_api_request
 from shared.clock import Clock, utc_now
@@ -102,26 +102,8 @@ class NormalizationWorker:
             del self.histories[session]
 
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
-        poison: dict[str, Poison] = {}
-        decoded: list[tuple[StreamEntry, LogEntry]] = []
-        consumed: Counter[str] = Counter()
-        debug = debug_enabled()
-        for entry in entries:
-            record = decode_entry(entry, parse_log_entry)
-            if isinstance(record, Poison):
-                consumed["invalid"] += 1
-                poison[entry.entry_id] = record
-            else:
-                consumed[record.message.type] += 1
-                if debug:
-                    log.debug(
-                        "log_entry",
-                        session_id=record.session_id,
-                        seq=record.seq,
-                        uuid=getattr(record.message, "uuid", None),
-                        trace_id=trace_id_of(record.traceparent),
-                    )
-                decoded.append((entry, record))
+        batch = decode_log_batch(entries)
+        poison, decoded, consumed = batch.poison, batch.records, batch.consumed
         await self._load_histories(decoded)
         touched: dict[str, tuple[str | None, str | None]] = {}
         for _, record in decoded:

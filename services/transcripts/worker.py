@@ -16,13 +16,11 @@ from dataclasses import dataclass
 import structlog
 
 from services.observability import metrics
-from services.observability.logging import debug_enabled
-from services.observability.tracing import trace_id_of
-from services.runtime.codec import decode_entry
-from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
+from services.runtime.consumer import BatchHandler, BatchOutcome
 from services.runtime.entries import StreamEntry
+from services.runtime.log_batch import decode_log_batch
 from services.transcripts.store import TranscriptStore
-from shared.events import LogEntry, parse_log_entry
+from shared.events import LogEntry
 from shared.messages import Message, TombstoneMessage
 
 log = structlog.get_logger(__name__)
@@ -49,26 +47,11 @@ class TranscriptWorker:
         return self.handle
 
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
-        poison: dict[str, Poison] = {}
+        batch = decode_log_batch(entries)
+        poison, consumed = batch.poison, batch.consumed
         by_session: dict[str, list[LogEntry]] = {}
-        consumed: Counter[str] = Counter()
-        debug = debug_enabled()
-        for entry in entries:
-            record = decode_entry(entry, parse_log_entry)
-            if isinstance(record, Poison):
-                consumed["invalid"] += 1
-                poison[entry.entry_id] = record
-            else:
-                consumed[record.message.type] += 1
-                if debug:
-                    log.debug(
-                        "log_entry",
-                        session_id=record.session_id,
-                        seq=record.seq,
-                        uuid=getattr(record.message, "uuid", None),
-                        trace_id=trace_id_of(record.traceparent),
-                    )
-                by_session.setdefault(record.session_id, []).append(record)
+        for _, record in batch.records:
+            by_session.setdefault(record.session_id, []).append(record)
         before = (self.stats.lines_written, self.stats.duplicates_skipped, self.stats.lines_removed)
         started = time.perf_counter()
         # Sessions are independent files: write them concurrently so their fsyncs overlap.
