@@ -3,9 +3,9 @@ agentbus does not know (kept verbatim)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, Tag
+from pydantic import Field
 
 from shared.envelope import StoredMessageBase
 from shared.json_types import JsonObject, JsonValue
@@ -147,25 +147,6 @@ SYSTEM_SUBTYPE_TAGS: dict[str, str] = {
     str(model.model_fields["subtype"].default): f"system:{model.model_fields['subtype'].default}"
     for model in _SUBTYPE_MODELS
 }
-
-SystemMessageUnion = (
-    Annotated[InformationalSystemMessage, Tag("system:informational")]
-    | Annotated[PermissionRetrySystemMessage, Tag("system:permission_retry")]
-    | Annotated[BridgeStatusSystemMessage, Tag("system:bridge_status")]
-    | Annotated[ScheduledTaskFireSystemMessage, Tag("system:scheduled_task_fire")]
-    | Annotated[StopHookSummarySystemMessage, Tag("system:stop_hook_summary")]
-    | Annotated[TurnDurationSystemMessage, Tag("system:turn_duration")]
-    | Annotated[AwaySummarySystemMessage, Tag("system:away_summary")]
-    | Annotated[MemorySavedSystemMessage, Tag("system:memory_saved")]
-    | Annotated[AgentsKilledSystemMessage, Tag("system:agents_killed")]
-    | Annotated[ApiMetricsSystemMessage, Tag("system:api_metrics")]
-    | Annotated[LocalCommandSystemMessage, Tag("system:local_command")]
-    | Annotated[CompactBoundarySystemMessage, Tag("system:compact_boundary")]
-    | Annotated[MicrocompactBoundarySystemMessage, Tag("system:microcompact_boundary")]
-    | Annotated[ApiErrorSystemMessage, Tag("system:api_error")]
-    | Annotated[FileSnapshotSystemMessage, Tag("system:file_snapshot")]
-    | Annotated[OtherSystemMessage, Tag("system:other")]
-)
 
 SystemMessage = (
     InformationalSystemMessage
