@@ -17,23 +17,9 @@ from shared.envelope import StoredMessageBase
 from shared.json_types import JsonObject, JsonValue
 from shared.system_messages import (
     SYSTEM_SUBTYPE_TAGS,
-    AgentsKilledSystemMessage,
-    ApiErrorSystemMessage,
-    ApiMetricsSystemMessage,
-    AwaySummarySystemMessage,
-    BridgeStatusSystemMessage,
-    CompactBoundarySystemMessage,
-    FileSnapshotSystemMessage,
-    InformationalSystemMessage,
-    LocalCommandSystemMessage,
-    MemorySavedSystemMessage,
-    MicrocompactBoundarySystemMessage,
+    KnownSystemMessage,
     OtherSystemMessage,
-    PermissionRetrySystemMessage,
-    ScheduledTaskFireSystemMessage,
-    StopHookSummarySystemMessage,
     SystemMessage,
-    TurnDurationSystemMessage,
 )
 from shared.wire import CamelModel, WireModel, only_routed_to
 
@@ -176,24 +162,7 @@ def _message_tag(value: Any) -> str:
     return kind if isinstance(kind, str) else "invalid"
 
 
-_KnownSystemMessage = Annotated[
-    InformationalSystemMessage
-    | PermissionRetrySystemMessage
-    | BridgeStatusSystemMessage
-    | ScheduledTaskFireSystemMessage
-    | StopHookSummarySystemMessage
-    | TurnDurationSystemMessage
-    | AwaySummarySystemMessage
-    | MemorySavedSystemMessage
-    | AgentsKilledSystemMessage
-    | ApiMetricsSystemMessage
-    | LocalCommandSystemMessage
-    | CompactBoundarySystemMessage
-    | MicrocompactBoundarySystemMessage
-    | ApiErrorSystemMessage
-    | FileSnapshotSystemMessage,
-    Field(discriminator="subtype"),
-]
+_KnownSystemMessage = Annotated[KnownSystemMessage, Field(discriminator="subtype")]
 
 
 def _one_choice(message: SystemMessage) -> SystemMessage:

@@ -148,7 +148,7 @@ SYSTEM_SUBTYPE_TAGS: dict[str, str] = {
     for model in _SUBTYPE_MODELS
 }
 
-SystemMessage = (
+KnownSystemMessage = (
     InformationalSystemMessage
     | PermissionRetrySystemMessage
     | BridgeStatusSystemMessage
@@ -164,6 +164,8 @@ SystemMessage = (
     | MicrocompactBoundarySystemMessage
     | ApiErrorSystemMessage
     | FileSnapshotSystemMessage
-    | OtherSystemMessage
 )
+"""A system message of a subtype agentbus models."""
+
+SystemMessage = KnownSystemMessage | OtherSystemMessage
 """Any system message."""
