@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.client import Pipeline
 
 from services.ingestion.ledger_cache import (
     MAX_SEEN_KEYS_PER_SESSION,
@@ -172,7 +171,7 @@ class IngestionWorker:
         log.info("batch_handled", stream=stream, size=len(entries), dead_lettered=len(batch.poison))
         return BatchOutcome(
             outputs=batch.outputs,
-            write=lambda pipe: self._write_state(pipe, shard, batch),
+            write=lambda calls: self._write_state(calls, shard, batch),
             poison=batch.poison,
             on_settled=lambda: self.cache.put_back(shard, batch.ledgers),
         )
@@ -266,10 +265,9 @@ class IngestionWorker:
             batch.interrupts[session] = self.now_ms()
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
 
-    def _write_state(self, pipe: Pipeline, shard: int, batch: _Batch) -> None:
-        """Queue the batch's state writes: the shard's keys as one script call, then the global ones."""
+    def _write_state(self, calls: KeyCalls, shard: int, batch: _Batch) -> None:
+        """Queue the batch's state writes (after its log entries and tool jobs, before the XACK)."""
         now = self.now_ms()
-        calls = KeyCalls()
         touched: list[str] = []
         for session, cached in batch.ledgers.items():
             calls.add("SET", self.topology.ledger(session), dump_state(cached.ledger.state))
@@ -293,11 +291,10 @@ class IngestionWorker:
             calls.add_members("SADD", self.topology.retracted(session), list(uuids))
         for session, at_ms in batch.interrupts.items():
             calls.add("SET", self.topology.interrupt(session), at_ms, "PX", INTERRUPT_TTL_MS)
-        calls.queue_writes(pipe)
         if touched:
-            pipe.zadd(self.topology.sessions(), dict.fromkeys(touched, now))
+            calls.add("ZADD", self.topology.sessions(), *(arg for session in touched for arg in (now, session)))
         for session in batch.interrupts:
-            pipe.publish(self.topology.interrupts_channel, session)
+            calls.add("PUBLISH", self.topology.interrupts_channel, session)
 
     def _write_reply_events(self, calls: KeyCalls, session: str, cached: CachedLedger) -> None:
         """Append the new raw events of each open reply to its list; delete the lists of finished ones.

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import orjson
 import redis.asyncio as aioredis
 import structlog
-from redis.asyncio.client import Pipeline
 
 from services.observability import metrics
 from services.observability.tracing import continue_trace
 from services.runtime.codec import entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Output
 from services.runtime.entries import StreamEntry
+from services.runtime.key_calls import KeyCalls
 from services.runtime.log_batch import decode_log_batch
 from services.runtime.topology import Topology
 from shared.api_validation import validate_api_request
@@ -145,8 +145,8 @@ class NormalizationWorker:
             metrics.record_produced("normalization", "requests", {"request_ready": len(published)})
         origins = [metrics.entry_id_ms(request.ingress_id) for request in published if request.ingress_id]
 
-        def write(pipe: Pipeline) -> None:
-            self._write(pipe, published)
+        def write(calls: KeyCalls) -> None:
+            self._write(calls, published)
 
         outcome_ = BatchOutcome(outputs=outputs, write=write, poison=poison)
         # Published once the consumer's pipeline ran; counted here, where the batch is decided.
@@ -224,7 +224,7 @@ class NormalizationWorker:
         }
         return Output(self.topology.names.dead_letter_stream(self.topology.requests), fields)
 
-    def _write(self, pipe: Pipeline, published: list[PublishedRequest]) -> None:
+    def _write(self, calls: KeyCalls, published: list[PublishedRequest]) -> None:
         for request in published:
             body = {
                 "session_id": request.session_id,
@@ -232,4 +232,4 @@ class NormalizationWorker:
                 "request": request.result.request,
                 "repairs": request.result.report.counts,
             }
-            pipe.set(self.topology.request(request.session_id), orjson.dumps(body))
+            calls.add("SET", self.topology.request(request.session_id), orjson.dumps(body))

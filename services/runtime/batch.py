@@ -11,12 +11,11 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from redis.asyncio.client import Pipeline
-
 from services.runtime.entries import StreamEntry
+from services.runtime.key_calls import KeyCalls
 
 FieldValue = bytes | str | int | float
-PipelineWriter = Callable[[Pipeline], None]
+CallWriter = Callable[[KeyCalls], None]
 
 
 def raise_if_cancelling() -> None:
@@ -54,8 +53,8 @@ class BatchOutcome:
     """What the handler wants written for a batch; the consumer writes it in one pipeline."""
 
     outputs: Sequence[Output] = ()
-    write: PipelineWriter | None = None
-    """Extra commands queued on the batch's pipeline (after the outputs, before the XACK)."""
+    write: CallWriter | None = None
+    """Extra commands for the batch's write (after the outputs, before the XACK)."""
     ack: Collection[str] | None = None
     """Entry ids to ack; None acks every entry of the batch. Entries not acked stay pending."""
     poison: Mapping[str, Poison] = field(default_factory=dict)
@@ -79,6 +78,14 @@ class OutputWriteError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class Fence:
+    """A fencing token: the value ``key`` must still hold for this consumer's writes to apply."""
+
+    key: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerConfig:
     """Tuning of one consumer loop; the defaults suit the unordered pool."""
 
@@ -94,8 +101,11 @@ class ConsumerConfig:
     claim_all_on_start: bool = False
     """Take over every pending entry of the group at start (a new lane owner after a failover)."""
     transactional: bool = False
-    """Write a batch's outputs, the handler's extra commands and the XACK in one MULTI/EXEC, so a crash
+    """Write a batch's outputs, the handler's extra commands and the XACK as one atomic script, so a crash
     applies a batch completely or not at all (the handler's state writes included)."""
+    fence: Fence | None = None
+    """Write every batch (atomically, as with ``transactional``) only while ``fence.key`` holds
+    ``fence.token``: set by shard lanes to the lane's lease epoch."""
     dead_letter_stream: str | None = None
     """Defaults to ``<stream>:dlq``."""
     backoff_initial_s: float = 0.05
@@ -115,6 +125,8 @@ class ConsumerStats:
     batches: int = 0
     handler_errors: int = 0
     write_errors: int = 0
+    fenced: int = 0
+    """Batches refused because the fence moved on (another owner took the shard)."""
     connection_errors: int = 0
     last_progress_monotonic: float = field(default_factory=time.monotonic)
     """Last time the loop completed a step (a read, a batch, or a retry while Redis is down). A liveness

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,12 +34,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from services.runtime.batch import (
     BatchHandler,
     BatchOutcome,
+    CallWriter,
     ConsumerConfig,
     ConsumerStats,
+    Fence,
     FieldValue,
     Output,
     OutputWriteError,
-    PipelineWriter,
     Poison,
     raise_if_cancelling,
 )
@@ -51,6 +52,7 @@ from services.runtime.deadletter import (
     dead_letter,
 )
 from services.runtime.entries import RawEntry, StreamEntry, decode_entries, id_text, stream_reply_entries
+from services.runtime.key_calls import Fenced, KeyCalls
 from services.runtime.streams import dead_letter_stream
 
 log = structlog.get_logger(__name__)
@@ -61,12 +63,14 @@ __all__ = [
     "BatchConsumer",
     "BatchHandler",
     "BatchOutcome",
+    "CallWriter",
     "ConsumerConfig",
     "ConsumerStats",
+    "Fence",
+    "Fenced",
     "FieldValue",
     "Output",
     "OutputWriteError",
-    "PipelineWriter",
     "Poison",
     "raise_if_cancelling",
 ]
@@ -89,8 +93,12 @@ class BatchConsumer:
         consumer: str,
         handler: BatchHandler,
         config: ConsumerConfig | None = None,
+        may_read: Callable[[], bool] | None = None,
     ) -> None:
         self.redis = redis
+        self.may_read = may_read
+        """Asked before every read: False pauses the loop (a shard lane whose lease may have lapsed, e.g.
+        after this process was paused, reads nothing until the lease loop renews or gives the shard up)."""
         self.stream = stream
         self.group = group
         self.consumer = consumer
@@ -152,6 +160,13 @@ class BatchConsumer:
             raise_if_cancelling()
             try:
                 await self._step()
+            except Fenced as fenced:
+                # Another worker owns the shard now: it re-reads what we had in hand. Stop reading; the
+                # lease loop notices the lost lease at its next renewal and tells the worker.
+                self.stats.fenced += 1
+                self._log.warning("consumer_fenced_out", key=fenced.key, token=fenced.token)
+                self._stop.set()
+                return
             except _TRANSIENT as exc:
                 await self._on_transient(exc)
                 continue
@@ -168,6 +183,9 @@ class BatchConsumer:
             self.stats.last_progress_monotonic = time.monotonic()
 
     async def _step(self) -> None:
+        if self.may_read is not None and not self.may_read():
+            await self._sleep(self.config.backoff_initial_s)
+            return
         if not self._group_ready:
             await self.ensure_group()
         if self._need_takeover:
@@ -335,10 +353,12 @@ class BatchConsumer:
     async def _settle(
         self, done: list[tuple[list[StreamEntry], BatchOutcome]], letters: list[DeadLetter], now_ms: int
     ) -> bool:
-        """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline.
+        """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline (or one
+        atomic script for transactional and fenced consumers).
 
-        Returns False when a handler's ``write`` callback raised while the pipeline was being built (then
-        nothing is sent, exactly as if the handler itself had raised).
+        Returns False when the batch was not settled (nothing acked): a handler's ``write`` callback raised
+        while the batch was being built (nothing is sent, exactly as if the handler itself had raised), or
+        Redis rejected a call of the atomic script.
         """
         ack_ids: list[str] = [letter.entry_id for letter in letters]
         acked_entries: list[StreamEntry] = []
@@ -363,20 +383,22 @@ class BatchConsumer:
         if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
             _notify_settled(done)
             return True
-        pipe = self.redis.pipeline(transaction=self.config.transactional)
+        if self.config.transactional or self.config.fence is not None:
+            return await self._settle_atomically(done, letters, ack_ids, acked_entries, now_ms)
+        pipe = self.redis.pipeline(transaction=False)
         produced = 0
+        calls = KeyCalls()
         try:
             for _, outcome in done:
                 for output in outcome.outputs:
                     pipe.xadd(output.stream, output.fields, maxlen=output.maxlen, approximate=True)  # type: ignore[arg-type]
                     produced += 1
                 if outcome.write is not None:
-                    outcome.write(pipe)
+                    outcome.write(calls)
         except Exception as exc:
-            self.stats.handler_errors += 1
-            entry_ids = [entry.entry_id for batch, _ in done for entry in batch]
-            self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
+            self._on_write_callback_failed(done, exc)
             return False
+        calls.queue_writes(pipe)
         for letter in letters:
             dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
         if ack_ids:
@@ -396,6 +418,69 @@ class BatchConsumer:
         if ack_ids:
             self.stats.acked += int(results[-1])
         return True
+
+    async def _settle_atomically(
+        self,
+        done: list[tuple[list[StreamEntry], BatchOutcome]],
+        letters: list[DeadLetter],
+        ack_ids: list[str],
+        acked: list[StreamEntry],
+        now_ms: int,
+    ) -> bool:
+        """Write the batch as ONE script (``key_calls.py``): outputs, the handler's commands, dead letters,
+        then the XACK — all of it or, when the fence moved on, nothing (raises :class:`Fenced`).
+
+        A call Redis rejects (WRONGTYPE, OOM, …) stops the script, leaving the calls before it applied (as
+        a failed command inside a MULTI/EXEC would): the batch's entries are then dead-lettered with the
+        error and acked, so an operator can replay them once the cause is fixed.
+        """
+        calls = KeyCalls()
+        produced = 0
+        try:
+            for _, outcome in done:
+                for output in outcome.outputs:
+                    calls.add_xadd(output.stream, output.fields, output.maxlen)
+                    produced += 1
+                if outcome.write is not None:
+                    outcome.write(calls)
+        except Exception as exc:
+            self._on_write_callback_failed(done, exc)
+            return False
+        try:
+            acked_count = await self._write_atomically(calls, letters, ack_ids)
+        except ResponseError as error:
+            self.stats.write_errors += 1
+            entry_ids = [entry.entry_id for entry in acked] + [letter.entry_id for letter in letters]
+            self._log.error("batch_write_failed", entry_ids=entry_ids, error=str(error))
+            detail = str(error)[:500]
+            retry = [self._letter(entry, REASON_OUTPUT_WRITE_FAILED, detail, now_ms) for entry in acked] + letters
+            try:
+                await self._write_atomically(KeyCalls(), retry, ack_ids)
+            except ResponseError as second:
+                raise OutputWriteError(self.stream, entry_ids, [error, second]) from second
+            self.stats.dead_lettered += len(retry)
+            return True
+        _notify_settled(done)
+        self.stats.batches += 1
+        self.stats.produced += produced
+        self.stats.dead_lettered += len(letters)
+        self.stats.acked += int(acked_count) if ack_ids else 0
+        return True
+
+    async def _write_atomically(self, calls: KeyCalls, letters: list[DeadLetter], ack_ids: list[str]) -> Any:
+        """Append the dead letters and the XACK to ``calls`` and run them as one (fenced) script."""
+        for letter in letters:
+            calls.add_xadd(self.dead_letter_stream, letter.to_stream_fields())
+        calls.add_members("XACK", self.stream, list(ack_ids), self.group)
+        fence = self.config.fence
+        if fence is None:
+            return await calls.write(self.redis)
+        return await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
+
+    def _on_write_callback_failed(self, done: list[tuple[list[StreamEntry], BatchOutcome]], exc: Exception) -> None:
+        self.stats.handler_errors += 1
+        entry_ids = [entry.entry_id for batch, _ in done for entry in batch]
+        self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
 
     async def _on_write_errors(
         self, acked: list[StreamEntry], letters: list[DeadLetter], errors: list[Exception], now_ms: int

@@ -2,44 +2,79 @@
 
 Why: redis-py's asyncio client reads every reply of a pipeline on its own, each under an asyncio timeout
 (and in a MULTI/EXEC every ``QUEUED`` too): ≈ 15–30 µs of client CPU per command, whatever the command
-does. A worker that writes a few keys per session per batch (ingestion: the ledger, the applied keys, a
-reply's raw events, …) spent most of its time there. One ``EVAL`` carrying N calls costs one reply.
+does. A worker that writes a few keys per session per batch (ingestion: the log entries, the ledger, the
+applied keys, a reply's raw events, the ack, …) spent most of its time there. One ``EVAL`` carrying N
+calls costs one reply.
 
-Semantics are those of the same commands sent one after another: inside a MULTI/EXEC the script runs
-at EXEC, atomically with the rest. A failing call stops the script (the calls before it stay applied,
-as a failing command inside a MULTI/EXEC leaves the others applied); the error is the EVAL's reply.
-Every key is passed in ``KEYS``; in Redis Cluster they must share a slot (a shard's keys do, through
-the ``{sNN}`` hash tag).
+A script runs atomically: no other client's command runs between its calls, so a batch's writes and its
+``XACK`` land together. A **fenced** script first compares a key with a token (a shard's lease epoch)
+and runs nothing when they differ: a worker that lost its lease without noticing yet (paused, CPU-starved)
+cannot write or ack anything once the next owner has taken the shard (the fencing token of
+ecosystem.md §5.3). A failing call stops the script (the calls before it stay applied, as a failing
+command inside a MULTI/EXEC leaves the others applied); the error is the EVAL's reply.
+
+Every key is passed in ``KEYS``. In Redis Cluster they must share a slot: a shard's own keys do (the
+``{sNN}`` hash tag), the global ones a batch may touch (tool jobs, requests, sessions) do not — one Redis
+(or a primary with replicas) is what the pipeline supports today.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 from redis.asyncio.client import Pipeline
+from redis.exceptions import NoScriptError, ResponseError
 
 _RUN = """
+local mode = ARGV[1]
+local a = 2
+local first = 1
+if mode == 'f' then
+  local current = redis.call('GET', KEYS[1])
+  if current ~= ARGV[2] then
+    return redis.error_reply('FENCED ' .. KEYS[1] .. ' is ' .. tostring(current) .. ', not ' .. ARGV[2])
+  end
+  a = 3
+  first = 2
+end
 local results = {}
-local a = 1
-for i = 1, #KEYS do
+local last = false
+for i = first, #KEYS do
   local n = tonumber(ARGV[a + 1])
-  local reply = redis.call(ARGV[a], KEYS[i], unpack(ARGV, a + 2, a + 1 + n))
-  if ARGV[#ARGV] == 'r' then
-    results[i] = reply
+  last = redis.call(ARGV[a], KEYS[i], unpack(ARGV, a + 2, a + 1 + n))
+  if mode == 'r' then
+    results[i] = last
   end
   a = a + 2 + n
 end
-if ARGV[#ARGV] == 'r' then
+if mode == 'r' then
   return results
 end
-return #KEYS
+return last
 """
-"""ARGV: per call ``command, nargs, args…``, then ``r`` (return every reply) or ``w`` (return the count)."""
+"""ARGV: the mode — ``r`` (return every reply), ``w`` (return the last call's reply) or ``f`` (``w``
+fenced: ``KEYS[1]`` must hold ``ARGV[2]``) — then per call ``command, nargs, args…``."""
+
+_RUN_SHA = hashlib.sha1(_RUN.encode()).hexdigest()  # Redis names scripts by SHA-1
+
+FENCED_PREFIX = "FENCED"
+"""Start of the error a fenced script answers when the token no longer matches."""
 
 MAX_ARGS_PER_CALL = 4000
 """Lua's ``unpack`` cannot spread much more than 8000 values; callers split larger calls."""
 
 Arg = str | bytes | int | float
+
+
+class Fenced(Exception):  # a verdict, not a malfunction
+    """A fenced write found another token in place: this worker no longer owns what it wrote for."""
+
+    def __init__(self, key: str, token: str, reply: str) -> None:
+        super().__init__(reply)
+        self.key = key
+        self.token = token
 
 
 class KeyCalls:
@@ -64,19 +99,55 @@ class KeyCalls:
         self._args.append(len(args))
         self._args.extend(args)
 
-    def add_members(self, command: str, key: str, members: list[Arg]) -> None:
-        """Queue a variadic command whose members may be split over several calls (SADD, RPUSH, …)."""
-        for start in range(0, len(members), MAX_ARGS_PER_CALL):
-            self.add(command, key, *members[start : start + MAX_ARGS_PER_CALL])
+    def add_members(self, command: str, key: str, members: list[Arg], *leading: Arg) -> None:
+        """Queue a variadic command whose members may be split over several calls (SADD, RPUSH, XACK
+        with ``leading`` = the group, …)."""
+        step = MAX_ARGS_PER_CALL - len(leading)
+        for start in range(0, len(members), step):
+            self.add(command, key, *leading, *members[start : start + step])
+
+    def add_xadd(self, stream: str, fields: Mapping[str, Arg] | Mapping[bytes, Arg], maxlen: int | None = None) -> None:
+        """Queue ``XADD stream [MAXLEN ~ maxlen] * field value …``."""
+        args: list[Arg] = ["MAXLEN", "~", maxlen] if maxlen is not None else []
+        args.append("*")
+        for name, value in fields.items():
+            args.append(name)
+            args.append(value)
+        self.add("XADD", stream, *args)
 
     def queue_writes(self, pipe: Pipeline) -> None:
-        """Queue the calls on ``pipe`` as one EVAL (its reply: the number of calls)."""
+        """Queue the calls on ``pipe`` as one EVAL (its reply: the last call's)."""
         if self._keys:
-            pipe.eval(_RUN, len(self._keys), *self._keys, *self._args, "w")
+            pipe.eval(_RUN, len(self._keys), *self._keys, "w", *self._args)
 
     async def read(self, redis: Any) -> list[Any]:
-        """Run the calls now (on a client or pipeline-less connection) and return every reply, in order."""
+        """Run the calls now (on a client, not a pipeline) and return every reply, in order."""
         if not self._keys:
             return []
-        replies: list[Any] = await redis.eval(_RUN, len(self._keys), *self._keys, *self._args, "r")
+        replies: list[Any] = await _run(redis, self._keys, ["r", *self._args])
         return replies
+
+    async def write(self, redis: Any) -> Any:
+        """Run the calls now, atomically; return the last call's reply (``ResponseError`` when one failed)."""
+        return await _run(redis, self._keys, ["w", *self._args]) if self._keys else None
+
+    async def write_fenced(self, redis: Any, *, key: str, token: str) -> Any:
+        """Run the calls now, atomically, only if ``key`` holds ``token``; return the last call's reply.
+
+        Raises :class:`Fenced` (nothing ran) when ``key`` holds anything else, ``ResponseError`` when a
+        call failed (the calls before it ran).
+        """
+        try:
+            return await _run(redis, [key, *self._keys], ["f", token, *self._args])
+        except ResponseError as error:
+            if str(error).startswith(FENCED_PREFIX):
+                raise Fenced(key, token, str(error)) from None
+            raise
+
+
+async def _run(redis: Any, keys: list[str], args: list[Arg]) -> Any:
+    """EVALSHA, loading the script on first use (or after a Redis restart) with EVAL."""
+    try:
+        return await redis.evalsha(_RUN_SHA, len(keys), *keys, *args)
+    except NoScriptError:
+        return await redis.eval(_RUN, len(keys), *keys, *args)

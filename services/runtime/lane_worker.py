@@ -69,6 +69,7 @@ class LaneWorker:
             handler_factory=handler_factory,
             config=consumer_config,
             stop_timeout_s=stop_timeout_s,
+            lease_valid=lambda shard: self.leases.holds(shard),
         )
         self.leases = ShardLeases(
             redis, names, lane=group, owner=owner, listener=_ReleaseHook(self.lanes, on_release), config=lease_config

@@ -185,6 +185,12 @@ class ShardLeases:
         """The shards this worker holds now (a copy)."""
         return dict(self._owned)
 
+    def holds(self, shard: int) -> bool:
+        """Whether this worker's lease on ``shard`` is surely still valid by the local clock (a process
+        that was paused past the lease's end answers False until it renewed or gave the shard up)."""
+        lease = self._owned.get(shard)
+        return lease is not None and time.monotonic() < lease.valid_until_monotonic
+
     def rendezvous_order(self) -> list[int]:
         """Every shard, the ones this worker is most likely to win first."""
         shards = range(self.names.shards)

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     lane: LaneSettings = Field(default_factory=LaneSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     http_port: int = Field(0, ge=0, description="port of /metrics, /healthz and /readyz; 0 picks a free one")
+    metrics: bool = Field(
+        True, description="record the agentbus_* metrics; off, /metrics serves only process and build info"
+    )
     log_level: str = Field("INFO", validation_alias=AliasChoices("LOG_LEVEL", "AGENTBUS_LOG_LEVEL"))
     fsync_interval_ms: float = Field(5.0, ge=0, description="transcript group-commit window")
     cwd: str = Field("/agentbus", description="the cwd stamped on transcript lines of bus sessions")

@@ -21,6 +21,7 @@ from services.ingestion.worker import IngestionWorker
 from services.runtime.codec import entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig
 from services.runtime.entries import StreamEntry
+from services.runtime.key_calls import KeyCalls
 from services.runtime.streams import StreamNames
 from services.runtime.topology import INGESTION_GROUP, Topology
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
@@ -223,8 +224,8 @@ async def test_on_settled_called_only_after_a_complete_write(aredis: aioredis.Re
     settled: list[str] = []
 
     def outcome(tag: str, failing: bool) -> BatchOutcome:
-        def write(pipe: Any) -> None:
-            pipe.incr("cachetest:counter" if not failing else "cachetest:not-a-number")
+        def write(calls: KeyCalls) -> None:
+            calls.add("INCR", "cachetest:counter" if not failing else "cachetest:not-a-number")
 
         return BatchOutcome(write=write, on_settled=lambda: settled.append(tag))
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.consumer import BatchHandler, BatchOutcome, ConsumerConfig
+from services.runtime.consumer import BatchHandler, BatchOutcome, ConsumerConfig, Output
 from services.runtime.entries import StreamEntry
 from services.runtime.lanes import ShardLanes
 from services.runtime.leases import LeaseConfig, ShardLeases
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 NAMES = StreamNames(prefix="agentbus:", shards=4)
 LANE = "normalize"
 EVENTS = "session_events"
+OUT = "agentbus:lanes-test:out"
 SESSIONS = [f"session-{i}" for i in range(8)]
 
 Record = tuple[str, int, int, str]  # session, seq, epoch, worker
@@ -33,10 +34,10 @@ async def wait_until(predicate: Callable[[], bool], *, timeout_s: float = 15.0) 
             await asyncio.sleep(0.01)
 
 
-async def produce(client: aioredis.Redis, seqs: range) -> None:
+async def produce(client: aioredis.Redis, seqs: range, sessions: list[str] = SESSIONS) -> None:
     pipe = client.pipeline(transaction=False)
     for seq in seqs:
-        for session in SESSIONS:
+        for session in sessions:
             pipe.xadd(NAMES.session_stream(session, EVENTS), {"session": session, "seq": seq})
     await pipe.execute()
 
@@ -49,6 +50,7 @@ class Worker:
         self.records = records
         self.hang = asyncio.Event()
         self.in_hand = asyncio.Event()
+        self.resume = asyncio.Event()
         self.lanes = ShardLanes(
             client,
             NAMES,
@@ -57,6 +59,7 @@ class Worker:
             consumer=name,
             handler_factory=self.handler,
             config=ConsumerConfig(count=20, block_ms=20),
+            lease_valid=lambda shard: self.leases.holds(shard),
         )
         config = LeaseConfig(ttl_ms=ttl_ms, renew_interval_ms=50)
         self.leases = ShardLeases(client, NAMES, lane=LANE, owner=name, listener=self.lanes, config=config)
@@ -66,11 +69,12 @@ class Worker:
         async def handle(batch: list[StreamEntry]) -> BatchOutcome:
             if self.hang.is_set():
                 self.in_hand.set()
-                await asyncio.Event().wait()
+                await self.resume.wait()
             await asyncio.sleep(0.001)
             for entry in batch:
                 self.records.append((entry.fields["session"].decode(), int(entry.fields["seq"]), epoch, self.name))
-            return BatchOutcome()
+            # What the batch writes downstream: only a current owner's outputs may land.
+            return BatchOutcome(outputs=[Output(OUT, {**entry.fields, "worker": self.name}) for entry in batch])
 
         return handle
 
@@ -151,3 +155,44 @@ async def test_sessions_stay_in_order_when_an_owner_crashes(aredis: aioredis.Red
         b_epochs = {epoch for epoch, worker in on_shard if worker == "worker-b"}
         assert b_epochs
         assert min(b_epochs) > max(a_epochs, default=0)
+
+
+async def test_owner_paused_past_its_lease_is_fenced_out(aredis: aioredis.Redis) -> None:
+    """Fencing token (ecosystem.md §5.3 point 3): an owner that stalls mid-batch past its lease (GC pause,
+    CPU starvation, SIGSTOP) and wakes after another worker took its shards over writes nothing and acks
+    nothing — the new owner's epoch is in the shard's epoch key, so the stale batch's script is refused —
+    and its idle consumers read nothing once their lease may have lapsed (``ShardLeases.holds``)."""
+    records: list[Record] = []
+    a = Worker(aredis, "worker-a", records, ttl_ms=300)
+    await wait_until(lambda: len(a.leases.owned) == NAMES.shards)
+    await produce(aredis, range(5))
+    await wait_until(lambda: len(records) == 5 * len(SESSIONS))
+    stalled = [session for session in SESSIONS if NAMES.shard_of(session) == NAMES.shard_of(SESSIONS[0])]
+    a.hang.set()
+    await produce(aredis, range(5, 10), stalled)
+    await a.in_hand.wait()  # one consumer holds a batch; the other shards' consumers are idle
+    a.task.cancel()  # the pause: worker-a's lease loop stops renewing, its consumers stay alive
+    with contextlib.suppress(asyncio.CancelledError):
+        await a.task
+    b = Worker(aredis, "worker-b", records, ttl_ms=300)
+    await wait_until(lambda: len(b.leases.owned) == NAMES.shards)
+    await wait_until(
+        lambda: {(s, q) for s, q, _, w in records if w == "worker-b"} >= {(s, q) for s in stalled for q in range(5, 10)}
+    )
+    await produce(aredis, range(10, 15))  # worker-a's idle consumers are still running
+    await wait_until(
+        lambda: {(s, q) for s, q, _, w in records if q >= 10} == {(s, q) for s in SESSIONS for q in range(10, 15)}
+    )
+    a.resume.set()  # worker-a wakes up and finishes the batch it held
+    await wait_until(lambda: sum(consumer.stats.fenced for consumer in a.lanes.consumers.values()) == 1)
+    await b.stop()
+    for consumer in a.lanes.consumers.values():
+        await consumer.stop(timeout_s=1)
+
+    written = [(fields[b"worker"].decode(), int(fields[b"seq"])) for _, fields in await aredis.xrange(OUT)]
+    assert {seq for worker, seq in written if worker == "worker-a"} == set(range(5))
+    expected_b = [*(q for q in range(5, 10) for _ in stalled), *(q for q in range(10, 15) for _ in SESSIONS)]
+    assert sorted(seq for worker, seq in written if worker == "worker-b") == sorted(expected_b)
+    assert {worker for _, seq, _, worker in records if seq >= 10} == {"worker-b"}
+    for shard in range(NAMES.shards):
+        assert int((await aredis.xpending(NAMES.shard_stream(shard, EVENTS), LANE))["pending"]) == 0
