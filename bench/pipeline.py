@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,7 @@ class Workers:
                 process.kill()
 
 
-def start_workers(redis_url: str, root: Path) -> Workers:
+def start_workers(redis_url: str, root: Path, *, metrics: bool = True) -> Workers:
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
@@ -77,6 +78,7 @@ def start_workers(redis_url: str, root: Path) -> Workers:
         "AGENTBUS_FSYNC_INTERVAL_MS": "2",
         "AGENTBUS_CONSUMER__BLOCK_MS": "100",
         "LOG_LEVEL": "WARNING",
+        "AGENTBUS_METRICS": "true" if metrics else "false",
     }
     processes, ports = [], {}
     for name in ("ingestion", "normalization", "transcripts"):
@@ -234,6 +236,45 @@ def window_quantiles(before: list[tuple[float, float]], after: list[tuple[float,
     return result
 
 
+def saturation_round(
+    server: LocalRedis, root: Path, batch: list[tuple[str, IngressEnvelope]], *, metrics: bool
+) -> dict[str, float]:
+    """One saturation run on fresh workers and an empty Redis: events/s and CPU µs/event of all workers."""
+    asyncio.run(_flush(server.url))
+    workers = start_workers(server.url, root / ("metrics-on" if metrics else "metrics-off"), metrics=metrics)
+    try:
+        cpu_before = {name: _cpu_s(pid) for name, pid in workers.pids().items()}
+        rate = asyncio.run(saturate(batch, server.url))
+        cpu = sum(_cpu_s(pid) - cpu_before[name] for name, pid in workers.pids().items())
+    finally:
+        workers.stop()
+    return {"events_per_s": rate, "cpu_us_per_event": cpu * 1e6 / len(batch)}
+
+
+def metrics_cost(
+    server: LocalRedis, root: Path, batch: list[tuple[str, IngressEnvelope]], rounds: int
+) -> dict[str, Any]:
+    """Issue 5: throughput and CPU with metrics on vs off, alternating rounds (medians), same run."""
+    on: list[dict[str, float]] = []
+    off: list[dict[str, float]] = []
+    for _ in range(rounds):
+        on.append(saturation_round(server, root, batch, metrics=True))
+        off.append(saturation_round(server, root, batch, metrics=False))
+
+    def median(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(row[key] for row in rows)
+
+    return {
+        "rounds": rounds,
+        "on_events_per_s": median(on, "events_per_s"),
+        "off_events_per_s": median(off, "events_per_s"),
+        "on_cpu_us_per_event": median(on, "cpu_us_per_event"),
+        "off_cpu_us_per_event": median(off, "cpu_us_per_event"),
+        "throughput_on_over_off": median(on, "events_per_s") / median(off, "events_per_s"),
+        "cpu_on_over_off": median(on, "cpu_us_per_event") / median(off, "cpu_us_per_event"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=20_000)
@@ -243,6 +284,12 @@ def main() -> None:
     parser.add_argument("--aof", action="store_true", help="Redis with appendonly everysec (production setting)")
     parser.add_argument(
         "--mix", choices=sorted(WORKLOADS), default="turns", help="turns: realistic; prompts: worst case"
+    )
+    parser.add_argument(
+        "--metrics-rounds",
+        type=int,
+        default=0,
+        help="also price the metrics: N alternating saturation rounds with AGENTBUS_METRICS on / off",
     )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentbus-bench-"))
@@ -283,6 +330,8 @@ def main() -> None:
             results["paced_latency"] = window_quantiles(before, latency_buckets(workers.ports["transcripts"]))
         finally:
             workers.stop()
+        if args.metrics_rounds:
+            results["metrics_cost"] = metrics_cost(server, root, saturation, args.metrics_rounds)
     finally:
         server.stop()
     results["throughput_ratio"] = results["agentbus_events_per_s"] / results["raw_events_per_s"]
@@ -298,6 +347,14 @@ def main() -> None:
         f"latency at {args.rate:,.0f} ev/s, ingress → durable transcript: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
         f"(goal p99 ≤ 10 ms); raw chain p50 {raw_p50:.1f} ms, p99 {raw_p99:.1f} ms"
     )
+    if "metrics_cost" in results:
+        cost = results["metrics_cost"]
+        print(
+            f"metrics on/off over {cost['rounds']} alternating rounds (medians): throughput "
+            f"{cost['on_events_per_s']:,.0f} vs {cost['off_events_per_s']:,.0f} ev/s → "
+            f"{cost['throughput_on_over_off']:.3f}; CPU {cost['on_cpu_us_per_event']:.0f} vs "
+            f"{cost['off_cpu_us_per_event']:.0f} µs/event → {cost['cpu_on_over_off']:.3f} (goal: drop ≤ 5%)"
+        )
 
 
 def _cpu_s(pid: int) -> float:

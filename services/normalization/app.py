@@ -14,7 +14,9 @@ class NormalizationRuntime:
     """Owns log shards for the normalization group."""
 
     def __init__(self, context: WorkerContext) -> None:
-        self.worker = NormalizationWorker(context.redis, context.topology)
+        self.worker = NormalizationWorker(
+            context.redis, context.topology, max_sessions=context.settings.normalizer_max_sessions
+        )
         self.lanes = LaneWorker(
             context.redis,
             context.settings.names,

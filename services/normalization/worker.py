@@ -13,7 +13,7 @@ own event stream, up to the entry being processed; entries apply by ``seq`` so n
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +41,7 @@ from shared.session_history import SessionHistory
 log = structlog.get_logger(__name__)
 
 
+
 @dataclass(slots=True)
 class PublishedRequest:
     session_id: str
@@ -65,6 +66,7 @@ class NormalizationStats:
 
     published: int = 0
     rejected: int = 0
+    evicted: int = 0
     repairs: dict[str, int] = field(default_factory=dict)
 
 
@@ -80,6 +82,7 @@ class NormalizationWorker:
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        max_sessions: int,
     ) -> None:
         self.redis = redis
         self.topology = topology
@@ -87,7 +90,10 @@ class NormalizationWorker:
         self.clock = clock
         self.ids = ids
         self.now_ms = now_ms
-        self.histories: dict[str, SessionHistory] = {}
+        self.max_sessions = max_sessions
+        self.histories: OrderedDict[str, SessionHistory] = OrderedDict()
+        """Least recently touched first; beyond ``max_sessions`` the oldest are dropped (and rebuilt from
+        the session's event stream if it comes back, as after a restart)."""
         self.stats = NormalizationStats()
 
     def handler_for(self, shard: int, epoch: int) -> BatchHandler:
@@ -108,6 +114,7 @@ class NormalizationWorker:
         touched: dict[str, tuple[str | None, str | None]] = {}
         for _, record in decoded:
             history = self.histories[record.session_id]
+            self.histories.move_to_end(record.session_id)
             if history.apply(record):
                 touched[record.session_id] = (record.traceparent, record.ingress_id)
         published: list[PublishedRequest] = []
@@ -135,6 +142,7 @@ class NormalizationWorker:
             else:
                 rejected.append(outcome)
             history.mark_published()
+        self._evict()
         outputs = [self._notice(request) for request in published]
         outputs += [self._alarm(request) for request in rejected]
         stream = entries[0].stream if entries else "log"
@@ -153,6 +161,12 @@ class NormalizationWorker:
         metrics.record_requests_published(len(published))
         metrics.observe_end_to_end("request_published", origins)
         return outcome_
+
+    def _evict(self) -> None:
+        """Keep at most ``max_sessions`` histories in memory (the batch's own sessions are the newest)."""
+        while len(self.histories) > self.max_sessions:
+            self.histories.popitem(last=False)
+            self.stats.evicted += 1
 
     async def _load_histories(self, decoded: list[tuple[StreamEntry, LogEntry]]) -> None:
         """Rebuild (once) the history of every session that is new here, or whose entries are redelivered."""

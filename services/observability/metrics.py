@@ -192,12 +192,29 @@ set_build_info()
 
 
 # ----------------------------------------------------------------------------------- per-batch recording
+_recording = True
+
+
+def set_recording(enabled: bool) -> None:
+    """Turn the ``agentbus_*`` recording on or off for this process (``AGENTBUS_METRICS``). Off, every
+    ``record_*``/``observe_*`` call returns at once and handlers are not timed: what the pipeline benchmark
+    compares against to price the metrics (issue 5: at most 5% of throughput)."""
+    global _recording  # one process-wide switch, set once at startup
+    _recording = enabled
+
+
+def recording() -> bool:
+    return _recording
+
+
 def record_batch(worker: WorkerType, stream: str, *, consumed: Mapping[str, int], duration_s: float) -> None:
     """One handled batch read from ``stream``: its event-type tally and how long the handler took.
 
     ``consumed`` maps event type → count (``collections.Counter`` of the decoded types; undecodable
     entries as ``invalid``). Unknown types are counted as ``other``.
     """
+    if not _recording:
+        return
     family = stream_family(stream)
     _batch_duration(worker, family).observe(duration_s)
     _batch_size(worker, family).observe(sum(consumed.values()))
@@ -207,6 +224,8 @@ def record_batch(worker: WorkerType, stream: str, *, consumed: Mapping[str, int]
 
 def record_consumed(worker: WorkerType, stream: str, consumed: Mapping[str, int]) -> None:
     """Only the event-type tally of a batch (when the handler is timed by :func:`instrument_handler`)."""
+    if not _recording:
+        return
     family = stream_family(stream)
     for event_type, count in consumed.items():
         _consumed(worker, family, _event_type(event_type)).inc(count)
@@ -214,6 +233,8 @@ def record_consumed(worker: WorkerType, stream: str, consumed: Mapping[str, int]
 
 def record_produced(worker: WorkerType, stream: str, produced: Mapping[str, int]) -> None:
     """Entries a batch wrote to ``stream`` (any shard of it), by event type."""
+    if not _recording:
+        return
     family = stream_family(stream)
     for event_type, count in produced.items():
         _produced(worker, family, _event_type(event_type)).inc(count)
@@ -221,6 +242,8 @@ def record_produced(worker: WorkerType, stream: str, produced: Mapping[str, int]
 
 def record_dead_lettered(worker: WorkerType, stream: str, reasons: Mapping[str, int]) -> None:
     """Entries of ``stream`` the handler marked poison in one batch, by ``Poison.reason``."""
+    if not _recording:
+        return
     family = stream_family(stream)
     for reason, count in reasons.items():
         _dead_lettered(worker, family, _reason(reason)).inc(count)
@@ -228,6 +251,8 @@ def record_dead_lettered(worker: WorkerType, stream: str, reasons: Mapping[str, 
 
 def record_tool_execution(tool: str, outcome: ToolOutcome, duration_s: float | None = None) -> None:
     """One answered tool_use. ``duration_s`` is None for calls that did not run (placeholder, denied …)."""
+    if not _recording:
+        return
     label = tool_label(tool)
     _tool_executions(label, outcome).inc()
     if duration_s is not None:
@@ -236,6 +261,8 @@ def record_tool_execution(tool: str, outcome: ToolOutcome, duration_s: float | N
 
 def record_repairs(kinds: Iterable[str]) -> None:
     """The ``Repair.kind`` values of one normalization report (``RepairKind`` is a ``StrEnum``)."""
+    if not _recording:
+        return
     tally: dict[str, int] = {}
     for kind in kinds:
         tally[kind] = tally.get(kind, 0) + 1
@@ -245,29 +272,39 @@ def record_repairs(kinds: Iterable[str]) -> None:
 
 def record_repair_counts(counts: Mapping[str, int]) -> None:
     """A ``NormalizationReport.counts`` mapping (kind → repairs) of one request."""
+    if not _recording:
+        return
     for kind, count in counts.items():
         if count:
             _repairs(_repair_kind(str(kind))).inc(count)
 
 
 def record_requests_published(count: int = 1) -> None:
+    if not _recording:
+        return
     REQUESTS_PUBLISHED.inc(count)
 
 
 def record_request_rejected(rules: Iterable[str]) -> None:
     """One request refused by ``validate_api_request``: each distinct ``ApiViolation.rule`` counted once."""
+    if not _recording:
+        return
     for rule in set(rules):
         _rejected(_rule(rule)).inc()
 
 
 def record_duplicates(worker: WorkerType, kind: str, count: int = 1) -> None:
     """Items skipped as already applied (``kind`` e.g. ``uuid``, ``idempotency_key``, ``tool_use_id``)."""
+    if not _recording:
+        return
     if count:
         _duplicates(worker, _duplicate_kind(kind)).inc(count)
 
 
 def record_transcript_append(*, lines: int, durable_s: float, removed: int = 0) -> None:
     """One durable transcript batch: ``lines`` appended, ``durable_s`` from write to fsync'd."""
+    if not _recording:
+        return
     TRANSCRIPT_LINES.inc(lines)
     if removed:
         TRANSCRIPT_LINES_REMOVED.inc(removed)
@@ -276,10 +313,14 @@ def record_transcript_append(*, lines: int, durable_s: float, removed: int = 0) 
 
 def observe_fsync(duration_s: float) -> None:
     """One fsync of a transcript file (called by the writer's fsync thread)."""
+    if not _recording:
+        return
     TRANSCRIPT_FSYNC_DURATION.observe(duration_s)
 
 
 def record_traceparent_invalid(worker: WorkerType, count: int = 1) -> None:
+    if not _recording:
+        return
     _traceparent_invalid(worker).inc(count)
 
 
@@ -295,6 +336,8 @@ def observe_end_to_end(stage: EndToEndStage, origins_ms: Iterable[int], *, now_m
     Call once per batch with every event's origin; ``now_ms`` defaults to the wall clock (entry ids come
     from the Redis server's clock, so the figure includes any skew between the hosts).
     """
+    if not _recording:
+        return
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     observe = _end_to_end(stage).observe
     for origin in origins_ms:
@@ -307,8 +350,11 @@ BatchHandlerFn = Callable[[list[StreamEntry]], Awaitable[BatchOutcome]]
 def instrument_handler(worker: WorkerType, handler: BatchHandlerFn) -> BatchHandlerFn:
     """Wrap a ``BatchConsumer`` handler so each call records its duration and batch size.
 
-    Failed calls are timed too (the consumer then retries entry by entry, each retry is a call).
+    Failed calls are timed too (the consumer then retries entry by entry, each retry is a call). With
+    recording off (``set_recording``) the handler is returned as it is.
     """
+    if not _recording:
+        return handler
     perf_counter = time.perf_counter
 
     async def timed(entries: list[StreamEntry]) -> BatchOutcome:

@@ -26,7 +26,7 @@ from services.observability.endpoints import observability_routes
 from services.observability.health import GroupSource, Health, RedisSource
 from services.observability.labels import WORKER_TYPES, WorkerType
 from services.observability.logging import configure_logging
-from services.observability.metrics import record_traceparent_invalid
+from services.observability.metrics import record_traceparent_invalid, recording, set_recording
 from services.observability.stream_stats import StreamStatsPoller, WatchedStream, register_stream_stats
 from services.observability.tracing import TraceparentError, WorkerTracer, configure_tracing
 from services.runtime.consumer import BatchConsumer
@@ -100,6 +100,7 @@ def configure_process(settings: Settings, worker: str) -> None:
     """
     configure_logging(settings.log_level, static={"worker": worker})
     configure_tracing(f"agentbus-{worker}")
+    set_recording(settings.metrics)
 
 
 class WorkerObservability:
@@ -187,6 +188,8 @@ class WorkerObservability:
         leases = self._leases() if self._leases is not None else None
         if leases is not None:
             self.track_leases(leases)
+        if not recording():
+            return  # no stream-stats polling either: /metrics does not publish it
         extra = [self.topology.requests] if self.worker == "normalization" else []
         poller = StreamStatsPoller(
             redis, watched_streams(self._groups(), extra), interval_s=self.stream_stats_interval_s

@@ -68,6 +68,9 @@ class Settings(BaseSettings):
     lane: LaneSettings = Field(default_factory=LaneSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     http_port: int = Field(0, ge=0, description="port of /metrics, /healthz and /readyz; 0 picks a free one")
+    normalizer_max_sessions: int = Field(
+        10_000, ge=1, description="session histories a normalizer keeps in memory (least recent dropped)"
+    )
     metrics: bool = Field(
         True, description="record the agentbus_* metrics; off, /metrics serves only process and build info"
     )

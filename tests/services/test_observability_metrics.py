@@ -15,6 +15,7 @@ from services.observability.labels import OTHER, LabelGuard, stream_family, tool
 from services.observability.stream_stats import StreamStatsPoller, WatchedStream
 from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Poison
 from services.runtime.entries import StreamEntry
+from services.runtime.settings import Settings
 from shared.normalize.report import RepairKind
 
 
@@ -151,6 +152,36 @@ async def test_instrument_handler_times_each_call() -> None:
     await timed(entries)
     assert sample("agentbus_batch_duration_seconds_count", **labels) == before + 1
     assert sample("agentbus_batch_entries_sum", **labels) == before_size + 3
+
+
+async def test_recording_off_records_nothing_and_leaves_handlers_untimed() -> None:
+    """``AGENTBUS_METRICS=false`` (issue 5's on/off benchmark): every record call is a no-op."""
+
+    async def handler(entries: list[StreamEntry]) -> BatchOutcome:
+        return BatchOutcome()
+
+    labels = {"worker": "ingestion", "stream": "ingress"}
+    before = sample("agentbus_events_consumed_total", **labels, type="user_prompt")
+    before_e2e = sample("agentbus_end_to_end_latency_seconds_count", stage="log_written")
+    metrics.set_recording(False)
+    try:
+        metrics.record_batch("ingestion", "agentbus:{s02}:ingress", consumed={"user_prompt": 3}, duration_s=0.1)
+        metrics.record_consumed("ingestion", "agentbus:{s02}:ingress", {"user_prompt": 2})
+        metrics.observe_end_to_end("log_written", [1])
+        assert metrics.instrument_handler("ingestion", handler) is handler
+    finally:
+        metrics.set_recording(True)
+    assert sample("agentbus_events_consumed_total", **labels, type="user_prompt") == before
+    assert sample("agentbus_end_to_end_latency_seconds_count", stage="log_written") == before_e2e
+    metrics.record_consumed("ingestion", "agentbus:{s02}:ingress", {"user_prompt": 2})
+    assert sample("agentbus_events_consumed_total", **labels, type="user_prompt") == before + 2
+
+
+def test_metrics_switch_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTBUS_METRICS", "false")
+    assert Settings().metrics is False
+    monkeypatch.delenv("AGENTBUS_METRICS")
+    assert Settings().metrics is True
 
 
 def test_exported_sample_names_cover_every_family() -> None:
