@@ -41,7 +41,6 @@ from shared.session_history import SessionHistory
 log = structlog.get_logger(__name__)
 
 
-
 @dataclass(slots=True)
 class PublishedRequest:
     session_id: str
