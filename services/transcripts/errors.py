@@ -3,7 +3,8 @@
 AgentbusError (shared.errors)
 └── TranscriptStoreError        a transcript file could not be written or read (``.path``)
     ├── TranscriptFileClosed     an append after :meth:`DurableJsonlFile.close`
-    └── TranscriptSyncFailed     fsync failed: bytes since the last good sync may be lost
+    ├── TranscriptSyncFailed     fsync failed: bytes since the last good sync may be lost
+    └── TranscriptSessionBusy    another writer kept the session locked past the timeout
 """
 
 from __future__ import annotations
@@ -28,3 +29,8 @@ class TranscriptFileClosed(TranscriptStoreError):
 class TranscriptSyncFailed(TranscriptStoreError):
     """``fsync`` failed. The kernel may have dropped the dirty pages, so lines acknowledged by no sync
     are not known to be on disk; the file refuses further appends until it is reopened."""
+
+
+class TranscriptSessionBusy(TranscriptStoreError):
+    """Another writer (a previous owner of the session's shard) held the session's lock for longer than
+    the store waits; ``path`` is the lock file. The batch is retried later."""

@@ -37,6 +37,7 @@ from services.transcripts.removal import (
     remove_line_by_uuid,
     uuid_needle,
 )
+from services.transcripts.session_lock import DEFAULT_LOCK_TIMEOUT_S, SessionLock
 from services.transcripts.tail_recovery import TornTail
 from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, DurableJsonlFile
 from shared.json_types import JsonObject
@@ -55,6 +56,8 @@ class StoreConfig:
     min_sync_interval_s: float = DEFAULT_MIN_SYNC_INTERVAL_S
     tail_window_bytes: int = TAIL_WINDOW_BYTES
     max_rewrite_bytes: int = MAX_REWRITE_BYTES
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    """How long opening a session waits for another writer's lock (``session_lock.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,15 @@ class _SessionState:
     buffered: list[str] = field(default_factory=list)
     buffered_uuids: list[str | None] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    writer_lock: SessionLock | None = None
+    """The cross-process lock on the session, held from before the file was read until it is closed."""
+
+    async def close(self) -> None:
+        try:
+            await self.file.close()
+        finally:
+            if self.writer_lock is not None:
+                self.writer_lock.release()
 
 
 def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
@@ -172,12 +184,18 @@ class TranscriptStore:
             opening.set_result(None)
 
     def _open_session(self, session_id: str, cwd: str) -> _SessionState:
-        """(In a worker thread.) Find the session's file, repair a torn tail, read its uuids and chain end."""
-        path = self._locate_session_file(session_id, cwd)
-        file = self._file(path)
-        file.recover()
-        uuids, last = _scan_session_file(path)
-        return _SessionState(session_id, file, uuids, last, materialized=path.exists())
+        """(In a worker thread.) Lock the session against other writers, then find its file, repair a torn
+        tail, read its uuids and chain end."""
+        writer_lock = SessionLock.acquire(self.root, session_id, timeout_s=self.config.lock_timeout_s)
+        try:
+            path = self._locate_session_file(session_id, cwd)
+            file = self._file(path)
+            file.recover()
+            uuids, last = _scan_session_file(path)
+        except BaseException:
+            writer_lock.release()
+            raise
+        return _SessionState(session_id, file, uuids, last, materialized=path.exists(), writer_lock=writer_lock)
 
     def session_path(self, session_id: str, cwd: str) -> Path:
         """Where ``session_id`` is (or would be) recorded."""
@@ -401,14 +419,16 @@ class TranscriptStore:
 
         async def close(state: _SessionState) -> None:
             async with state.lock:  # a record() in flight finishes its append first
-                await state.file.close()
+                await state.close()
 
         await asyncio.gather(*(close(state) for state in states))
 
     async def close(self) -> None:
         """Flush and close every file. Lines still buffered for an unmaterialized session (no user or
         assistant message ever arrived, R7.2) are discarded, as in Claude Code."""
-        files = [state.file for state in self._sessions.values()] + list(self._other_files.values())
-        await asyncio.gather(*(file.close() for file in files))
+        await asyncio.gather(
+            *(state.close() for state in self._sessions.values()),
+            *(file.close() for file in self._other_files.values()),
+        )
         self._sessions.clear()
         self._other_files.clear()
