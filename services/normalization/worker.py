@@ -3,8 +3,10 @@
 It keeps every session's history in memory (``SessionHistory``, appended per log entry), and when a
 session is waiting for the model builds the request with the shared/ pipeline, checks it with
 ``validate_api_request`` and writes it — the per-session request key and a ``requests`` notice — in
-the same MULTI/EXEC transaction as the XACK. A request that fails validation is never published: it
-goes to the requests dead-letter stream as an alarm.
+the same atomic script as the XACK. A request that fails validation is never published: it goes to
+the requests dead-letter stream as an alarm. Requests are built by a per-session ``RequestBuilder``:
+the turns that are over are normalized and validated once, each request only the turns since
+(``shared/normalize/incremental.py``; exactly the full pipeline's result).
 
 After a restart (or a shard takeover, or a redelivery) a session's history is rebuilt once from its
 own event stream, up to the entry being processed; entries apply by ``seq`` so nothing applies twice.
@@ -29,12 +31,12 @@ from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 from services.runtime.log_batch import decode_log_batch
 from services.runtime.topology import Topology
-from shared.api_validation import validate_api_request
 from shared.clock import Clock, utc_now
 from shared.errors import AgentbusError
 from shared.events import LogEntry, RequestReady, parse_log_entry
 from shared.ids import IdSource, random_uuid
-from shared.normalize import NormalizeOptions, to_api_request
+from shared.normalize import NormalizeOptions
+from shared.normalize.incremental import RequestBuilder
 from shared.normalize.pipeline import NormalizedRequest
 from shared.session_history import SessionHistory
 
@@ -60,12 +62,22 @@ class RejectedRequest:
 
 
 @dataclass(slots=True)
+class _Session:
+    """What the normalizer keeps per session: its history and its request builder (cached prefix)."""
+
+    history: SessionHistory
+    builder: RequestBuilder
+
+
+@dataclass(slots=True)
 class NormalizationStats:
     """Counters for the metrics layer."""
 
     published: int = 0
     rejected: int = 0
     evicted: int = 0
+    spliced: int = 0
+    """Requests built from a session's cached prefix (``shared/normalize/incremental.py``)."""
     repairs: dict[str, int] = field(default_factory=dict)
 
 
@@ -90,7 +102,7 @@ class NormalizationWorker:
         self.ids = ids
         self.now_ms = now_ms
         self.max_sessions = max_sessions
-        self.histories: OrderedDict[str, SessionHistory] = OrderedDict()
+        self.histories: OrderedDict[str, _Session] = OrderedDict()
         """Least recently touched first; beyond ``max_sessions`` the oldest are dropped (and rebuilt from
         the session's event stream if it comes back, as after a restart)."""
         self.stats = NormalizationStats()
@@ -112,21 +124,22 @@ class NormalizationWorker:
         await self._load_histories(decoded)
         touched: dict[str, tuple[str | None, str | None]] = {}
         for _, record in decoded:
-            history = self.histories[record.session_id]
+            history = self.histories[record.session_id].history
             self.histories.move_to_end(record.session_id)
             if history.apply(record):
                 touched[record.session_id] = (record.traceparent, record.ingress_id)
         published: list[PublishedRequest] = []
         rejected: list[RejectedRequest] = []
         for session, (traceparent, ingress_id) in touched.items():
-            history = self.histories[session]
+            state = self.histories[session]
+            history = state.history
             if not history.needs_request():
                 continue
             # The request continues the trace of the entry that completed it.
             span = continue_trace(
                 traceparent, on_invalid=lambda _error: metrics.record_traceparent_invalid("normalization")
             )
-            outcome = self._build(history, span.traceparent)
+            outcome = self._build(state, span.traceparent)
             if isinstance(outcome, PublishedRequest):
                 outcome.ingress_id = ingress_id
                 published.append(outcome)
@@ -190,15 +203,18 @@ class NormalizationWorker:
                     break
                 history.apply(record)
             history.mark_published()
-            self.histories[session] = history
+            builder = RequestBuilder(options=self.options, clock=self.clock, ids=self.ids)
+            self.histories[session] = _Session(history, builder)
 
-    def _build(self, history: SessionHistory, traceparent: str | None) -> PublishedRequest | RejectedRequest:
+    def _build(self, state: _Session, traceparent: str | None) -> PublishedRequest | RejectedRequest:
+        history = state.history
         try:
-            result = to_api_request(history.messages, options=self.options, clock=self.clock, ids=self.ids)
+            built = state.builder.build(history.messages)
         except AgentbusError as error:
             metrics.record_request_rejected([type(error).__name__])
             return RejectedRequest(history.session_id, history.applied_seq, type(error).__name__, str(error), None)
-        violations = validate_api_request(result.request)
+        result, violations = built.result, built.violations
+        self.stats.spliced += built.spliced
         if violations:
             metrics.record_request_rejected(v.rule for v in violations)
             detail = "; ".join(f"{v.rule}@{v.message_index}.{v.block_index}: {v.detail}" for v in violations[:10])

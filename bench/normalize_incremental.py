@@ -1,0 +1,73 @@
+"""Benchmark: requests of a growing session built by ``RequestBuilder`` (cached prefix of finished turns)
+against the full pipeline (``to_api_request`` + ``validate_api_request`` over the whole history), same run.
+
+    uv run python bench/normalize_incremental.py [--turns 50 200 800] [--calls 0 2]
+
+A session of N turns (a prompt, optionally a reply with tool calls and their results, a final answer) is
+replayed request by request — one request whenever the model is due (the history ends on a user
+message), as the normalization worker builds them — and the CPU per request is printed for both, with
+the ratio. Both produce identical requests (``tests/shared/test_normalize_incremental.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shared.api_validation import validate_api_request
+from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
+from shared.factories import create_assistant_message, create_user_message
+from shared.messages import Message
+from shared.normalize import NormalizeOptions, to_api_request
+from shared.normalize.incremental import RequestBuilder
+
+
+def session(turns: int, calls: int) -> list[Message]:
+    history: list[Message] = []
+    for turn in range(turns):
+        history.append(create_user_message(f"turn {turn}: check module m{turn} and report what it does"))
+        ids = [f"toolu_{turn}_{n}" for n in range(calls)]
+        if ids:
+            uses = [ToolUseBlock(id=i, name="Read", input={"file_path": f"src/m{turn}.py"}) for i in ids]
+            history.append(create_assistant_message([TextBlock(text="Reading it first."), *uses]))
+            history.append(create_user_message([ToolResultBlock(tool_use_id=i, content="def f(): ...\n") for i in ids]))
+        history.append(create_assistant_message(f"Module m{turn} defines one function; nothing to change."))
+    return history
+
+
+def per_request_ms(history: list[Message], build: object) -> float:
+    due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    started = time.process_time()
+    for m in due:
+        build(history[:m])  # type: ignore[operator]
+    return (time.process_time() - started) * 1000 / len(due)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--turns", type=int, nargs="+", default=[50, 200, 800])
+    parser.add_argument("--calls", type=int, nargs="+", default=[0, 2])
+    args = parser.parse_args()
+    options = NormalizeOptions()
+
+    def full(history: list[Message]) -> None:
+        validate_api_request(to_api_request(history, options=options).request)
+
+    for calls in args.calls:
+        for turns in args.turns:
+            history = session(turns, calls)
+            builder = RequestBuilder(options=options)
+            baseline = per_request_ms(history, full)
+            incremental = per_request_ms(history, builder.build)
+            print(
+                f"{turns:4d} turns, {calls} calls/turn ({len(history):5d} messages): full {baseline:7.2f} ms/request, "
+                f"builder {incremental:6.2f} ms/request → {baseline / incremental:5.1f}× less CPU"
+            )
+
+
+if __name__ == "__main__":
+    main()

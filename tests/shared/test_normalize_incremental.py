@@ -1,0 +1,134 @@
+"""``RequestBuilder`` (issue 4: no rebuild from the start per request) is exactly ``to_api_request`` plus
+``validate_api_request`` for every prefix of every history: the real Claude Code transcripts of the
+corpus, random turn-shaped histories, and the shapes that must refuse a split."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.api_validation import validate_api_request
+from shared.clock import FixedClock
+from shared.ids import SequentialIds
+from shared.messages import Message, TombstoneMessage
+from shared.normalize import NormalizeOptions, to_api_request
+from shared.normalize.incremental import RequestBuilder, is_human_prompt
+from tests.shared.normalize_builders import assistant, image, text, tool_result, tool_use, user
+from tests.shared.test_normalize_pipeline import _corpus_histories, _messages
+
+CONTEXT = NormalizeOptions(user_context={"currentDate": "Today's date is 2026-11-23."})
+
+
+def assert_same_as_full(builder: RequestBuilder, history: Sequence[Message]) -> bool:
+    """One request of the builder against the full pipeline; returns whether it was spliced."""
+    built = builder.build(history)
+    full = to_api_request(history, options=builder.options, clock=FixedClock(), ids=SequentialIds())
+    assert built.result.request == full.request
+    assert built.result.report.counts == full.report.counts
+    assert built.violations == validate_api_request(full.request)
+    return built.spliced
+
+
+def grow(history: Sequence[Message], options: NormalizeOptions, *, points: Sequence[int], reanchor_after: int) -> int:
+    """Feed ``history[:m]`` for each m (increasing) to one builder, as a normalizer does; count splices."""
+    builder = RequestBuilder(options=options, clock=FixedClock(), ids=SequentialIds(), reanchor_after=reanchor_after)
+    return sum(assert_same_as_full(builder, history[:m]) for m in points)
+
+
+def publish_points(history: Sequence[Message], budget: int = 160) -> list[int]:
+    """Every length for short histories; for long ones the lengths that end on a user message (where a
+    normalizer publishes), thinned to ``budget``, plus the whole history."""
+    if len(history) <= budget:
+        return list(range(1, len(history) + 1))
+    ends_on_user = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    step = max(1, len(ends_on_user) // budget)
+    return sorted({*ends_on_user[::step], len(history)})
+
+
+@pytest.mark.parametrize("options", [NormalizeOptions(), CONTEXT], ids=["defaults", "user_context"])
+def test_r4_every_corpus_prefix_equals_the_full_pipeline(corpus_root: Path, options: NormalizeOptions) -> None:
+    """R4.1–R4.29 + API safety: for every Claude Code transcript of the corpus and every publish point,
+    the spliced request, its repair counts and its validation are the full pipeline's."""
+    spliced = 0
+    for _name, history in _corpus_histories(corpus_root):
+        spliced += grow(history, options, points=publish_points(history), reanchor_after=4)
+    assert spliced > 20  # the split path is exercised, not only the fallback
+
+
+def turn(prompt: str, index: int, *, calls: int) -> list[Message]:
+    """A human prompt, a reply with ``calls`` tool calls, their results and a final answer."""
+    ids = [f"toolu_{index}_{n}" for n in range(calls)]
+    out: list[Message] = [user(prompt)]
+    if ids:
+        out += [assistant(text("Looking."), *(tool_use(i) for i in ids), msg_id=f"msg_{index}_a")]
+        out += [user([tool_result(i, f"out {i}") for i in ids])]
+    out.append(assistant(text(f"Answer {index}."), msg_id=f"msg_{index}_b"))
+    return out
+
+
+def test_long_bus_session_is_spliced_and_exact() -> None:
+    """The bus's own shape: 60 turns with tool calls, a request whenever the model is due (the history
+    ends on a user message); after the first turns every request is spliced."""
+    history = [message for index in range(60) for message in turn(f"step {index}", index, calls=index % 3)]
+    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24)
+    due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    results = [assert_same_as_full(builder, history[:m]) for m in due]
+    assert sum(results) >= len(results) - 3
+
+
+@pytest.mark.parametrize(
+    "continuation",
+    [
+        pytest.param(lambda: [user([tool_result("toolu_0_0", "late")])], id="result-for-a-prefix-call"),
+        pytest.param(lambda: [assistant(tool_use("toolu_0_0"), msg_id="m9"), user("x")], id="repeated-call-id"),
+        pytest.param(lambda: [assistant(text("more"), msg_id="msg_0_b"), user("x")], id="repeated-message-id"),
+        pytest.param(lambda: [user([image()]), user([image()] * 100)], id="media-over-the-limit"),
+        pytest.param(lambda: [assistant(text("  "), msg_id="m8"), user("x")], id="whitespace-pass"),
+    ],
+)
+def test_split_refused_where_the_sides_interact(continuation: object) -> None:
+    """Cross-cut shapes (shared ids, late results, global media limit, R4.16 on one side only) are
+    normalized in full — and still equal the full pipeline."""
+    history = [*turn("first", 0, calls=2), *turn("second", 1, calls=1), user("again")]
+    builder = RequestBuilder(options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=0)
+    assert assert_same_as_full(builder, history)  # the clean history splices, cut before "again"
+    builder.reanchor_after = 1000  # keep that cut: the continuation lands on its far side
+    extra = continuation()  # type: ignore[operator]
+    assert not assert_same_as_full(builder, [*history, *extra])
+
+
+def test_tombstone_across_the_cut_refuses_the_split() -> None:
+    history = [*turn("first", 0, calls=1), *turn("second", 1, calls=0), user("again")]
+    builder = RequestBuilder(options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=0)
+    assert assert_same_as_full(builder, history)
+    builder.reanchor_after = 1000
+    assert not assert_same_as_full(builder, [*history, TombstoneMessage(message=history[1]), user("x")])
+
+
+def test_human_prompt_excludes_meta_results_and_blank() -> None:
+    assert is_human_prompt(user("go"))
+    assert not is_human_prompt(user("   "))
+    assert not is_human_prompt(user([tool_result("t", "x")]))
+    assert not is_human_prompt(user("go", is_meta=True))
+    assert not is_human_prompt(assistant(text("go")))
+
+
+_turns = st.lists(
+    st.tuples(st.sampled_from(["go", "next", "fix it"]), st.lists(_messages, max_size=4)), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns=_turns, user_context=st.booleans())
+def test_r4_random_turn_histories_equal_the_full_pipeline(
+    turns: list[tuple[str, list[Message]]], user_context: bool
+) -> None:
+    """Random messages of every broken shape between human prompts: every prefix splices exactly or
+    falls back."""
+    history = [message for prompt, rest in turns for message in (user(prompt), *rest)]
+    options = CONTEXT if user_context else NormalizeOptions()
+    grow(history, options, points=range(1, len(history) + 1), reanchor_after=1)
