@@ -1,10 +1,12 @@
 """The batched consume loop: the hot path of every worker (redis-streams-baseline.md §4, §8).
 
 One ``BatchConsumer`` reads one stream through one consumer group as one consumer. Per batch it costs
-two round trips whatever the batch size: ``XREADGROUP COUNT n BLOCK ms`` and one non-transactional
-pipeline holding every output ``XADD``, the dead letters and a single multi-id ``XACK``. The ack follows
-the outputs in the same pipeline, and Redis runs a connection's commands in order, so an ack never
-lands without the outputs before it (at-least-once).
+two round trips whatever the batch size: ``XREADGROUP COUNT n BLOCK ms`` and one write. Unordered
+consumers write one non-transactional pipeline: the outputs and the handler's commands as one script
+call (``key_calls.py``), the dead letters and a single multi-id ``XACK``; the ack follows the outputs,
+and Redis runs a connection's commands in order, so an ack never lands without the outputs before it
+(at-least-once). Transactional and fenced consumers (the shard lanes) write everything, ``XACK``
+included, as ONE atomic script that first checks the lane's lease epoch.
 
 Recovery paths, all off the hot path:
 - start (and after any connection loss): re-read this consumer's own pending list (id ``0``) so a
@@ -385,19 +387,11 @@ class BatchConsumer:
             return True
         if self.config.transactional or self.config.fence is not None:
             return await self._settle_atomically(done, letters, ack_ids, acked_entries, now_ms)
-        pipe = self.redis.pipeline(transaction=False)
-        produced = 0
-        calls = KeyCalls()
-        try:
-            for _, outcome in done:
-                for output in outcome.outputs:
-                    pipe.xadd(output.stream, output.fields, maxlen=output.maxlen, approximate=True)  # type: ignore[arg-type]
-                    produced += 1
-                if outcome.write is not None:
-                    outcome.write(calls)
-        except Exception as exc:
-            self._on_write_callback_failed(done, exc)
+        collected = self._collect_writes(done)
+        if collected is None:
             return False
+        calls, produced = collected
+        pipe = self.redis.pipeline(transaction=False)
         calls.queue_writes(pipe)
         for letter in letters:
             dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
@@ -434,18 +428,10 @@ class BatchConsumer:
         a failed command inside a MULTI/EXEC would): the batch's entries are then dead-lettered with the
         error and acked, so an operator can replay them once the cause is fixed.
         """
-        calls = KeyCalls()
-        produced = 0
-        try:
-            for _, outcome in done:
-                for output in outcome.outputs:
-                    calls.add_xadd(output.stream, output.fields, output.maxlen)
-                    produced += 1
-                if outcome.write is not None:
-                    outcome.write(calls)
-        except Exception as exc:
-            self._on_write_callback_failed(done, exc)
+        collected = self._collect_writes(done)
+        if collected is None:
             return False
+        calls, produced = collected
         try:
             acked_count = await self._write_atomically(calls, letters, ack_ids)
         except ResponseError as error:
@@ -477,10 +463,24 @@ class BatchConsumer:
             return await calls.write(self.redis)
         return await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
 
-    def _on_write_callback_failed(self, done: list[tuple[list[StreamEntry], BatchOutcome]], exc: Exception) -> None:
-        self.stats.handler_errors += 1
-        entry_ids = [entry.entry_id for batch, _ in done for entry in batch]
-        self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
+    def _collect_writes(self, done: list[tuple[list[StreamEntry], BatchOutcome]]) -> tuple[KeyCalls, int] | None:
+        """Every output XADD and the handlers' extra commands, in order, with the number of outputs; None
+        when a handler's ``write`` callback raised (then nothing is sent)."""
+        calls = KeyCalls()
+        produced = 0
+        try:
+            for _, outcome in done:
+                for output in outcome.outputs:
+                    calls.add_xadd(output.stream, output.fields, output.maxlen)
+                    produced += 1
+                if outcome.write is not None:
+                    outcome.write(calls)
+        except Exception as exc:
+            self.stats.handler_errors += 1
+            entry_ids = [entry.entry_id for batch, _ in done for entry in batch]
+            self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
+            return None
+        return calls, produced
 
     async def _on_write_errors(
         self, acked: list[StreamEntry], letters: list[DeadLetter], errors: list[Exception], now_ms: int
