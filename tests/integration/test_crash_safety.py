@@ -29,7 +29,7 @@ import os
 import signal
 import uuid
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -370,6 +370,52 @@ async def dead_letters(bus: AgentbusClient) -> list[str]:
 async def test_sigkill_mid_batch_loses_nothing_and_duplicates_nothing(cluster: WorkerCluster, kind: str) -> None:
     """Issue 4 "Done when": SIGKILL of a worker of each type mid-batch (at-least-once delivery with
     reclaim + idempotent consumers = effectively-once, R7.7 transcript de-dup, R8.1 one result per call)."""
+    await run_disruption(cluster, kind, kill_mid_batch)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", ["ingestion", "normalization", "transcripts"])
+async def test_owner_paused_past_its_lease_mid_batch_is_fenced_out(cluster: WorkerCluster, kind: str) -> None:
+    """Fencing (ecosystem.md §5.3 point 3): an ordered-lane owner frozen (SIGSTOP) with a batch in hand
+    until another instance owns its shards, then thawed, finishes that batch into a refused write — the
+    lease epoch moved on — and loses nothing and duplicates nothing: the log, the requests and the
+    transcripts (whose session files it holds locked until it lets the shard go) stay exact."""
+    await run_disruption(cluster, kind, pause_mid_batch)
+    assert "consumer_fenced_out" in cluster.logs()
+
+
+async def pause_mid_batch(bus: AgentbusClient, worker: Worker) -> int:
+    """Freeze ``worker`` while it holds read-but-unacked entries, keep it frozen until none of its
+    lane's shards is its own any more, then let it run on; returns how many entries it held."""
+    async with asyncio.timeout(60):
+        while True:
+            while await pending_of(bus, worker) == 0:
+                await asyncio.sleep(0.002)
+            os.kill(worker.process.pid, signal.SIGSTOP)
+            await asyncio.sleep(0.05)
+            held = await pending_of(bus, worker)
+            if held > 0:
+                break
+            os.kill(worker.process.pid, signal.SIGCONT)
+    group = GROUP_OF_WORKER[worker.name]
+    _, before = await lease_owners(bus, group)
+    its_shards = [shard for shard, owner in enumerate(before) if owner is not None and pid_tag(worker) in owner]
+
+    async def taken_over() -> bool:
+        # Not merely expired: another instance holds each of its shards now (a newer epoch).
+        _, owners = await lease_owners(bus, group)
+        return all(owners[s] is not None and pid_tag(worker) not in owners[s] for s in its_shards)  # type: ignore[operator]
+
+    await eventually(taken_over, timeout_s=30)
+    os.kill(worker.process.pid, signal.SIGCONT)
+    return held
+
+
+async def run_disruption(
+    cluster: WorkerCluster, kind: str, disrupt: Callable[[AgentbusClient, Worker], Awaitable[int]]
+) -> None:
+    """Steady traffic through one instance of each type, scaled to two, then ``disrupt`` one instance of
+    ``kind`` mid-batch; afterwards every session must be exact (``check_session``)."""
     scripts = [Script(session=f"crash-{kind}-{index:02d}") for index in range(SESSIONS)]
     cluster.workspace.mkdir(parents=True, exist_ok=True)
     for script in scripts:
@@ -393,7 +439,7 @@ async def test_sigkill_mid_batch_loses_nothing_and_duplicates_nothing(cluster: W
             # newer one won no shard of this lane, kill the older one.
             newer = next(w for w in cluster.of(kind) if w is not first[kind])
             victim = newer if await owns_shards(bus, newer) else first[kind]
-            assert await kill_mid_batch(bus, victim) > 0
+            assert await disrupt(bus, victim) > 0
             await traffic.wait_turns(traffic.turns + SESSIONS * TURNS_AFTER_KILL)
             traffic.stop.set()
             await producers
