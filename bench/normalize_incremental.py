@@ -3,8 +3,8 @@ against the full pipeline (``to_api_request`` + ``validate_api_request`` over th
 
     uv run python bench/normalize_incremental.py [--turns 50 200 800] [--calls 0 2]
 
-A session of N turns (a prompt, optionally a reply with tool calls and their results, a final answer) is
-replayed request by request — one request whenever the model is due (the history ends on a user
+A session of N turns (a prompt, optionally a reply with tool calls and their results, a final answer),
+and one long agent turn of N tool rounds, are replayed request by request — one request whenever the model is due (the history ends on a user
 message), as the normalization worker builds them — and the CPU per request is printed for both, with
 the ratio. Both produce identical requests (``tests/shared/test_normalize_incremental.py``).
 """
@@ -39,6 +39,16 @@ def session(turns: int, calls: int) -> list[Message]:
     return history
 
 
+def agentic_turn(rounds: int) -> list[Message]:
+    """One prompt and ``rounds`` tool rounds (a reply with a call, its result): a long agent task."""
+    history: list[Message] = [create_user_message("refactor the package and keep the tests green")]
+    for index in range(rounds):
+        call = ToolUseBlock(id=f"toolu_r{index}", name="Read", input={"file_path": f"src/m{index}.py"})
+        history.append(create_assistant_message([TextBlock(text=f"Step {index}: reading m{index}."), call]))
+        history.append(create_user_message([ToolResultBlock(tool_use_id=call.id, content="def f(): ...\n")]))
+    return history
+
+
 def per_request_ms(history: list[Message], build: object) -> float:
     due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
     started = time.process_time()
@@ -57,16 +67,18 @@ def main() -> None:
     def full(history: list[Message]) -> None:
         validate_api_request(to_api_request(history, options=options).request)
 
-    for calls in args.calls:
-        for turns in args.turns:
-            history = session(turns, calls)
-            builder = RequestBuilder(options=options)
-            baseline = per_request_ms(history, full)
-            incremental = per_request_ms(history, builder.build)
-            print(
-                f"{turns:4d} turns, {calls} calls/turn ({len(history):5d} messages): full {baseline:7.2f} ms/request, "
-                f"builder {incremental:6.2f} ms/request → {baseline / incremental:5.1f}× less CPU"
-            )
+    cases = [
+        (f"{turns:4d} turns, {calls} calls/turn", session(turns, calls)) for calls in args.calls for turns in args.turns
+    ]
+    cases += [(f"1 turn, {rounds:4d} tool rounds", agentic_turn(rounds)) for rounds in args.turns]
+    for label, history in cases:
+        builder = RequestBuilder(options=options)
+        baseline = per_request_ms(history, full)
+        incremental = per_request_ms(history, builder.build)
+        print(
+            f"{label:26s} ({len(history):5d} messages): full {baseline:7.2f} ms/request, "
+            f"builder {incremental:6.2f} ms/request → {baseline / incremental:5.1f}× less CPU"
+        )
 
 
 if __name__ == "__main__":

@@ -1,34 +1,41 @@
 """``RequestBuilder``: ``to_api_request`` + ``validate_api_request`` for a session that grows, without
 normalizing (or validating) the whole history for every request.
 
-The request of a long session is dominated by turns that are over: a prefix ``H[:k]`` that ends where
-a human prompt ``H[k]`` begins a turn, every tool call of it answered inside it. Under the conditions
-below the pipeline's output for ``H`` is ``X ++ Y``: ``X`` depends on ``H[:k]`` alone and ``Y`` is the
-pipeline run on ``H[k:]`` (without the user-context message, which belongs to ``X``). So ``X`` is
-computed once — as the pipeline's output for ``H[:k]`` followed by a stand-in prompt, whose own message
-is then dropped (the stand-in makes the prefix "not last", exactly as ``H[k]`` does: R4.15, R4.17, the
-open-turn thinking rule and the final trim leave it alone) — and every later request normalizes only
-``H[k:]``. Once that suffix grows past ``reanchor_after`` messages the prefix moves forward.
+A request is dominated by what is over: a prefix ``H[:k]`` that ends where a new turn (a human prompt)
+or a new tool round (an assistant reply right after the previous round's tool results) begins at
+``H[k]``, every tool call of it answered inside it. Under the conditions below the pipeline's output
+for ``H`` is ``X ++ Y``: ``X`` depends on ``H[:k]`` alone and ``Y`` is the pipeline run on ``H[k:]``
+(without the user-context message, which belongs to ``X``; for a tool-round cut without the
+``(no content)`` leading user message API §1.6 puts before a suffix that starts with a reply). So ``X``
+is computed once — as the pipeline's output for ``H[:k]`` followed by a stand-in for ``H[k]`` (a prompt,
+or a reply), whose own message is then dropped: the stand-in makes the prefix "not last" exactly as
+``H[k]`` does (R4.15, R4.17, the final trim leave it alone) and keeps the open turn where ``H[k]`` keeps
+it — and every later request normalizes only ``H[k:]``. Once that suffix grows past ``reanchor_after``
+messages the prefix moves forward.
 
 Conditions (each checked; any doubt → the full pipeline, so the result is always exactly
 ``to_api_request(H)``):
 
-- the cut: ``H[k]`` is a human prompt (not meta, not virtual, no tool_result, non-blank); every tool_use
-  of ``H[:k]`` has its result in ``H[:k]``; the stand-in prompt's message comes out alone after an
-  assistant message (nothing folded into it, no placeholder results: the seam holds);
+- the cut: ``H[k]`` is a human prompt (not meta, not virtual, no tool_result, non-blank) or a reply
+  after tool results; every tool_use of ``H[:k]`` has its result in ``H[:k]``; the stand-in's message
+  comes out alone after a message of the other role (nothing folded into it, no placeholder results:
+  the seam holds), and the stand-in request validates;
 - across the cut: no uuid, API message id, tool_use id or server tool id on both sides; nothing in
   ``H[k:]`` answers or references a call of ``H[:k]``, and nothing in ``H[:k]`` one of ``H[k:]``; no
-  tombstone on one side targets the other (nor ``H[k]``), none targets a uuid-less message;
-  ``H[k:]`` holds no compact boundary;
+  tombstone on one side targets the other (nor ``H[k]``), none targets a uuid-less message; ``H[k:]``
+  holds no compact boundary; after a tool-round cut ``H[k:]`` starts no new turn (the open turn, where
+  the thinking rules apply, would move off the prefix's tail: the prefix is re-anchored instead);
 - global passes: R4.16 (whitespace-only assistants) fires on both sides or on neither; no tool id was
   rewritten and no excess media stripped on either side, and both sides' media stay within the limit;
 - options: R4.20 ``snip`` off, R4.13 relocation (``toolref_defer`` with tool search) off.
 
-Validation splits the same way: the prefix (with the stand-in) is validated once; a spliced request is
-accepted when ``Y`` validates, the tool ids of the two sides are disjoint and the media of both fit. A
-request that does not pass is rebuilt and validated in full, so the violations reported (and the error
-raised, e.g. R4.21) are always those of the full pipeline. The repairs of a spliced request are the
-prefix's then ``Y``'s: the same counts as the full run, in another order; ``report.pairing`` is None.
+Validation splits the same way: the stand-in request validated the prefix side once; a spliced request
+is accepted when the suffix's own request validates, the tool ids of the two sides are disjoint and the
+media of both fit. A request that does not pass is rebuilt and validated in full, so the violations
+reported (and the error raised, e.g. R4.21) are always those of the full pipeline. The repairs of a
+spliced request are the prefix's then ``Y``'s: the same counts as the full run, in another order;
+``report.pairing`` is None. ``tests/shared/test_normalize_incremental.py`` checks all of it against the
+full pipeline on every corpus transcript and on random histories.
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ from dataclasses import dataclass
 from shared.api_types import MessageParam, MessagesRequest
 from shared.api_validation import MAX_MEDIA_ITEMS, ApiViolation, validate_api_request
 from shared.clock import Clock, utc_now
+from shared.constants import NO_CONTENT_MESSAGE
 from shared.content import TextBlock, ToolResultBlock
 from shared.errors import AgentbusError
+from shared.factories import create_assistant_message
 from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMessage
 from shared.normalize.options import NormalizeOptions
@@ -57,6 +66,12 @@ REANCHOR_AFTER = 24
 
 _SPLIT_BREAKERS = frozenset({RepairKind.TOOL_ID_REWRITTEN, RepairKind.EXCESS_MEDIA_STRIPPED})
 """Passes whose choices depend on the whole request: a side that needed one is normalized in full."""
+
+STAND_IN_REPLY = "agentbus: the next tool round starts here"
+"""The reply that stands in for ``H[cut]`` when the cut is inside a turn (its message is dropped)."""
+
+_STAND_IN_REPLY_PARAM = {"role": "assistant", "content": [{"type": "text", "text": STAND_IN_REPLY}]}
+_LEADING_USER_PARAM = {"role": "user", "content": NO_CONTENT_MESSAGE}
 
 _SERVER_TOOL_USE_TYPES = frozenset({"server_tool_use", "mcp_tool_use"})
 _MEDIA_TYPES = frozenset({"image", "document"})
@@ -77,6 +92,9 @@ class _Prefix:
     """``X``, the API messages of ``H[:cut]``, and what the split conditions compare against."""
 
     cut: int
+    round_cut: bool
+    """``H[cut]`` starts a tool round inside a turn (an assistant reply after tool results); False: a turn
+    (a human prompt)."""
     anchor: Message
     """``H[cut - 1]``: the history must still hold this very object there."""
     params: list[MessageParam]
@@ -134,7 +152,8 @@ class RequestBuilder:
         prefix = self._prefix
         if prefix is not None and not (prefix.cut < len(history) and history[prefix.cut - 1] is prefix.anchor):
             prefix = self._prefix = None
-        if prefix is None or len(history) - prefix.cut > self.reanchor_after:
+        stale = prefix is not None and prefix.round_cut and any(map(is_human_prompt, history[prefix.cut :]))
+        if prefix is None or stale or len(history) - prefix.cut > self.reanchor_after:
             moved = self._anchor(history, after=prefix.cut if prefix is not None else 0)
             if moved is not None:
                 prefix = self._prefix = moved
@@ -142,25 +161,37 @@ class RequestBuilder:
 
     # ------------------------------------------------------------------------------------------ the cut
     def _anchor(self, history: Sequence[Message], *, after: int) -> _Prefix | None:
-        """A prefix ending before the latest human prompt that closes every call before it, if it splits."""
+        """A prefix ending before the latest turn or tool round that closes every call before it, if the
+        pipeline splits there (checked with a stand-in for ``H[cut]``)."""
         cut = _latest_cut(history, after=after)
         if cut is None:
             return None
         head = history[:cut]
+        round_cut = isinstance(history[cut], AssistantMessage)
         try:
-            with_stand_in = to_api_request(
-                head, options=self.options, prompt=STAND_IN_PROMPT, clock=self.clock, ids=self.ids
-            )
+            if round_cut:
+                with_stand_in = to_api_request(
+                    [*head, _stand_in_reply(self.clock, self.ids)], options=self.options, clock=self.clock, ids=self.ids
+                )
+            else:
+                with_stand_in = to_api_request(
+                    head, options=self.options, prompt=STAND_IN_PROMPT, clock=self.clock, ids=self.ids
+                )
         except AgentbusError:
             return None
         messages = with_stand_in.request["messages"]
         repairs = with_stand_in.report.repairs
+        stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
         seam_holds = (
             len(messages) >= 2
-            and messages[-1] == {"role": "user", "content": STAND_IN_PROMPT}
-            and messages[-2]["role"] == "assistant"
+            and messages[-1] == stand_in
+            and messages[-2]["role"] == ("user" if round_cut else "assistant")
         )
-        if not seam_holds or _breaks_split(repairs) or validate_api_request(with_stand_in.request):
+        if (
+            not seam_holds
+            or _breaks_split(repairs)
+            or validate_api_request(with_stand_in.request, allow_prefill=round_cut)
+        ):
             return None
         params = messages[:-1]
         tombstone_targets = _tombstone_targets(head)
@@ -168,6 +199,7 @@ class RequestBuilder:
             return None
         return _Prefix(
             cut=cut,
+            round_cut=round_cut,
             anchor=history[cut - 1],
             params=params,
             repairs=repairs,
@@ -192,9 +224,17 @@ class RequestBuilder:
             return None  # the full run raises the error with its own numbering
         tail_messages = tail.request["messages"]
         repairs = tail.report.repairs
+        if prefix.round_cut:
+            # The suffix starts with an assistant reply: the pipeline put the "(no content)" leading user
+            # message first (API §1.6), which the full request does not have — it continues the prefix.
+            leading = [r for r in repairs if r.kind is RepairKind.LEADING_USER_INSERTED]
+            if len(leading) != 1 or tail_messages[:1] != [_LEADING_USER_PARAM] or len(tail_messages) < 2:
+                return None
+            tail_messages = tail_messages[1:]
+            repairs = tuple(r for r in repairs if r is not leading[0])
         if (
             not tail_messages
-            or tail_messages[0]["role"] != "user"
+            or tail_messages[0]["role"] != ("assistant" if prefix.round_cut else "user")
             or _breaks_split(repairs)
             or _fired(repairs, RepairKind.WHITESPACE_ASSISTANT_DROPPED) != prefix.whitespace_pass_fired
         ):
@@ -205,14 +245,21 @@ class RequestBuilder:
             tail_tool_ids
         ):
             return None
+        request: MessagesRequest = {**tail.request, "messages": [*prefix.params, *tail_messages]}
+        # The suffix's own request (for a tool-round cut: with its leading user message) validates the
+        # suffix side, the stand-in request validated the prefix side: the open turn is the same on both
+        # (a tool-round cut is refused once a new turn begins), so the full request is valid when both are.
         if validate_api_request(tail.request):
             return None  # rebuilt in full: the violations reported are the full request's
-        request: MessagesRequest = {**tail.request, "messages": [*prefix.params, *tail_messages]}
         report = NormalizationReport(repairs=(*prefix.repairs, *repairs))
         return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
 
 
 # ---------------------------------------------------------------------------------------------- rules
+def _stand_in_reply(clock: Clock, ids: IdSource) -> AssistantMessage:
+    return create_assistant_message(STAND_IN_REPLY, clock=clock, ids=ids)
+
+
 def is_human_prompt(message: Message) -> bool:
     """A prompt a person typed: a user message that is not meta or virtual, answers no tool call and
     says something."""
@@ -226,13 +273,21 @@ def is_human_prompt(message: Message) -> bool:
     return any(isinstance(block, TextBlock) and block.text.strip() for block in content)
 
 
+def is_round_start(history: Sequence[Message], index: int) -> bool:
+    """``history[index]`` is an assistant reply that follows the tool results of the previous round."""
+    if index == 0 or not isinstance(history[index], AssistantMessage):
+        return False
+    previous = history[index - 1]
+    return isinstance(previous, UserMessage) and bool(tool_result_ids(previous))
+
+
 def _latest_cut(history: Sequence[Message], *, after: int) -> int | None:
-    """The largest ``k > after`` with ``history[k]`` a human prompt and every call of ``history[:k]``
-    answered inside it."""
+    """The largest ``k > after`` where a turn (human prompt) or a tool round starts and every call of
+    ``history[:k]`` is answered inside it."""
     open_calls: set[str] = set()
     latest: int | None = None
     for index, message in enumerate(history):
-        if index > after and not open_calls and is_human_prompt(message):
+        if index > after and not open_calls and (is_human_prompt(message) or is_round_start(history, index)):
             latest = index
         open_calls.update(tool_use_ids(message))
         open_calls.difference_update(tool_result_ids(message))
@@ -242,7 +297,10 @@ def _latest_cut(history: Sequence[Message], *, after: int) -> int | None:
 def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
     """The cross-cut conditions of the module docstring, checked on the suffix (O(len(suffix)))."""
     first = suffix[0]
-    if not is_human_prompt(first):
+    if prefix.round_cut:
+        if not isinstance(first, AssistantMessage) or any(map(is_human_prompt, suffix)):
+            return False  # a new turn moves the open turn (thinking rules) off the prefix's tail
+    elif not is_human_prompt(first):
         return False
     targets = _tombstone_targets(suffix)
     if targets is None or not targets.isdisjoint(prefix.uuids) or getattr(first, "uuid", None) in targets:

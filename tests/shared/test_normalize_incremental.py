@@ -56,7 +56,7 @@ def test_r4_every_corpus_prefix_equals_the_full_pipeline(corpus_root: Path, opti
     spliced = 0
     for _name, history in _corpus_histories(corpus_root):
         spliced += grow(history, options, points=publish_points(history), reanchor_after=4)
-    assert spliced > 20  # the split path is exercised, not only the fallback
+    assert spliced > 200  # the split path is the one exercised (turn and tool-round cuts), not the fallback
 
 
 def turn(prompt: str, index: int, *, calls: int) -> list[Message]:
@@ -74,6 +74,22 @@ def test_long_bus_session_is_spliced_and_exact() -> None:
     """The bus's own shape: 60 turns with tool calls, a request whenever the model is due (the history
     ends on a user message); after the first turns every request is spliced."""
     history = [message for index in range(60) for message in turn(f"step {index}", index, calls=index % 3)]
+    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24)
+    due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    results = [assert_same_as_full(builder, history[:m]) for m in due]
+    assert sum(results) >= len(results) - 3
+
+
+def test_long_agentic_turn_is_spliced_at_tool_rounds() -> None:
+    """One prompt, then 80 tool rounds (the shape of a Claude Code task): each request after a round's
+    results is spliced at the latest round start, and the turn's thinking rules still come out exact."""
+    history: list[Message] = [user("refactor the module")]
+    for index in range(80):
+        call = f"toolu_round_{index}"
+        history.append(assistant(text(f"Step {index}."), tool_use(call), msg_id=f"msg_round_{index}"))
+        history.append(user([tool_result(call, f"done {index}")]))
+    history.append(assistant(text("All done."), msg_id="msg_final"))
+    history.append(user("thanks, now the tests"))
     builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24)
     due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
     results = [assert_same_as_full(builder, history[:m]) for m in due]
