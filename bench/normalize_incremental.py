@@ -4,9 +4,10 @@ against the full pipeline (``to_api_request`` + ``validate_api_request`` over th
     uv run python bench/normalize_incremental.py [--turns 50 200 800] [--calls 0 2]
 
 A session of N turns (a prompt, optionally a reply with tool calls and their results, a final answer),
-and one long agent turn of N tool rounds, are replayed request by request — one request whenever the model is due (the history ends on a user
-message), as the normalization worker builds them — and the CPU per request is printed for both, with
-the ratio. Both produce identical requests (``tests/shared/test_normalize_incremental.py``).
+and one long agent turn of N tool rounds, are replayed request by request — one request whenever the
+model is due (the history ends on a user message), as the normalization worker builds them — and the CPU
+per request is printed for both, with the ratio. Both produce identical requests
+(``tests/shared/test_normalize_incremental.py``).
 """
 
 from __future__ import annotations

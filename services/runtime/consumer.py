@@ -358,9 +358,8 @@ class BatchConsumer:
         """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline (or one
         atomic script for transactional and fenced consumers).
 
-        Returns False when the batch was not settled (nothing acked): a handler's ``write`` callback raised
-        while the batch was being built (nothing is sent, exactly as if the handler itself had raised), or
-        Redis rejected a call of the atomic script.
+        Returns False when a handler's ``write`` callback raised while the batch was being built (nothing
+        is sent, exactly as if the handler itself had raised).
         """
         ack_ids: list[str] = [letter.entry_id for letter in letters]
         acked_entries: list[StreamEntry] = []
