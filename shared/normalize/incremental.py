@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from shared.api_request_view import SERVER_TOOL_USE_TYPES
 from shared.api_types import MessageParam, MessagesRequest
 from shared.api_validation import MAX_MEDIA_ITEMS, ApiViolation, validate_api_request
 from shared.clock import Clock, utc_now
@@ -52,6 +53,7 @@ from shared.errors import AgentbusError
 from shared.factories import create_assistant_message
 from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMessage
+from shared.normalize.api_client_steps import MEDIA_TYPES
 from shared.normalize.options import NormalizeOptions
 from shared.normalize.pipeline import NormalizedRequest, to_api_request
 from shared.normalize.report import NormalizationReport, Repair, RepairKind
@@ -72,9 +74,6 @@ STAND_IN_REPLY = "agentbus: the next tool round starts here"
 
 _STAND_IN_REPLY_PARAM = {"role": "assistant", "content": [{"type": "text", "text": STAND_IN_REPLY}]}
 _LEADING_USER_PARAM = {"role": "user", "content": NO_CONTENT_MESSAGE}
-
-_SERVER_TOOL_USE_TYPES = frozenset({"server_tool_use", "mcp_tool_use"})
-_MEDIA_TYPES = frozenset({"image", "document"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +370,7 @@ def _request_tool_ids(params: Iterable[MessageParam]) -> set[str]:
         block_id
         for param in params
         for block in _blocks(param)
-        if (block.get("type") == "tool_use" or block.get("type") in _SERVER_TOOL_USE_TYPES)
+        if (block.get("type") == "tool_use" or block.get("type") in SERVER_TOOL_USE_TYPES)
         and isinstance(block_id := block.get("id"), str)
     }
 
@@ -380,8 +379,8 @@ def _media_count(param: MessageParam) -> int:
     """Images and documents, top level and inside tool_result content (R4.23's count)."""
     count = 0
     for block in _blocks(param):
-        count += block.get("type") in _MEDIA_TYPES
+        count += block.get("type") in MEDIA_TYPES
         nested = block.get("content") if block.get("type") == "tool_result" else None
         if isinstance(nested, list):
-            count += sum(1 for item in nested if isinstance(item, Mapping) and item.get("type") in _MEDIA_TYPES)
+            count += sum(1 for item in nested if isinstance(item, Mapping) and item.get("type") in MEDIA_TYPES)
     return count
