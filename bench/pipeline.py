@@ -245,7 +245,8 @@ def saturation_round(
 ) -> dict[str, float]:
     """One saturation run on fresh workers and an empty Redis: events/s and CPU µs/event of all workers."""
     asyncio.run(_flush(server.url))
-    workers = start_workers(server.url, root / ("metrics-on" if metrics else "metrics-off"), metrics=metrics)
+    # A fresh data dir too: files left by an earlier round would turn this round's appends into de-dup skips.
+    workers = start_workers(server.url, Path(tempfile.mkdtemp(prefix="round-", dir=root)), metrics=metrics)
     try:
         cpu_before = {name: _cpu_s(pid) for name, pid in workers.pids().items()}
         rate = asyncio.run(saturate(batch, server.url))

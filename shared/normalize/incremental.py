@@ -59,6 +59,7 @@ from shared.normalize.pipeline import NormalizedRequest, to_api_request
 from shared.normalize.report import NormalizationReport, Repair, RepairKind
 from shared.pairing import tool_result_ids, tool_use_ids
 from shared.system_messages import CompactBoundarySystemMessage
+from shared.tombstones import retracted_uuids
 
 STAND_IN_PROMPT = "agentbus: the next turn starts here"
 """The prompt that stands in for ``H[k]`` while the prefix is normalized (its message is dropped)."""
@@ -151,11 +152,15 @@ class RequestBuilder:
         prefix = self._prefix
         if prefix is not None and not (prefix.cut < len(history) and history[prefix.cut - 1] is prefix.anchor):
             prefix = self._prefix = None
+        # After a tool-round cut a new turn moves the open turn (thinking rules) off the prefix's tail:
+        # such a prefix can no longer split, so it moves forward or goes.
         stale = prefix is not None and prefix.round_cut and any(map(is_human_prompt, history[prefix.cut :]))
         if prefix is None or stale or len(history) - prefix.cut > self.reanchor_after:
             moved = self._anchor(history, after=prefix.cut if prefix is not None else 0)
             if moved is not None:
                 prefix = self._prefix = moved
+            elif stale:
+                prefix = self._prefix = None
         return prefix
 
     # ------------------------------------------------------------------------------------------ the cut
@@ -294,12 +299,10 @@ def _latest_cut(history: Sequence[Message], *, after: int) -> int | None:
 
 
 def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
-    """The cross-cut conditions of the module docstring, checked on the suffix (O(len(suffix)))."""
+    """The cross-cut conditions of the module docstring, checked on the suffix (O(len(suffix))); a new turn
+    after a tool-round cut is handled by ``_current_prefix``."""
     first = suffix[0]
-    if prefix.round_cut:
-        if not isinstance(first, AssistantMessage) or any(map(is_human_prompt, suffix)):
-            return False  # a new turn moves the open turn (thinking rules) off the prefix's tail
-    elif not is_human_prompt(first):
+    if not (isinstance(first, AssistantMessage) if prefix.round_cut else is_human_prompt(first)):
         return False
     targets = _tombstone_targets(suffix)
     if targets is None or not targets.isdisjoint(prefix.uuids) or getattr(first, "uuid", None) in targets:
@@ -348,16 +351,13 @@ def _referenced_tool_ids(messages: Iterable[Message]) -> set[str]:
     return referenced
 
 
-def _tombstone_targets(messages: Iterable[Message]) -> frozenset[str] | None:
-    """The uuids the tombstones of ``messages`` retract; None when one targets a uuid-less message."""
-    targets: set[str] = set()
-    for message in messages:
-        if isinstance(message, TombstoneMessage):
-            uuid = getattr(message.message, "uuid", None)
-            if not isinstance(uuid, str):
-                return None
-            targets.add(uuid)
-    return frozenset(targets)
+def _tombstone_targets(messages: Sequence[Message]) -> frozenset[str] | None:
+    """The uuids the tombstones of ``messages`` retract (R6.3); None when one targets a uuid-less message
+    (matched by equality, which the uuid sets cannot check across the cut)."""
+    tombstones = [message for message in messages if isinstance(message, TombstoneMessage)]
+    if any(not isinstance(getattr(tombstone.message, "uuid", None), str) for tombstone in tombstones):
+        return None
+    return frozenset(retracted_uuids(tombstones))
 
 
 def _blocks(param: MessageParam) -> list[Mapping[str, object]]:
