@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import uvicorn
 
 from services.ingestion import app as ingestion_app
@@ -46,7 +44,8 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
         lifespan="on",
         loop="uvloop" if _has_uvloop() else "asyncio",
     )
-    asyncio.run(uvicorn.Server(config).serve())
+    # Server.run honours the loop factory; asyncio.run(server.serve()) would silently run the stdlib loop.
+    uvicorn.Server(config).run()
 
 
 def _has_uvloop() -> bool:

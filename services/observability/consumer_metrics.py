@@ -35,9 +35,13 @@ COUNTER_FIELDS: Final[tuple[tuple[str, str, str], ...]] = (
     ("dead_lettered", "agentbus_consumer_entries_dead_lettered", "Entries moved to the dead-letter stream."),
     ("reclaimed", "agentbus_messages_reclaimed", "Entries taken over from other consumers with XAUTOCLAIM."),
     ("redelivered", "agentbus_consumer_redeliveries", "Entries handled with a delivery count above 1."),
-    ("batches", "agentbus_consumer_batches", "Batches settled (one pipeline each)."),
+    ("batches", "agentbus_consumer_batches", "Batches settled (one script call each)."),
     ("handler_errors", "agentbus_consumer_handler_errors", "Handler calls that raised."),
-    ("write_errors", "agentbus_consumer_write_errors", "Batch pipelines Redis partly rejected."),
+    (
+        "write_errors",
+        "agentbus_consumer_write_errors",
+        "Batches whose write Redis rejected (their entries were dead-lettered).",
+    ),
     ("connection_errors", "agentbus_consumer_connection_errors", "Redis connection failures of the loop."),
 )
 """(``ConsumerStats`` attribute, metric name without ``_total``, help)."""

@@ -344,6 +344,16 @@ def observe_end_to_end(stage: EndToEndStage, origins_ms: Iterable[int], *, now_m
         observe(max(now - origin, 0) / 1000)
 
 
+def observe_stage_delays(stage: EndToEndStage, delays_ms: Iterable[int]) -> None:
+    """End-to-end latencies already computed (e.g. ``log_written``: the log entry id's time minus the
+    ingress entry id's time, both from the Redis server's clock, so free of host skew)."""
+    if not _recording:
+        return
+    observe = _end_to_end(stage).observe
+    for delay in delays_ms:
+        observe(max(delay, 0) / 1000)
+
+
 BatchHandlerFn = Callable[[list[StreamEntry]], Awaitable[BatchOutcome]]
 
 

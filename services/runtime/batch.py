@@ -31,7 +31,7 @@ def raise_if_cancelling() -> None:
 
 
 class Output(NamedTuple):
-    """One entry to XADD to ``stream`` in the batch's pipeline."""
+    """One entry to XADD to ``stream`` in the batch's write."""
 
     stream: str
     fields: Mapping[str, FieldValue]
@@ -50,7 +50,7 @@ class Poison:
 
 @dataclass(slots=True)
 class BatchOutcome:
-    """What the handler wants written for a batch; the consumer writes it in one pipeline."""
+    """What the handler wants written for a batch; the consumer writes it in one script call."""
 
     outputs: Sequence[Output] = ()
     write: CallWriter | None = None
@@ -68,10 +68,10 @@ BatchHandler = Callable[[list[StreamEntry]], Awaitable[BatchOutcome]]
 
 
 class OutputWriteError(RuntimeError):
-    """Redis rejected commands of a batch's pipeline; the affected entries are named."""
+    """Redis rejected the write of a batch and of its dead letters; the affected entries are named."""
 
     def __init__(self, stream: str, entry_ids: Sequence[str], errors: Sequence[BaseException]) -> None:
-        super().__init__(f"{stream}: pipeline for entries {list(entry_ids)} failed: {errors[0]!r}")
+        super().__init__(f"{stream}: write for entries {list(entry_ids)} failed: {errors[0]!r}")
         self.stream = stream
         self.entry_ids = list(entry_ids)
         self.errors = list(errors)
@@ -101,11 +101,11 @@ class ConsumerConfig:
     claim_all_on_start: bool = False
     """Take over every pending entry of the group at start (a new lane owner after a failover)."""
     transactional: bool = False
-    """Write a batch's outputs, the handler's extra commands and the XACK as one atomic script, so a crash
-    applies a batch completely or not at all (the handler's state writes included)."""
+    """The handler reads state that earlier batches wrote: after a handler failure the whole batch is retried
+    (never entry by entry, which would read state the failed batch's earlier entries should have changed)."""
     fence: Fence | None = None
-    """Write every batch (atomically, as with ``transactional``) only while ``fence.key`` holds
-    ``fence.token``: set by shard lanes to the lane's lease epoch."""
+    """Write a batch only while ``fence.key`` holds ``fence.token``: set by shard lanes to the lane's lease
+    epoch."""
     dead_letter_stream: str | None = None
     """Defaults to ``<stream>:dlq``."""
     backoff_initial_s: float = 0.05

@@ -1,12 +1,11 @@
 """The batched consume loop: the hot path of every worker (redis-streams-baseline.md §4, §8).
 
-One ``BatchConsumer`` reads one stream through one consumer group as one consumer. Per batch it costs
-two round trips whatever the batch size: ``XREADGROUP COUNT n BLOCK ms`` and one write. Unordered
-consumers write one non-transactional pipeline: the outputs and the handler's commands as one script
-call (``key_calls.py``), the dead letters and a single multi-id ``XACK``; the ack follows the outputs,
-and Redis runs a connection's commands in order, so an ack never lands without the outputs before it
-(at-least-once). Transactional and fenced consumers (the shard lanes) write everything, ``XACK``
-included, as ONE atomic script that first checks the lane's lease epoch.
+One ``BatchConsumer`` reads one stream through one consumer group as one consumer, on a connection of its
+own. Per batch it costs two round trips whatever the batch size: ``XREADGROUP COUNT n BLOCK ms`` and ONE
+script call (``key_calls.py``) that writes the outputs, the handler's commands, the dead letters and a
+single multi-id ``XACK``, in that order and atomically: an ack never lands without the outputs before it
+(at-least-once), and a crash applies a batch completely or not at all. Fenced consumers (the shard
+lanes) run the script only while their lease epoch still holds.
 
 Recovery paths, all off the hot path:
 - start (and after any connection loss): re-read this consumer's own pending list (id ``0``) so a
@@ -51,7 +50,6 @@ from services.runtime.deadletter import (
     REASON_MAX_DELIVERIES,
     REASON_OUTPUT_WRITE_FAILED,
     DeadLetter,
-    dead_letter,
 )
 from services.runtime.entries import RawEntry, StreamEntry, decode_entries, id_text, stream_reply_entries
 from services.runtime.key_calls import Fenced, KeyCalls
@@ -97,7 +95,10 @@ class BatchConsumer:
         config: ConsumerConfig | None = None,
         may_read: Callable[[], bool] | None = None,
     ) -> None:
-        self.redis = redis
+        self.redis = redis.client()
+        """One dedicated connection from ``redis``'s pool: the loop sends one command at a time, and checking
+        a connection out of the pool per command (lock, liveness probe, accounting) cost ~100 µs each on
+        this VM, a visible share of a small batch. Returned to the pool when the loop ends."""
         self.may_read = may_read
         """Asked before every read: False pauses the loop (a shard lane whose lease may have lapsed, e.g.
         after this process was paused, reads nothing until the lease loop renews or gives the shard up)."""
@@ -158,6 +159,12 @@ class BatchConsumer:
 
     async def run(self) -> None:
         """The loop: recover, then read new entries, until ``stop``."""
+        try:
+            await self._loop()
+        finally:
+            await self.redis.aclose()
+
+    async def _loop(self) -> None:
         while not self._stop.is_set():
             raise_if_cancelling()
             try:
@@ -355,8 +362,7 @@ class BatchConsumer:
     async def _settle(
         self, done: list[tuple[list[StreamEntry], BatchOutcome]], letters: list[DeadLetter], now_ms: int
     ) -> bool:
-        """Write every output, dead letter and one multi-id XACK in one non-transactional pipeline (or one
-        atomic script for transactional and fenced consumers).
+        """Write every output, dead letter and one multi-id XACK (:meth:`_write_settlement`).
 
         Returns False when a handler's ``write`` callback raised while the batch was being built (nothing
         is sent, exactly as if the handler itself had raised).
@@ -384,35 +390,9 @@ class BatchConsumer:
         if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
             _notify_settled(done)
             return True
-        if self.config.transactional or self.config.fence is not None:
-            return await self._settle_atomically(done, letters, ack_ids, acked_entries, now_ms)
-        collected = self._collect_writes(done)
-        if collected is None:
-            return False
-        calls, produced = collected
-        pipe = self.redis.pipeline(transaction=False)
-        calls.queue_writes(pipe)
-        for letter in letters:
-            dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
-        if ack_ids:
-            pipe.xack(self.stream, self.group, *ack_ids)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
-        if ack_ids and isinstance(results[-1], Exception):
-            # Nothing was acked: the entries stay pending and come back (outputs may repeat: at-least-once).
-            raise results[-1]
-        errors = [result for result in results if isinstance(result, Exception)]
-        if errors:
-            await self._on_write_errors(acked_entries, letters, errors, now_ms)
-        else:
-            _notify_settled(done)
-        self.stats.batches += 1
-        self.stats.produced += produced
-        self.stats.dead_lettered += len(letters)
-        if ack_ids:
-            self.stats.acked += int(results[-1])
-        return True
+        return await self._write_settlement(done, letters, ack_ids, acked_entries, now_ms)
 
-    async def _settle_atomically(
+    async def _write_settlement(
         self,
         done: list[tuple[list[StreamEntry], BatchOutcome]],
         letters: list[DeadLetter],
@@ -443,6 +423,7 @@ class BatchConsumer:
                 await self._write_atomically(KeyCalls(), retry, ack_ids)
             except ResponseError as second:
                 raise OutputWriteError(self.stream, entry_ids, [error, second]) from second
+            self.stats.batches += 1
             self.stats.dead_lettered += len(retry)
             return True
         _notify_settled(done)
@@ -480,29 +461,6 @@ class BatchConsumer:
             self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
             return None
         return calls, produced
-
-    async def _on_write_errors(
-        self, acked: list[StreamEntry], letters: list[DeadLetter], errors: list[Exception], now_ms: int
-    ) -> None:
-        """Redis rejected part of the pipeline (e.g. WRONGTYPE, OOM) but ran the rest, XACK included.
-
-        The acked entries are dead-lettered (again, for the dead letters themselves) so they can be
-        replayed once the cause is fixed; if that fails too, the error is raised with the entry ids
-        rather than dropped.
-        """
-        self.stats.write_errors += 1
-        entry_ids = [entry.entry_id for entry in acked] + [letter.entry_id for letter in letters]
-        error = OutputWriteError(self.stream, entry_ids, errors)
-        self._log.error("pipeline_write_failed", entry_ids=entry_ids, error=repr(errors[0]))
-        detail = repr(errors[0])[:500]
-        retry = [self._letter(entry, REASON_OUTPUT_WRITE_FAILED, detail, now_ms) for entry in acked] + letters
-        pipe = self.redis.pipeline(transaction=False)
-        for letter in retry:
-            dead_letter(pipe, letter, dlq_stream=self.dead_letter_stream)
-        results: list[Any] = await pipe.execute(raise_on_error=False)
-        if any(isinstance(result, Exception) for result in results):
-            raise error
-        self.stats.dead_lettered += len(acked)
 
     def _letter(self, entry: StreamEntry, reason: str, detail: str, now_ms: int) -> DeadLetter:
         return DeadLetter.of_entry(

@@ -14,17 +14,16 @@ from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel, ConfigDict
-from redis.asyncio.client import Pipeline
 
 from services.runtime.entries import StreamEntry, decode_text, field_bytes, id_text
-from services.runtime.streams import StreamNames, dead_letter_stream
+from services.runtime.streams import StreamNames
 
 REASON_MAX_DELIVERIES = "max_deliveries"
 """The entry was delivered more than ``max_deliveries`` times without being settled."""
 REASON_ENTRY_DELETED = "entry_deleted"
 """The entry was deleted or trimmed from its stream while still pending: only its id is left."""
 REASON_OUTPUT_WRITE_FAILED = "output_write_failed"
-"""Redis rejected an output written for this batch after its XACK had gone through in the same pipeline."""
+"""Redis rejected a write of this batch (a script call stops at the rejected command): replay once fixed."""
 
 ORIGINAL_FIELD_PREFIX = "f:"
 _HISTORY_FIELDS = ("type", "stream", "group", "entry_id", "consumer", "delivery_count", "reason", "detail", "at_ms")
@@ -128,16 +127,6 @@ class DeadLetter(BaseModel):
             fields=originals,
             dlq_id=dlq_id,
         )
-
-
-def dead_letter(pipe: Pipeline, letter: DeadLetter, *, dlq_stream: str | None = None) -> None:
-    """Queue the XADD of ``letter`` on ``pipe`` (to ``<stream>:dlq`` unless ``dlq_stream`` is given).
-
-    The caller acks the source entry in the same pipeline, after this XADD, so the ack never lands
-    without the dead letter.
-    """
-    target = dlq_stream if dlq_stream is not None else dead_letter_stream(letter.stream)
-    pipe.xadd(target, letter.to_stream_fields())  # type: ignore[arg-type]  # bytes keys are valid fields
 
 
 def _letters(dlq_stream: str, raw: Iterable[tuple[Any, Any]]) -> list[DeadLetter]:

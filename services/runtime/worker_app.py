@@ -5,6 +5,7 @@ runtime (``BatchConsumer`` / ``LaneWorker``) started from the app's startup hook
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import redis.asyncio as aioredis
+import structlog
 from faststream.asgi import AsgiFastStream
 from faststream.redis import RedisBroker
 
@@ -21,6 +23,8 @@ from services.runtime.leases import LeaseConfig
 from services.runtime.redis_client import worker_redis
 from services.runtime.settings import Settings
 from services.runtime.topology import Topology
+
+log = structlog.get_logger(__name__)
 
 WORKER_NAMES = ("ingestion", "tools", "normalization", "transcripts")
 
@@ -99,6 +103,9 @@ class WorkerProcess:
         context = WorkerContext(self.name, self.settings, self.redis, self.broker, self.owner)
         self.runtime = self.factory(context)
         await self.runtime.start()
+        # Which loop runs matters (uvloop's C transports cost far less per round trip): say it once.
+        loop = type(asyncio.get_running_loop())
+        log.info("worker_started", worker=self.name, owner=self.owner, event_loop=f"{loop.__module__}.{loop.__name__}")
 
     async def shutdown(self) -> None:
         """SIGTERM: stop reading, finish and ack the batch in hand, release shards, close connections."""

@@ -68,6 +68,16 @@ class TranscriptWorker:
                 removed=self.stats.lines_removed - before[2],
             )
             metrics.record_duplicates("transcripts", "uuid", self.stats.duplicates_skipped - before[1])
+            # The log is read by this worker only once per entry (normalization reads it too, but one
+            # observer is enough): where an event's latency went, ingestion's share vs ours.
+            metrics.observe_stage_delays(
+                "log_written",
+                [
+                    metrics.entry_id_ms(entry.entry_id) - metrics.entry_id_ms(record.ingress_id)
+                    for entry, record in batch.records
+                    if record.ingress_id
+                ],
+            )
             metrics.observe_end_to_end(
                 "transcript_durable",
                 [

@@ -358,7 +358,10 @@ def request_diff(session: str, published: object, expected: object) -> str:
 async def dead_letters(bus: AgentbusClient) -> list[str]:
     found = []
     for stream in await dead_letter_streams(bus.redis, bus.topology.names):
-        found += [f"{stream}: {d.reason} {d.detail}" for d in await list_dead_letters(bus.redis, stream)]
+        found += [
+            f"{stream}: {d.group}/{d.consumer} {d.reason} {d.detail}"
+            for d in await list_dead_letters(bus.redis, stream)
+        ]
     return found
 
 
@@ -451,4 +454,5 @@ async def run_disruption(
         await settle(bus)
         for script in scripts:
             await check_session(bus, cluster, script)
-        assert await dead_letters(bus) == []
+        letters = await dead_letters(bus)
+        assert letters == [], "\n".join(letters[:5]) + "\n" + cluster.logs()[-8000:]

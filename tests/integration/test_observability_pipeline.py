@@ -174,9 +174,19 @@ async def test_metrics_exported_and_one_prompt_followed_through_all_four_workers
     assert value(transcripts, "agentbus_transcript_lines_appended_total") >= len(history) - 1
     assert value(transcripts, "agentbus_transcript_fsync_duration_seconds_count") >= 1
     assert value(transcripts, "agentbus_end_to_end_latency_seconds_count", stage="transcript_durable") >= 1
+    assert value(transcripts, "agentbus_end_to_end_latency_seconds_count", stage="log_written") >= 1
     for families in scraped.values():
         assert value(families, "agentbus_build_info") == 1
         assert value(families, "agentbus_consumer_handler_errors_total") == 0
+
+    # ---- every worker runs on uvloop (`agentbus worker` once ran the stdlib loop despite asking for uvloop).
+    loops = {
+        worker.name: line.get("event_loop")
+        for worker in observed.workers
+        for line in log_lines(worker)
+        if line.get("event") == "worker_started"
+    }
+    assert loops == dict.fromkeys(WORKER_NAMES, "uvloop.Loop"), observed.logs()[-4000:]
 
     # ---- one prompt's traceparent through all four workers' logs.
     seen_in = {

@@ -10,7 +10,6 @@ import redis.asyncio as aioredis
 from services.runtime.deadletter import (
     DeadLetter,
     DeadLetterDecodeError,
-    dead_letter,
     dead_letter_streams,
     list_dead_letters,
     purge_dead_letters,
@@ -35,7 +34,7 @@ def letter(entry_id: str, fields: dict[str, bytes]) -> DeadLetter:
 async def store(client: aioredis.Redis, *letters: DeadLetter) -> list[str]:
     pipe = client.pipeline(transaction=False)
     for item in letters:
-        dead_letter(pipe, item)
+        pipe.xadd(DLQ, item.to_stream_fields())  # type: ignore[arg-type]  # bytes keys are valid fields
     return [raw.decode() for raw in await pipe.execute()]
 
 

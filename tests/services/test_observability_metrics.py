@@ -338,3 +338,12 @@ async def test_stream_stats_poller_keeps_last_snapshot_when_redis_fails(redis_ur
         == 0
     )
     await broken.aclose()
+
+
+def test_log_written_latency_is_observed_from_precomputed_delays() -> None:
+    """``log_written``: log entry id time minus ingress id time (both Redis-clock), negative clamped to 0."""
+    before = sample("agentbus_end_to_end_latency_seconds_count", stage="log_written")
+    before_zero = sample("agentbus_end_to_end_latency_seconds_bucket", stage="log_written", le="0.001")
+    metrics.observe_stage_delays("log_written", [0, 3, -2])
+    assert sample("agentbus_end_to_end_latency_seconds_count", stage="log_written") == before + 3
+    assert sample("agentbus_end_to_end_latency_seconds_bucket", stage="log_written", le="0.001") == before_zero + 2
