@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,10 +153,19 @@ def _turn(session: str, turn: int) -> list[Any]:
     ]
 
 
-def turn_workload(events: int, sessions: int) -> list[tuple[str, IngressEnvelope]]:
-    """Realistic mix: whole turns (31 events each, mostly stream events), sessions interleaved."""
+TURN_EVENTS = len(_turn("session", 0))
+"""Ingress entries per agent turn of the turn mix."""
+
+
+def turn_workload(events: int, sessions: int, *, staggered: bool = False) -> list[tuple[str, IngressEnvelope]]:
+    """Realistic mix: whole turns (22 events each, mostly stream events), sessions interleaved.
+
+    Lockstep by default (event i of every session, then event i + 1): every session finishes its replies
+    at the same moment, the worst case for bursts. ``staggered`` spreads the sessions' phases evenly over
+    one turn, as independent conversations are (each session's own order is kept either way).
+    """
     per_session: list[list[tuple[str, IngressEnvelope]]] = []
-    turns = max(1, round(events / sessions / 31))
+    turns = max(1, round(events / sessions / TURN_EVENTS))
     for number in range(sessions):
         session = f"bench-{number}"
         payloads = [payload for turn in range(turns) for payload in _turn(session, turn)]
@@ -165,10 +175,21 @@ def turn_workload(events: int, sessions: int) -> list[tuple[str, IngressEnvelope
                 for i, payload in enumerate(payloads)
             ]
         )
-    return [item for step in zip(*per_session, strict=True) for item in step]
+    if not staggered:
+        return [item for step in zip(*per_session, strict=True) for item in step]
+    # Session n's event j happens at j + n·(turn length / sessions): one turn's worth of phase spread.
+    timed = [
+        (index + number * TURN_EVENTS / sessions, number, item)
+        for number, items in enumerate(per_session)
+        for index, item in enumerate(items)
+    ]
+    return [item for _, _, item in sorted(timed, key=lambda row: (row[0], row[1]))]
 
 
-WORKLOADS = {"turns": turn_workload, "prompts": prompt_workload}
+WORKLOADS: dict[str, Callable[[int, int], list[tuple[str, IngressEnvelope]]]] = {
+    "turns": turn_workload,
+    "prompts": prompt_workload,
+}
 
 
 async def settled(redis: aioredis.Redis, topology: Topology) -> bool:
@@ -314,7 +335,11 @@ def main() -> None:
     saturation = WORKLOADS[args.mix](args.events, args.sessions)
     pacing = [
         (f"paced-{s}", e.model_copy(update={"session_id": f"paced-{s}"}))
-        for s, e in WORKLOADS[args.mix](int(args.rate * args.seconds), args.paced_sessions)
+        for s, e in (
+            turn_workload(int(args.rate * args.seconds), args.paced_sessions, staggered=True)
+            if args.mix == "turns"
+            else prompt_workload(int(args.rate * args.seconds), args.paced_sessions)
+        )
     ]
     results: dict[str, Any] = {
         "events": len(saturation),
