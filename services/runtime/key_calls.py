@@ -15,7 +15,7 @@ command inside a MULTI/EXEC leaves the others applied); the error is the EVAL's 
 
 Every key is passed in ``KEYS``. In Redis Cluster they must share a slot: a shard's own keys do (the
 ``{sNN}`` hash tag), the global ones a batch may touch (tool jobs, requests, sessions) do not — one Redis
-(or a primary with replicas) is what the pipeline supports today.
+(or a primary with replicas) is what agentbus supports today.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgpack
-from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError, ResponseError
 
 _RUN = """
@@ -115,13 +114,8 @@ class KeyCalls:
             args.append(value)
         self.add("XADD", stream, *args)
 
-    def queue_writes(self, pipe: Pipeline) -> None:
-        """Queue the calls on ``pipe`` as one EVAL (its reply: the last call's)."""
-        if self._keys:
-            pipe.eval(_RUN, len(self._keys), *self._keys, "w", self._blob())
-
     async def read(self, redis: Any) -> list[Any]:
-        """Run the calls now (on a client, not a pipeline) and return every reply, in order."""
+        """Run the calls now and return every reply, in order."""
         if not self._keys:
             return []
         replies: list[Any] = await _run(redis, self._keys, ["r", self._blob()])
