@@ -68,8 +68,8 @@ class TranscriptWorker:
                 removed=self.stats.lines_removed - before[2],
             )
             metrics.record_duplicates("transcripts", "uuid", self.stats.duplicates_skipped - before[1])
-            # The log is read by this worker only once per entry (normalization reads it too, but one
-            # observer is enough): where an event's latency went, ingestion's share vs ours.
+            # Ingestion's share of the end-to-end latency (log entry id minus ingress id). Observed here
+            # only, not by normalization (which reads the same entries), so each entry counts once.
             metrics.observe_stage_delays(
                 "log_written",
                 [
