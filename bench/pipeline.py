@@ -76,13 +76,12 @@ class Workers:
 
 
 def start_workers(redis_url: str, root: Path, *, metrics: bool = True) -> Workers:
+    # Every other setting (group-commit window, XREADGROUP BLOCK, batch size) is the shipped default.
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
         "AGENTBUS_DATA_DIR": str(root / "data"),
         "AGENTBUS_SHARDS": str(SHARDS),
-        "AGENTBUS_FSYNC_INTERVAL_MS": "2",
-        "AGENTBUS_CONSUMER__BLOCK_MS": "100",
         "LOG_LEVEL": "WARNING",
         "AGENTBUS_METRICS": "true" if metrics else "false",
     }
