@@ -16,7 +16,7 @@ from shared.clock import FixedClock
 from shared.ids import SequentialIds
 from shared.messages import Message, TombstoneMessage
 from shared.normalize import NormalizeOptions, to_api_request
-from shared.normalize.incremental import RequestBuilder, is_human_prompt
+from shared.normalize.incremental import INCREMENTAL_FROM, RequestBuilder, is_human_prompt
 from tests.shared.normalize_builders import assistant, image, text, tool_result, tool_use, user
 from tests.shared.test_normalize_pipeline import _corpus_histories, _messages
 
@@ -35,7 +35,9 @@ def assert_same_as_full(builder: RequestBuilder, history: Sequence[Message]) -> 
 
 def grow(history: Sequence[Message], options: NormalizeOptions, *, points: Sequence[int], reanchor_after: int) -> int:
     """Feed ``history[:m]`` for each m (increasing) to one builder, as a normalizer does; count splices."""
-    builder = RequestBuilder(options=options, clock=FixedClock(), ids=SequentialIds(), reanchor_after=reanchor_after)
+    builder = RequestBuilder(
+        options=options, clock=FixedClock(), ids=SequentialIds(), reanchor_after=reanchor_after, incremental_from=0
+    )
     return sum(assert_same_as_full(builder, history[:m]) for m in points)
 
 
@@ -74,10 +76,25 @@ def test_long_bus_session_is_spliced_and_exact() -> None:
     """The bus's own shape: 60 turns with tool calls, a request whenever the model is due (the history
     ends on a user message); after the first turns every request is spliced."""
     history = [message for index in range(60) for message in turn(f"step {index}", index, calls=index % 3)]
-    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24)
+    builder = RequestBuilder(
+        options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24, incremental_from=0
+    )
     due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
     results = [assert_same_as_full(builder, history[:m]) for m in due]
     assert sum(results) >= len(results) - 3
+
+
+def test_short_histories_are_built_in_full() -> None:
+    """Below ``INCREMENTAL_FROM`` messages a prefix costs more than it saves: no prefix is anchored and
+    every request is the full pipeline's; from there on the same session is spliced."""
+    history = [message for index in range(30) for message in turn(f"step {index}", index, calls=1)]
+    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds())
+    due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    short = [m for m in due if m < INCREMENTAL_FROM]
+    assert short
+    assert not any(assert_same_as_full(builder, history[:m]) for m in short)
+    longer = [m for m in due if m >= INCREMENTAL_FROM]
+    assert sum(assert_same_as_full(builder, history[:m]) for m in longer) >= len(longer) - 3
 
 
 def test_long_agentic_turn_is_spliced_at_tool_rounds() -> None:
@@ -90,7 +107,9 @@ def test_long_agentic_turn_is_spliced_at_tool_rounds() -> None:
         history.append(user([tool_result(call, f"done {index}")]))
     history.append(assistant(text("All done."), msg_id="msg_final"))
     history.append(user("thanks, now the tests"))
-    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24)
+    builder = RequestBuilder(
+        options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=24, incremental_from=0
+    )
     due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
     results = [assert_same_as_full(builder, history[:m]) for m in due]
     assert sum(results) >= len(results) - 3
@@ -110,7 +129,9 @@ def test_split_refused_where_the_sides_interact(continuation: object) -> None:
     """Cross-cut shapes (shared ids, late results, global media limit, R4.16 on one side only) are
     normalized in full — and still equal the full pipeline."""
     history = [*turn("first", 0, calls=2), *turn("second", 1, calls=1), user("again")]
-    builder = RequestBuilder(options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=0)
+    builder = RequestBuilder(
+        options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=0, incremental_from=0
+    )
     assert assert_same_as_full(builder, history)  # the clean history splices, cut before "again"
     builder.reanchor_after = 1000  # keep that cut: the continuation lands on its far side
     extra = continuation()  # type: ignore[operator]
@@ -119,7 +140,9 @@ def test_split_refused_where_the_sides_interact(continuation: object) -> None:
 
 def test_tombstone_across_the_cut_refuses_the_split() -> None:
     history = [*turn("first", 0, calls=1), *turn("second", 1, calls=0), user("again")]
-    builder = RequestBuilder(options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=0)
+    builder = RequestBuilder(
+        options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=0, incremental_from=0
+    )
     assert assert_same_as_full(builder, history)
     builder.reanchor_after = 1000
     assert not assert_same_as_full(builder, [*history, TombstoneMessage(message=history[1]), user("x")])
