@@ -3,11 +3,10 @@
 Per batch (one shard, in stream order) it takes the ledgers of the sessions in the batch from its cache
 (loading the missing ones from Redis, see ``ledger_cache.py``), drops entries whose idempotency key was
 applied before, applies the rest through :class:`SessionLedger` (pure rules in ``shared/ledger.py``),
-and writes in ONE MULTI/EXEC transaction together with the XACK: the log entries (shard log + the
-session's own event stream), tool jobs, the ledgers, the applied keys and the sets tool workers consult
-(answered calls, retracted messages). A crash at any point therefore either applied a batch completely
-or not at all: nothing lost, nothing duplicated. The cache keeps a batch's ledgers only once that
-transaction succeeded.
+and writes in ONE atomic script together with the XACK: the log entries (shard log + the session's own
+event stream), tool jobs, the ledgers, the applied keys and the sets tool workers consult (answered calls,
+retracted messages). A crash at any point therefore either applied a batch completely or not at all:
+nothing lost, nothing duplicated. The cache keeps a batch's ledgers only once that script succeeded.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from services.ingestion.ledger_cache import (
     encode_event,
     load_state,
     replies_to_restore,
+    restore_closed_calls,
     restore_reply_events,
 )
 from services.observability import metrics
@@ -211,6 +211,7 @@ class IngestionWorker:
         for session in missing:
             reads.add("GET", self.topology.ledger(session))
             reads.add("SCARD", self.topology.seen_keys(session))
+            reads.add("SMEMBERS", self.topology.answered(session))
         replies = await reads.read(self.redis)
         for session, flags in zip((*remote, *missing), replies, strict=False):
             seen[session] = {key for key, flag in zip(keys_by_session[session], flags, strict=True) if flag}
@@ -218,8 +219,9 @@ class IngestionWorker:
         to_restore: list[tuple[CachedLedger, str]] = []
         to_fill: list[CachedLedger] = []
         for index, session in enumerate(missing):
-            raw_state, applied = loaded[2 * index], int(loaded[2 * index + 1])
+            raw_state, applied, closed = loaded[3 * index], int(loaded[3 * index + 1]), loaded[3 * index + 2]
             state = load_state(raw_state) if raw_state else new_ledger_state(session)
+            restore_closed_calls(state, closed)
             cached = CachedLedger(
                 SessionLedger(state, tool_deadline_ms=self.tool_deadline_ms, clock=self.clock, ids=self.ids)
             )

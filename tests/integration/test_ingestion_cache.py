@@ -165,6 +165,38 @@ async def test_duplicate_idempotency_keys_dropped_by_owner_and_by_next_owner(are
     assert [entry.seq for entry in await _log(aredis)] == [1]
 
 
+async def test_closed_calls_live_in_the_answered_set_and_a_new_owner_restores_them(aredis: aioredis.Redis) -> None:
+    """The state JSON written every batch holds no closed call ids (they grow with the session; the
+    ``answered`` set has them): a new owner reads the set back, so a repeated result is still dropped."""
+    call = ToolUseBlock(id="toolu_closed", name="Read", input={"file_path": "a.py"})
+
+    def result(text: str) -> ToolResultReport:
+        return ToolResultReport(message=create_user_message([ToolResultBlock(tool_use_id=call.id, content=text)]))
+
+    payloads: list[Any] = [
+        UserPrompt(content="read a.py"),
+        AssistantReply(message=create_assistant_message([TextBlock(text="Reading."), call])),
+        result("first"),
+    ]
+    await _publish(
+        aredis,
+        [IngressEnvelope(session_id=SESSION, idempotency_key=f"k{n}", payload=p) for n, p in enumerate(payloads)],
+    )
+    owner = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    await _consume(_consumer(aredis, owner, "owner"), len(payloads))
+    raw_state = await aredis.get(TOPOLOGY.ledger(SESSION))
+    assert raw_state is not None
+    assert b"toolu_closed" not in raw_state
+    assert await aredis.smembers(TOPOLOGY.answered(SESSION)) == {b"toolu_closed"}
+
+    await _publish(aredis, [IngressEnvelope(session_id=SESSION, idempotency_key="again", payload=result("again"))])
+    successor = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    await _consume(_consumer(aredis, successor, "successor"), 1)
+    assert successor.dropped_total == 1
+    results = [entry for entry in await _log(aredis) if entry.message.type == "user" and entry.seq > 1]
+    assert len(results) == 1
+
+
 async def test_sessions_with_many_keys_are_checked_against_redis(
     aredis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
