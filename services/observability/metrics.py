@@ -134,6 +134,11 @@ DUPLICATES_DROPPED = Counter(
     "Redelivered or repeated items skipped by an idempotency check, by worker and kind.",
     ["worker", "kind"],
 )
+STREAM_ENTRIES_TRIMMED = Counter(
+    "agentbus_stream_entries_trimmed_total",
+    "Work-stream entries removed (XTRIM MINID) once every group that reads the stream had acknowledged them.",
+    ["stream"],
+)
 TRANSCRIPT_APPEND_DURATION = Histogram(
     "agentbus_transcript_append_duration_seconds",
     "From writing a batch of lines to the batch being durable (group-committed fsync included).",
@@ -167,6 +172,7 @@ _tool_duration = BoundChildren(TOOL_DURATION)
 _repairs = BoundChildren(NORMALIZATION_REPAIRS)
 _rejected = BoundChildren(REQUESTS_REJECTED)
 _duplicates = BoundChildren(DUPLICATES_DROPPED)
+_trimmed = BoundChildren(STREAM_ENTRIES_TRIMMED)
 _end_to_end = BoundChildren(END_TO_END_LATENCY)
 _traceparent_invalid = BoundChildren(TRACEPARENT_INVALID)
 
@@ -247,6 +253,14 @@ def record_dead_lettered(worker: WorkerType, stream: str, reasons: Mapping[str, 
     family = stream_family(stream)
     for reason, count in reasons.items():
         _dead_lettered(worker, family, _reason(reason)).inc(count)
+
+
+def record_trimmed(removed: Mapping[str, int]) -> None:
+    """Entries trimmed from each stream in one retention pass (labelled by stream family)."""
+    if not _recording:
+        return
+    for stream, count in removed.items():
+        _trimmed(stream_family(stream)).inc(count)
 
 
 def record_tool_execution(tool: str, outcome: ToolOutcome, duration_s: float | None = None) -> None:
@@ -395,6 +409,7 @@ DEFINED_HERE: Final = (
     TRANSCRIPT_LINES,
     TRANSCRIPT_LINES_REMOVED,
     DUPLICATES_DROPPED,
+    STREAM_ENTRIES_TRIMMED,
     TRANSCRIPT_APPEND_DURATION,
     TRANSCRIPT_FSYNC_DURATION,
     END_TO_END_LATENCY,

@@ -48,6 +48,14 @@ class ToolSettings(BaseModel):
     )
 
 
+class RetentionSettings(BaseModel):
+    """Trimming of the work streams (ingress, log, tool jobs) behind every group that reads them."""
+
+    enabled: bool = True
+    keep_acked_s: float = Field(3600.0, ge=0, description="acknowledged work-stream entries are kept this long")
+    interval_s: float = Field(30.0, gt=0, description="time between two trim passes")
+
+
 class Settings(BaseSettings):
     """Every knob of an agentbus process."""
 
@@ -67,6 +75,7 @@ class Settings(BaseSettings):
     consumer: ConsumerSettings = Field(default_factory=ConsumerSettings)
     lane: LaneSettings = Field(default_factory=LaneSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     http_port: int = Field(0, ge=0, description="port of /metrics, /healthz and /readyz; 0 picks a free one")
     normalizer_max_sessions: int = Field(
         10_000, ge=1, description="session histories a normalizer keeps in memory (least recent dropped)"

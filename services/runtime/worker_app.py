@@ -21,6 +21,7 @@ from faststream.redis import RedisBroker
 from services.runtime.consumer import BatchConsumer, ConsumerConfig
 from services.runtime.leases import LeaseConfig
 from services.runtime.redis_client import worker_redis
+from services.runtime.retention import StreamTrimmer, work_streams
 from services.runtime.settings import Settings
 from services.runtime.topology import Topology
 
@@ -96,6 +97,7 @@ class WorkerProcess:
     owner: str
     redis: aioredis.Redis | None = None
     runtime: WorkerRuntime | None = None
+    trimmer: StreamTrimmer | None = None
     draining: bool = False
 
     async def startup(self) -> None:
@@ -103,6 +105,15 @@ class WorkerProcess:
         context = WorkerContext(self.name, self.settings, self.redis, self.broker, self.owner)
         self.runtime = self.factory(context)
         await self.runtime.start()
+        retention = self.settings.retention
+        if retention.enabled:
+            # Each worker type trims the work streams it reads (both log readers do: harmless, idempotent).
+            reads = {stream for stream, _ in self.runtime.groups()}
+            targets = [target for target in work_streams(context.topology) if target.stream in reads]
+            self.trimmer = StreamTrimmer(
+                self.redis, targets, keep_acked_ms=int(retention.keep_acked_s * 1000), interval_s=retention.interval_s
+            )
+            self.trimmer.start()
         # Which loop runs matters (uvloop's C transports cost far less per round trip): say it once.
         loop = type(asyncio.get_running_loop())
         log.info("worker_started", worker=self.name, owner=self.owner, event_loop=f"{loop.__module__}.{loop.__name__}")
@@ -110,6 +121,8 @@ class WorkerProcess:
     async def shutdown(self) -> None:
         """SIGTERM: stop reading, finish and ack the batch in hand, release shards, close connections."""
         self.draining = True
+        if self.trimmer is not None:
+            await self.trimmer.stop()
         if self.runtime is not None:
             await self.runtime.stop()
         if self.redis is not None:

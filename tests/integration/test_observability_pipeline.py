@@ -6,6 +6,7 @@ four workers' logs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -46,7 +47,14 @@ class AclCluster(WorkerCluster):
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=60)
 
     def start(self, name: str, count: int = 1) -> list[Worker]:
-        self.extra_env = {**self.extra_env, "REDIS_URL": self.acl.url(name), "LOG_LEVEL": "DEBUG"}
+        self.extra_env = {
+            **self.extra_env,
+            "REDIS_URL": self.acl.url(name),
+            "LOG_LEVEL": "DEBUG",
+            # Trim right behind the groups, so the ACL file is proven to allow retention too.
+            "AGENTBUS_RETENTION__KEEP_ACKED_S": "0",
+            "AGENTBUS_RETENTION__INTERVAL_S": "0.2",
+        }
         return super().start(name, count)
 
 
@@ -147,6 +155,13 @@ async def test_metrics_exported_and_one_prompt_followed_through_all_four_workers
     assert all(entry.traceparent for entry in history)
     assert root.traceparent not in {entry.traceparent for entry in history}
 
+    async def ingress_trimmed() -> bool:
+        ingestion = next(worker for worker in observed.workers if worker.name == "ingestion")
+        return value(await asyncio.to_thread(scrape, ingestion), "agentbus_stream_entries_trimmed_total") > 0
+
+    # Retention under the ACL: the ingress shards are trimmed behind the ingestion group.
+    await eventually(ingress_trimmed, timeout_s=30)
+
     # ---- every /metrics: each family the dashboard and the KEDA objects reference is exported.
     referenced = dashboard_metric_names() | {name for query in k8s_prometheus_queries() for name in query}
     scraped = {worker.name: scrape(worker) for worker in observed.workers}
@@ -175,6 +190,7 @@ async def test_metrics_exported_and_one_prompt_followed_through_all_four_workers
     assert value(transcripts, "agentbus_transcript_fsync_duration_seconds_count") >= 1
     assert value(transcripts, "agentbus_end_to_end_latency_seconds_count", stage="transcript_durable") >= 1
     assert value(transcripts, "agentbus_end_to_end_latency_seconds_count", stage="log_written") >= 1
+    assert "stream_trim_failed" not in observed.logs()  # no NOPERM: the ACL file allows XTRIM
     for families in scraped.values():
         assert value(families, "agentbus_build_info") == 1
         assert value(families, "agentbus_consumer_handler_errors_total") == 0

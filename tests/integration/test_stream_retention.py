@@ -1,0 +1,50 @@
+"""Retention in the running pipeline (ecosystem.md P6): with nothing kept after acknowledgement
+(``AGENTBUS_RETENTION__KEEP_ACKED_S=0``, a pass every 0.2 s) the workers trim ingress, log and tool-job
+streams while recorded sessions flow through them, and nothing is lost: each session persists and
+normalizes exactly like its original file, its own event stream keeps every entry, every group's lag
+stays known."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.replay import replay_transcript
+from services.runtime.retention import work_streams
+from services.runtime.settings import Settings
+from services.transcripts.api_view import api_view_of_transcript
+from tests.conftest import CORPUS_ROOT
+from tests.integration.cluster import WorkerCluster, eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FILES = [
+    CORPUS_ROOT / "claude-code" / "marot__spotter" / "tool_heavy.jsonl",
+    CORPUS_ROOT / "claude-code" / "simonw__claude-code-transcripts" / "sample_session.jsonl",
+    CORPUS_ROOT / "claude-code" / "d-kimuson__claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl",
+]
+
+
+@pytest.mark.timeout(180)
+async def test_work_streams_trimmed_while_sessions_flow_and_nothing_lost(cluster: WorkerCluster) -> None:
+    cluster.extra_env.update({"AGENTBUS_RETENTION__KEEP_ACKED_S": "0", "AGENTBUS_RETENTION__INTERVAL_S": "0.2"})
+    cluster.start_all(instances=1)
+    settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+    async with cluster.client() as bus:
+        for path in FILES:
+            original = path.read_bytes()
+            session = f"retention-{path.stem[:24]}"
+            persisted = await replay_transcript(bus, original, session_id=session, settings=settings, timeout_s=60)
+            replayed = api_view_of_transcript(persisted.read_bytes(), prompt="continue").request["messages"]
+            assert replayed == api_view_of_transcript(original, prompt="continue").request["messages"], path
+            history = await bus.history(session)
+            assert [entry.seq for entry in history] == list(range(1, len(history) + 1)), session
+
+        targets = work_streams(bus.topology)
+
+        async def emptied() -> bool:
+            return sum([await bus.redis.xlen(target.stream) for target in targets]) == 0
+
+        await eventually(emptied, timeout_s=30)
+        for target in targets:
+            for row in await bus.redis.xinfo_groups(target.stream):
+                assert row["lag"] == 0, (target.stream, row)
