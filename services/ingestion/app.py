@@ -25,7 +25,10 @@ class IngestionRuntime:
         self.context = context
         self.topology = context.topology
         self.worker = IngestionWorker(
-            context.redis, self.topology, tool_deadline_ms=int(context.settings.tools.deadline_s * 1000)
+            context.redis,
+            self.topology,
+            tool_deadline_ms=int(context.settings.tools.deadline_s * 1000),
+            idempotency_ttl_ms=int(context.settings.retention.idempotency_keys_ttl_s * 1000),
         )
         self.lanes = LaneWorker(
             context.redis,

@@ -82,6 +82,7 @@ class IngestionWorker:
         topology: Topology,
         *,
         tool_deadline_ms: int,
+        idempotency_ttl_ms: int = 0,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -89,6 +90,9 @@ class IngestionWorker:
         self.redis = redis
         self.topology = topology
         self.tool_deadline_ms = tool_deadline_ms
+        self.idempotency_ttl_ms = idempotency_ttl_ms
+        """How long a session's applied idempotency keys outlive its last activity (0: forever). A producer
+        retry later than that is applied again."""
         self.clock = clock
         self.ids = ids
         self.now_ms = now_ms
@@ -287,6 +291,9 @@ class IngestionWorker:
             if cached.touched_ms is None or now - cached.touched_ms >= SESSIONS_TOUCH_INTERVAL_MS:
                 touched.append(session)
                 cached.touched_ms = now
+                if self.idempotency_ttl_ms:
+                    # Refreshed at most once a minute while the session is active: a quiet session's keys go.
+                    calls.add("PEXPIRE", self.topology.seen_keys(session), self.idempotency_ttl_ms)
         for session, ids in batch.closed.items():
             calls.add_members("SADD", self.topology.answered(session), list(ids))
         for session, uuids in batch.retracted.items():

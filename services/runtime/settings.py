@@ -49,11 +49,17 @@ class ToolSettings(BaseModel):
 
 
 class RetentionSettings(BaseModel):
-    """Trimming of the work streams (ingress, log, tool jobs) behind every group that reads them."""
+    """Trimming of the work streams (ingress, log, tool jobs) behind every group that reads them, and how
+    long a quiet session's idempotency keys are kept."""
 
     enabled: bool = True
     keep_acked_s: float = Field(3600.0, ge=0, description="acknowledged work-stream entries are kept this long")
     interval_s: float = Field(30.0, gt=0, description="time between two trim passes")
+    idempotency_keys_ttl_s: float = Field(
+        7 * 24 * 3600.0,
+        ge=0,
+        description="a session's applied idempotency keys are forgotten this long after its last activity (0: never)",
+    )
 
 
 class Settings(BaseSettings):

@@ -197,6 +197,20 @@ async def test_closed_calls_live_in_the_answered_set_and_a_new_owner_restores_th
     assert len(results) == 1
 
 
+async def test_a_quiet_sessions_idempotency_keys_expire(aredis: aioredis.Redis) -> None:
+    """The applied-key set gets a TTL, refreshed (at most once a minute) while the session is active."""
+    prompt = IngressEnvelope(session_id=SESSION, idempotency_key="p1", payload=UserPrompt(content="hi"))
+    other = IngressEnvelope(session_id="cache-session-2", idempotency_key="p1", payload=UserPrompt(content="hi"))
+    await _publish(aredis, [prompt])
+    await _consume(_consumer(aredis, IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000), "forever"), 1)
+    assert await aredis.pttl(TOPOLOGY.seen_keys(SESSION)) == -1  # no TTL configured: kept forever
+
+    await _publish(aredis, [other])
+    worker = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000, idempotency_ttl_ms=3_600_000)
+    await _consume(_consumer(aredis, worker, "ttl"), 1)
+    assert 3_500_000 < await aredis.pttl(TOPOLOGY.seen_keys("cache-session-2")) <= 3_600_000
+
+
 async def test_sessions_with_many_keys_are_checked_against_redis(
     aredis: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
