@@ -57,7 +57,9 @@ def up_command(
         for name, count in layout:
             for _ in range(count):
                 command = [sys.executable, "-m", "services.cli.main", "worker", name, "--port", str(port)]
-                children.append((name, subprocess.Popen(command, env=env), port))
+                # Own session: Ctrl-C reaches only this process, which stops the workers (gracefully,
+                # SIGTERM) before the private Redis they are still writing to.
+                children.append((name, subprocess.Popen(command, env=env, start_new_session=True), port))
                 port += 1
         _wait_ready(children)
         for name, child, child_port in children:
@@ -66,7 +68,6 @@ def up_command(
             asyncio.run(_maybe_demo(settings))
         if exit_after_demo:
             return
-        typer.echo("agentbus is up; Ctrl-C stops it")
         _wait_for_signal(children)
     finally:
         _stop(children)
@@ -126,6 +127,7 @@ def _wait_for_signal(children: list[tuple[str, subprocess.Popen[bytes], int]]) -
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    typer.echo("agentbus is up; Ctrl-C stops it")  # only now: a Ctrl-C from here on is a graceful stop
     while not stop:
         for name, child, _ in children:
             if child.poll() is not None:

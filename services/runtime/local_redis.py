@@ -61,6 +61,8 @@ class LocalRedis:
             msg = "redis-server is not installed (apt-get install redis-server) and no Redis is reachable"
             raise RedisServerUnavailable(msg)
         self.directory.mkdir(parents=True, exist_ok=True)
+        # redis-server changes into --dir before it opens --logfile: a relative path would point elsewhere.
+        self.directory = self.directory.resolve()
         args = [
             binary,
             "--bind",
@@ -80,7 +82,10 @@ class LocalRedis:
             "--logfile",
             str(self.directory / "redis.log"),
         ]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Own session: a Ctrl-C meant for the parent must not take Redis down before what writes to it.
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
