@@ -350,12 +350,8 @@ def observe_end_to_end(stage: EndToEndStage, origins_ms: Iterable[int], *, now_m
     Call once per batch with every event's origin; ``now_ms`` defaults to the wall clock (entry ids come
     from the Redis server's clock, so the figure includes any skew between the hosts).
     """
-    if not _recording:
-        return
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
-    observe = _end_to_end(stage).observe
-    for origin in origins_ms:
-        observe(max(now - origin, 0) / 1000)
+    observe_stage_delays(stage, (now - origin for origin in origins_ms))
 
 
 def observe_stage_delays(stage: EndToEndStage, delays_ms: Iterable[int]) -> None:

@@ -11,8 +11,6 @@ collectors once" — here, deduplicated in the query rather than elected among p
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,10 +21,10 @@ import redis.asyncio as aioredis
 import structlog
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import REGISTRY, Collector
-from redis.exceptions import RedisError
 
 from services.observability.labels import stream_family
 from services.runtime.entries import id_text
+from services.runtime.periodic import PeriodicTask
 from services.runtime.streams import dead_letter_stream
 
 log = structlog.get_logger(__name__)
@@ -93,17 +91,18 @@ def group_state(
     return GroupState(stream_length, dlq_length, True, None if lag is None else int(lag), pending, oldest)
 
 
-class StreamStatsPoller(Collector):
-    """Polls the watched streams and publishes ``agentbus_stream_*`` gauges from the latest snapshot."""
+class StreamStatsPoller(PeriodicTask, Collector):
+    """Polls the watched streams and publishes ``agentbus_stream_*`` gauges from the latest snapshot (Redis
+    errors are counted and the last snapshot stays published)."""
+
+    task_name = "stream-stats-poller"
+    failure_event = "stream_stats_poll_failed"
 
     def __init__(self, redis: aioredis.Redis, watched: Sequence[WatchedStream], *, interval_s: float = 15.0) -> None:
+        super().__init__(interval_s)
         self.redis = redis
         self.watched = list(watched)
-        self.interval_s = interval_s
         self.snapshot: StreamStatsSnapshot | None = None
-        self.errors = 0
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._lock = threading.Lock()
 
     async def poll_once(self) -> StreamStatsSnapshot:
@@ -128,27 +127,8 @@ class StreamStatsPoller(Collector):
             self.snapshot = snapshot
         return snapshot
 
-    async def run(self) -> None:
-        """Poll until :meth:`stop`; Redis errors are counted and the last snapshot stays published."""
-        while not self._stop.is_set():
-            try:
-                await self.poll_once()
-            except (RedisError, OSError) as exc:
-                self.errors += 1
-                log.warning("stream_stats_poll_failed", error=repr(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval_s)
-
-    def start(self) -> asyncio.Task[None]:
-        if self._task is None or self._task.done():
-            self._stop.clear()
-            self._task = asyncio.create_task(self.run(), name="stream-stats-poller")
-        return self._task
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+    async def tick(self) -> None:
+        await self.poll_once()
 
     def describe(self) -> Iterator[Metric]:
         return iter(_Families().all())

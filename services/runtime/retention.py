@@ -18,8 +18,6 @@ for inspecting recent work.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,10 +25,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import RedisError
 
 from services.observability import metrics
 from services.runtime.entries import id_text
+from services.runtime.periodic import PeriodicTask
 from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP, Topology
 
 log = structlog.get_logger(__name__)
@@ -96,8 +94,11 @@ def _positions(groups_reply: Any, pending: Mapping[str, Any]) -> dict[str, Group
     return positions
 
 
-class StreamTrimmer:
+class StreamTrimmer(PeriodicTask):
     """Trims ``targets`` every ``interval_s`` (three pipelined round trips per pass, whatever their number)."""
+
+    task_name = "stream-trimmer"
+    failure_event = "stream_trim_failed"
 
     def __init__(
         self,
@@ -108,13 +109,11 @@ class StreamTrimmer:
         interval_s: float,
         now_ms: Callable[[], int] | None = None,
     ) -> None:
+        super().__init__(interval_s)
         self.redis = redis
         self.targets = list(targets)
         self.keep_acked_ms = keep_acked_ms
-        self.interval_s = interval_s
         self._now_ms = now_ms if now_ms is not None else lambda: time.time_ns() // 1_000_000
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     async def trim_once(self) -> dict[str, int]:
         """One pass: stream → entries removed (streams trimmed by nothing are left out)."""
@@ -159,25 +158,7 @@ class StreamTrimmer:
         metrics.record_trimmed(trimmed)
         return trimmed
 
-    async def run(self) -> None:
-        """Trim until :meth:`stop`; Redis errors are logged and the next pass tries again."""
-        while not self._stop.is_set():
-            try:
-                trimmed = await self.trim_once()
-                if trimmed:
-                    log.debug("streams_trimmed", entries=sum(trimmed.values()), streams=len(trimmed))
-            except (RedisError, OSError) as exc:
-                log.warning("stream_trim_failed", error=repr(exc))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self.interval_s)
-
-    def start(self) -> asyncio.Task[None]:
-        if self._task is None or self._task.done():
-            self._stop.clear()
-            self._task = asyncio.create_task(self.run(), name="stream-trimmer")
-        return self._task
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
+    async def tick(self) -> None:
+        trimmed = await self.trim_once()
+        if trimmed:
+            log.debug("streams_trimmed", entries=sum(trimmed.values()), streams=len(trimmed))
