@@ -163,7 +163,8 @@ async def converse(bus: AgentbusClient, script: Script, traffic: Traffic) -> Scr
             await bus.send_assistant(session, reply)
         request = await next_request()
         answered = [b["tool_use_id"] for b in request.request["messages"][-1]["content"] if b["type"] == "tool_result"]
-        assert sorted(answered) == sorted(c.id for c in calls)  # R8.5: completion order within a batch
+        # R8.5: every result of the turn, in completion order within a batch
+        assert sorted(answered) == sorted(c.id for c in calls), await request_report(bus, session, request)
         traffic.turn_done()
 
     closing = create_assistant_message("All done.")
@@ -284,6 +285,27 @@ async def stall_report(bus: AgentbusClient, session: str, seq: int) -> str:
     tail = [f"{e.seq} {e.message.type} {e.message.to_wire_json()[:200]}" for e in (await bus.history(session))[-6:]]
     lines = [f"no request for {session} after seq {seq}", "log tail:", *tail, "behind:", *await unsettled(bus)]
     return "\n".join([*lines, "dead letters:", *await dead_letters(bus)])
+
+
+async def request_report(bus: AgentbusClient, session: str, request: PublishedRequest) -> str:
+    """A request answering only some calls of its turn: its seq, its last messages, and the session log
+    tail with each entry's tool blocks (seen once under full-suite load; kept to tell the cause next time)."""
+
+    def blocks(message: object) -> list[tuple[str, str | None]]:
+        found = []
+        for block in getattr(message, "blocks", []):
+            if isinstance(block, ToolUseBlock):
+                found.append(("tool_use", block.id))
+            elif isinstance(block, ToolResultBlock):
+                found.append(("tool_result", block.tool_use_id))
+        return found
+
+    last = [
+        (m["role"], m["content"] if isinstance(m["content"], str) else len(m["content"]))
+        for m in request.request["messages"][-3:]
+    ]
+    tail = [f"{e.seq} {e.message.type} {blocks(e.message)}" for e in (await bus.history(session))[-12:]]
+    return "\n".join([f"request seq {request.seq} of {session}; last messages {last}", "log tail:", *tail])
 
 
 # -- the checks ------------------------------------------------------------------------------------
