@@ -181,11 +181,24 @@ class NormalizationWorker:
             self.stats.evicted += 1
 
     async def _load_histories(self, decoded: list[tuple[StreamEntry, LogEntry]]) -> None:
-        """Rebuild (once) the history of every session that is new here, or whose entries are redelivered."""
+        """Rebuild (once) the history of every session that is new here, whose entries are redelivered, or
+        whose cached history is not right before the batch's first entry of it (an entry of the session
+        never reached this worker: the per-session sequence check of ecosystem.md §5)."""
         first_seq: dict[str, int] = {}
         for entry, record in decoded:
             session = record.session_id
-            first_seq.setdefault(session, record.seq)
+            if session not in first_seq:
+                first_seq[session] = record.seq
+                cached = self.histories.get(session)
+                if cached is not None and cached.history.applied_seq < record.seq - 1:
+                    log.warning(
+                        "history_gap",
+                        session_id=session,
+                        applied_seq=cached.history.applied_seq,
+                        seq=record.seq,
+                        entry_id=entry.entry_id,
+                    )
+                    del self.histories[session]
             if entry.delivery_count > 1:
                 self.histories.pop(session, None)
         missing = [session for session in first_seq if session not in self.histories]

@@ -117,7 +117,11 @@ class Health:
             checks.append(self._progress_check(name, now - source()))
         for name, provider in self._consumers.items():
             for consumer in list(provider()):
-                checks.append(self._progress_check(f"{name}:{consumer.stream}", now - consumer.last_progress_monotonic))
+                check_name = f"{name}:{consumer.stream}"
+                if consumer.failure is not None:
+                    checks.append(Check(check_name, False, _failed(consumer.failure)))
+                else:
+                    checks.append(self._progress_check(check_name, now - consumer.last_progress_monotonic))
         for name, task in self._tasks.items():
             checks.append(self._task_check(name, task))
         return HealthReport(tuple(checks))
@@ -133,7 +137,7 @@ class Health:
             return Check(f"task:{name}", self.draining, "cancelled")
         error = task.exception()
         if error is not None:
-            return Check(f"task:{name}", False, f"failed: {error!r}"[:300])
+            return Check(f"task:{name}", False, _failed(error))
         return Check(f"task:{name}", self.draining, "finished")
 
     async def readiness(self) -> HealthReport:
@@ -168,6 +172,11 @@ class Health:
         ]
         detail = f"missing: {', '.join(missing[:8])}" if missing else f"{len(pairs)} present"
         return [Check("groups", not missing, detail)]
+
+
+def _failed(error: BaseException) -> str:
+    # Not repr(): redis-py's errors repr as e.g. "server:ResponseError", without the server's message.
+    return f"failed: {type(error).__name__}: {error}"[:300]
 
 
 def _has(groups_reply: Any, group: str) -> bool:

@@ -32,6 +32,7 @@ from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from services.runtime import fenced_reads
 from services.runtime.batch import (
     BatchHandler,
     BatchOutcome,
@@ -109,11 +110,15 @@ class BatchConsumer:
         self.config = config if config is not None else ConsumerConfig()
         self.dead_letter_stream = self.config.dead_letter_stream or dead_letter_stream(stream)
         self.stats = ConsumerStats()
+        self.failure: BaseException | None = None
+        """The exception the loop died of (None while it runs or after a clean stop)."""
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._group_ready = False
         self._need_drain = True
         self._need_takeover = self.config.claim_all_on_start
+        self._wait_after: str | None = None
+        """Fenced reads: wait for entries after this id before the next read (None: read at once)."""
         self._next_claim = time.monotonic() + self.config.claim_interval_s
         self._connect_backoff = self.config.backoff_initial_s
         self._lane_backoff = self.config.backoff_initial_s
@@ -161,6 +166,12 @@ class BatchConsumer:
         """The loop: recover, then read new entries, until ``stop``."""
         try:
             await self._loop()
+        except Exception as exc:
+            # A task's exception is otherwise seen by nobody until garbage collection: say it now, and keep
+            # it for the liveness check (a dead lane must not look merely idle for a minute).
+            self.failure = exc
+            self._log.exception("consumer_crashed")
+            raise
         finally:
             await self.redis.aclose()
 
@@ -231,14 +242,33 @@ class BatchConsumer:
             await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def _read_new(self) -> None:
-        reply = await self.redis.xreadgroup(
-            self.group, self.consumer, {self.stream: ">"}, count=self.config.count, block=self.config.block_ms
-        )
-        raw = stream_reply_entries(reply)
+        if self.config.fence is not None:
+            raw = await self._read_new_fenced(self.config.fence)
+        else:
+            reply = await self.redis.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=self.config.count, block=self.config.block_ms
+            )
+            raw = stream_reply_entries(reply)
         if raw:
             entries, deleted = decode_entries(self.stream, raw)
             if await self._process(entries, deleted, fresh=True):
                 self._need_drain = True
+
+    async def _read_new_fenced(self, fence: Fence) -> list[RawEntry]:
+        """Take new entries only while ``fence`` holds (``fenced_reads.py``): after a batch that did not fill
+        ``count``, first wait with an ``XREAD BLOCK`` that takes nothing (it answers at once when more is there)."""
+        if self._wait_after is not None:
+            woke = await self.redis.xread({self.stream: self._wait_after}, count=1, block=self.config.block_ms)
+            if not woke:
+                return []  # idle: back to the loop (stop, lease check), then wait again
+        read = await fenced_reads.read_new(self.redis, fence, self.stream, self.group, self.consumer, self.config.count)
+        if read.wait_after is not None:
+            self._wait_after = read.wait_after
+        elif len(read.entries) < self.config.count:
+            self._wait_after = read.entries[-1][0].decode("ascii")
+        else:
+            self._wait_after = None
+        return read.entries
 
     async def _drain_own_pending(self) -> bool:
         """Re-process this consumer's pending entries, oldest first. True when an ordered lane is blocked."""
@@ -261,12 +291,9 @@ class BatchConsumer:
         start = "0-0"
         pages = 0
         while not self._stop.is_set():
-            next_id, raw, deleted_ids = await self.redis.xautoclaim(
-                self.stream, self.group, self.consumer, min_idle_ms, start, count=self.config.count
-            )
-            raw_entries: list[RawEntry] = list(raw)
+            next_start, raw_entries, deleted_ids = await self._autoclaim(min_idle_ms, start)
             entries, deleted = decode_entries(self.stream, raw_entries)
-            deleted += [raw_id.decode("ascii") for raw_id in deleted_ids]
+            deleted += deleted_ids
             self.stats.reclaimed += len(entries)
             if entries or deleted:
                 self._log.info("entries_reclaimed", count=len(entries), deleted=len(deleted))
@@ -274,9 +301,29 @@ class BatchConsumer:
                     self._need_drain = True
                     return
             pages += 1
-            start = next_id.decode("ascii")
+            start = next_start
             if start == "0-0" or (max_pages is not None and pages >= max_pages):
                 return
+
+    async def _autoclaim(self, min_idle_ms: int, start: str) -> tuple[str, list[RawEntry], list[str]]:
+        """One XAUTOCLAIM page: (next start, entries, ids of deleted entries); fenced for shard lanes."""
+        fence = self.config.fence
+        if fence is not None:
+            claimed = await fenced_reads.claim(
+                self.redis,
+                fence,
+                self.stream,
+                self.group,
+                self.consumer,
+                count=self.config.count,
+                min_idle_ms=min_idle_ms,
+                start=start,
+            )
+            return claimed.next_start, claimed.entries, claimed.deleted
+        next_id, raw, deleted_ids = await self.redis.xautoclaim(
+            self.stream, self.group, self.consumer, min_idle_ms, start, count=self.config.count
+        )
+        return next_id.decode("ascii"), list(raw), [raw_id.decode("ascii") for raw_id in deleted_ids]
 
     async def _delivery_counts(self, ids: Sequence[str]) -> dict[str, int]:
         """Delivery counts of ``ids`` in this consumer's pending list (XPENDING range form).

@@ -28,13 +28,13 @@ import msgpack
 from redis.exceptions import NoScriptError, ResponseError
 
 _RUN = """
-local mode = ARGV[1]
+local mode = ARGV[#ARGV - 1]
 local calls = cmsgpack.unpack(ARGV[#ARGV])
 local first = 0
 if mode == 'f' then
   local current = redis.call('GET', KEYS[1])
-  if current ~= ARGV[2] then
-    return redis.error_reply('FENCED ' .. KEYS[1] .. ' is ' .. tostring(current) .. ', not ' .. ARGV[2])
+  if current ~= ARGV[1] then
+    return redis.error_reply('FENCED ' .. KEYS[1] .. ' is ' .. tostring(current) .. ', not ' .. ARGV[1])
   end
   first = 1
 end
@@ -52,12 +52,10 @@ if mode == 'r' then
 end
 return last
 """
-"""ARGV: the mode — ``r`` (return every reply), ``w`` (return the last call's reply) or ``f`` (``w``
-fenced: ``KEYS[1]`` must hold ``ARGV[2]``) — and, last, every call as one MessagePack array of
+"""ARGV: (``f`` only: the token ``KEYS[1]`` must hold,) the mode — ``r`` (return every reply), ``w`` (return
+the last call's reply) or ``f`` (``w`` fenced) — and, last, every call as one MessagePack array of
 ``[command, args…]`` (its key is the matching entry of ``KEYS``). One blob instead of an argument per
 value: redis-py encodes each argument on its own, which cost ingestion ~15% of its CPU."""
-
-_RUN_SHA = hashlib.sha1(_RUN.encode()).hexdigest()  # Redis names scripts by SHA-1
 
 FENCED_PREFIX = "FENCED"
 """Start of the error a fenced script answers when the token no longer matches."""
@@ -75,6 +73,36 @@ class Fenced(Exception):  # a verdict, not a malfunction
         super().__init__(reply)
         self.key = key
         self.token = token
+
+
+class ServerScript:
+    """A Lua script run by SHA (``EVALSHA``), sent whole (``EVAL``) only when Redis does not know it yet (first
+    use, or after a restart)."""
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()  # Redis names scripts by SHA-1
+
+    async def run(self, redis: Any, keys: list[str], args: list[Arg]) -> Any:
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await redis.eval(self.source, len(keys), *keys, *args)
+
+    async def run_fenced(self, redis: Any, keys: list[str], args: list[Arg]) -> Any:
+        """Run a script whose ``KEYS[1]`` must hold ``ARGV[1]`` (else it answers a ``FENCED`` error, raised here
+        as :class:`Fenced`)."""
+        try:
+            return await self.run(redis, keys, args)
+        except ResponseError as error:
+            if str(error).startswith(FENCED_PREFIX):
+                raise Fenced(keys[0], str(args[0]), str(error)) from None
+            raise
+
+
+_RUN_SCRIPT = ServerScript(_RUN)
 
 
 class KeyCalls:
@@ -118,12 +146,12 @@ class KeyCalls:
         """Run the calls now and return every reply, in order."""
         if not self._keys:
             return []
-        replies: list[Any] = await _run(redis, self._keys, ["r", self._blob()])
+        replies: list[Any] = await _RUN_SCRIPT.run(redis, self._keys, ["r", self._blob()])
         return replies
 
     async def write(self, redis: Any) -> Any:
         """Run the calls now, atomically; return the last call's reply (``ResponseError`` when one failed)."""
-        return await _run(redis, self._keys, ["w", self._blob()]) if self._keys else None
+        return await _RUN_SCRIPT.run(redis, self._keys, ["w", self._blob()]) if self._keys else None
 
     async def write_fenced(self, redis: Any, *, key: str, token: str) -> Any:
         """Run the calls now, atomically, only if ``key`` holds ``token``; return the last call's reply.
@@ -131,21 +159,8 @@ class KeyCalls:
         Raises :class:`Fenced` (nothing ran) when ``key`` holds anything else, ``ResponseError`` when a
         call failed (the calls before it ran).
         """
-        try:
-            return await _run(redis, [key, *self._keys], ["f", token, self._blob()])
-        except ResponseError as error:
-            if str(error).startswith(FENCED_PREFIX):
-                raise Fenced(key, token, str(error)) from None
-            raise
+        return await _RUN_SCRIPT.run_fenced(redis, [key, *self._keys], [token, "f", self._blob()])
 
     def _blob(self) -> bytes:
         # Old "raw" strings for text and bytes alike: Redis's cmsgpack predates the bin type.
         return msgpack.packb(self._calls, use_bin_type=False)  # type: ignore[no-any-return]
-
-
-async def _run(redis: Any, keys: list[str], args: list[Arg]) -> Any:
-    """EVALSHA, loading the script on first use (or after a Redis restart) with EVAL."""
-    try:
-        return await redis.evalsha(_RUN_SHA, len(keys), *keys, *args)
-    except NoScriptError:
-        return await redis.eval(_RUN, len(keys), *keys, *args)

@@ -14,7 +14,7 @@ from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
-from shared.content import TextBlock
+from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.events import LogEntry
 from shared.factories import create_assistant_message, create_user_message
 from shared.messages import Message
@@ -66,3 +66,32 @@ async def test_evicted_sessions_are_rebuilt_and_publish_the_same_requests(aredis
     assert len(bounded.histories) == 1
     assert bounded.stats.evicted >= 5  # every switch of session dropped the other one
     assert unbounded.stats.evicted == 0
+
+
+async def test_a_history_that_missed_an_entry_is_rebuilt_before_it_decides(aredis: aioredis.Redis) -> None:
+    """Per-session sequence check (ecosystem.md §5): a log entry whose ``seq`` is not the next one of the
+    cached history means the normalizer did not see an entry of the session — the history is rebuilt from
+    the session's event stream before deciding, so a turn split over several lines (R9.4) is not taken
+    as answered after the first of its calls (the published request would answer one call of two)."""
+    worker = NormalizationWorker(aredis, TOPOLOGY, max_sessions=100)
+    session = "session-gap"
+    calls = [ToolUseBlock(id=f"toolu_{n}", name="Bash", input={"command": "true"}) for n in (1, 2)]
+    split_reply = [create_assistant_message([call]) for call in calls]
+    split_reply = [m.model_copy(update={"message": m.message.model_copy(update={"id": "msg_1"})}) for m in split_reply]
+    results = [
+        create_user_message([ToolResultBlock(tool_use_id=call.id, content="ok")], source_tool_assistant_uuid=m.uuid)
+        for call, m in zip(calls, split_reply, strict=True)
+    ]
+    log = [create_user_message("run both"), *split_reply, *results]
+    published: list[int] = []
+    for seq, message in enumerate(log, start=1):
+        fields = entry_fields(LogEntry(session_id=session, seq=seq, message=message))
+        await aredis.xadd(TOPOLOGY.session_events(session), fields)
+        entry_id = (await aredis.xadd(TOPOLOGY.log_for(session), fields)).decode()
+        if seq == 3:
+            continue  # this worker never sees the second call's line (e.g. it was read by a stale owner)
+        outcome = await worker.handle([StreamEntry(TOPOLOGY.log_for(session), entry_id, fields)])
+        if outcome.outputs:
+            published.append(seq)
+    assert published == [1, 5]  # the prompt, then both results — not after the first result alone
+    assert [m.uuid for m in worker.histories[session].history.messages] == [m.uuid for m in log]

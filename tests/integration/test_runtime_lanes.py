@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.consumer import BatchHandler, BatchOutcome, ConsumerConfig, Output
+from services.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Fence, Output
 from services.runtime.entries import StreamEntry
 from services.runtime.lanes import ShardLanes
 from services.runtime.leases import LeaseConfig, ShardLeases
@@ -196,3 +197,48 @@ async def test_owner_paused_past_its_lease_is_fenced_out(aredis: aioredis.Redis)
     assert {worker for _, seq, _, worker in records if seq >= 10} == {"worker-b"}
     for shard in range(NAMES.shards):
         assert int((await aredis.xpending(NAMES.shard_stream(shard, EVENTS), LANE))["pending"]) == 0
+
+
+async def test_a_read_served_after_the_lease_moved_on_takes_nothing(aredis: aioredis.Redis) -> None:
+    """Fenced reads (``fenced_reads.py``, ecosystem.md §5.3 point 3): a stale owner whose wait for new entries
+    was sent while its lease held, and is answered after another worker took the shard over, takes none of
+    them — before, a blocked ``XREADGROUP`` handed it the shard's next entry, its write was refused, and the
+    entry sat in its pending list while the new owner applied the later ones (a session out of order)."""
+    stream = NAMES.shard_stream(0, "fenced-reads")
+    epoch_key = NAMES.lease_epoch_key(LANE, 0)
+    await aredis.set(epoch_key, "1")
+    handled: dict[str, list[int]] = {"stale": [], "owner": []}
+
+    def consumer(name: str, epoch: str) -> BatchConsumer:
+        async def handle(batch: list[StreamEntry]) -> BatchOutcome:
+            handled[name].extend(int(entry.fields["n"]) for entry in batch)
+            return BatchOutcome(outputs=[Output(OUT, entry.fields) for entry in batch])
+
+        config = ConsumerConfig(count=10, block_ms=2000, ordered=True, claim_all_on_start=True)
+        return BatchConsumer(
+            aredis,
+            stream=stream,
+            group=LANE,
+            consumer=name,
+            handler=handle,
+            config=replace(config, fence=Fence(epoch_key, epoch)),
+        )
+
+    stale = consumer("stale", "1")
+    await stale.ensure_group()
+    stale.start()
+    await asyncio.sleep(0.3)  # its (long) wait for new entries is in flight...
+    await aredis.set(epoch_key, "2")  # ...when another worker takes the shard over
+    owner = consumer("owner", "2")
+    owner.start()
+    await asyncio.sleep(0.2)
+    for n in range(5):
+        await aredis.xadd(stream, {"n": n})
+        await asyncio.sleep(0.02)
+    await wait_until(lambda: handled["owner"] == list(range(5)))
+    await wait_until(lambda: not stale.running)
+    await owner.stop(timeout_s=5)
+    assert handled["stale"] == []
+    assert stale.stats.fenced == 1
+    assert int((await aredis.xpending(stream, LANE))["pending"]) == 0
+    assert [int(fields[b"n"]) for _, fields in await aredis.xrange(OUT)] == list(range(5))

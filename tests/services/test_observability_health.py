@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
 from faststream.asgi import AsgiFastStream
+from redis.exceptions import ResponseError
 
 from services.observability.endpoints import observability_routes
 from services.observability.health import Health
@@ -87,12 +89,16 @@ async def test_healthz_fails_when_a_background_task_dies_but_not_while_draining(
     assert (await call(make_app(quiet), "/healthz"))[0] == 200
 
 
-async def test_healthz_checks_every_consumer_of_a_provider() -> None:
-    class Loop:
-        def __init__(self, stream: str, last: float) -> None:
-            self.stream = stream
-            self.last_progress_monotonic = last
+class Loop:
+    """Stands for a ``BatchConsumer`` as the health checks see it."""
 
+    def __init__(self, stream: str, last: float, failure: BaseException | None = None) -> None:
+        self.stream = stream
+        self.last_progress_monotonic = last
+        self.failure = failure
+
+
+async def test_healthz_checks_every_consumer_of_a_provider() -> None:
     clock = FakeClock()
     loops = [Loop("agentbus:{s00}:log", 1000.0), Loop("agentbus:{s01}:log", 900.0)]
     health = Health(progress_timeout_s=60, clock=clock)
@@ -102,6 +108,20 @@ async def test_healthz_checks_every_consumer_of_a_provider() -> None:
     assert isinstance(body, dict)
     assert body["checks"]["normalization:agentbus:{s01}:log"]["ok"] is False
     assert body["checks"]["normalization:agentbus:{s00}:log"]["ok"] is True
+
+
+async def test_healthz_fails_at_once_for_a_consumer_that_crashed() -> None:
+    """A loop that died of an exception is not merely idle: liveness fails without waiting for the timeout."""
+    clock = FakeClock()
+    crashed = Loop("agentbus:{s00}:ingress", 1000.0, failure=ResponseError("NOPERM this user has no permissions"))
+    health = Health(progress_timeout_s=60, clock=clock)
+    health.register_consumers("ingestion", lambda: [crashed])  # type: ignore[arg-type, list-item]
+    status, body, _ = await call(make_app(health), "/healthz")
+    assert status == 503
+    assert isinstance(body, dict)
+    check = body["checks"]["ingestion:agentbus:{s00}:ingress"]
+    assert check["ok"] is False
+    assert "NOPERM" in check["detail"]
 
 
 async def test_readyz_needs_redis_groups_and_not_draining(aredis: aioredis.Redis) -> None:
@@ -142,6 +162,7 @@ async def test_readyz_fails_without_redis() -> None:
 
 
 async def test_metrics_route_serves_the_exposition() -> None:
+    importlib.import_module("services.observability.metrics")  # registers agentbus_build_info, as workers do
     status, body, headers = await call(make_app(Health()), "/metrics")
     assert status == 200
     assert isinstance(body, bytes)

@@ -1,0 +1,91 @@
+"""Fenced reads: a shard lane takes entries out of its stream only while its lease epoch holds.
+
+Fencing the writes alone (``key_calls.py``) is not enough for an ordered lane. A blocking
+``XREADGROUP … >`` sent while the lease was valid can be served after it passed to another worker (the
+sender was CPU-starved or paused between its lease check and the read, or the lease lapsed while the read
+was blocked): Redis then hands the next entry of the shard to the stale owner, whose write is refused, and
+the entry stays in its pending list while the new owner reads on past it — a session's later events are
+applied before an earlier one (seen as a request built from a history missing a message).
+
+So an ordered lane never takes entries with a plain ``XREADGROUP``: it waits for new entries with an
+``XREAD BLOCK`` (which takes nothing) and then takes them with a script that first compares the shard's
+epoch key with its token — the same check, in the same atomic step, as its writes. Takeover claims go
+through the same fence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.runtime.batch import Fence
+from services.runtime.entries import RawEntry, id_text
+from services.runtime.key_calls import Fenced, ServerScript
+
+_READ = ServerScript(
+    """
+local current = redis.call('GET', KEYS[1])
+if current ~= ARGV[1] then
+  return redis.error_reply('FENCED ' .. KEYS[1] .. ' is ' .. tostring(current) .. ', not ' .. ARGV[1])
+end
+if ARGV[4] == 'claim' then
+  return redis.call('XAUTOCLAIM', KEYS[2], ARGV[2], ARGV[3], ARGV[7], ARGV[6], 'COUNT', ARGV[5])
+end
+local read = redis.call('XREADGROUP', 'GROUP', ARGV[2], ARGV[3], 'COUNT', ARGV[5], 'STREAMS', KEYS[2], '>')
+if read then
+  return {read[1][2]}
+end
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if last[1] then
+  return {{}, last[1][1]}
+end
+return {{}, '0-0'}
+"""
+)
+"""KEYS: the epoch key, the stream. ARGV: token, group, consumer, ``read`` | ``claim``, count, claim start,
+claim min idle ms.
+``read`` answers ``{entries}``, or ``{{}, id of the stream's last entry}`` when there is nothing new (every
+entry up to that id was delivered to the group: wait for anything after it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FencedRead:
+    entries: list[RawEntry]
+    wait_after: str | None
+    """When nothing was new: the id to wait for newer entries after (``XREAD BLOCK``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FencedClaim:
+    next_start: str
+    entries: list[RawEntry]
+    deleted: list[str]
+
+
+def _raw_entries(rows: list[Any]) -> list[RawEntry]:
+    """Script replies carry an entry's fields as a flat ``[name, value, …]`` list (``[]`` once deleted)."""
+    return [(row[0], dict(zip(row[1][::2], row[1][1::2], strict=True)) if row[1] else None) for row in rows]
+
+
+async def read_new(redis: Any, fence: Fence, stream: str, group: str, consumer: str, count: int) -> FencedRead:
+    """``XREADGROUP … COUNT count STREAMS stream >`` if ``fence`` still holds; raises :class:`Fenced`."""
+    reply = await _run(redis, fence, stream, [group, consumer, "read", count, "0-0", 0])
+    if len(reply) == 1:
+        return FencedRead(_raw_entries(reply[0]), None)
+    return FencedRead([], id_text(reply[1]))
+
+
+async def claim(
+    redis: Any, fence: Fence, stream: str, group: str, consumer: str, *, count: int, min_idle_ms: int, start: str
+) -> FencedClaim:
+    """``XAUTOCLAIM stream group consumer min_idle_ms start COUNT count`` if ``fence`` still holds."""
+    args: list[str | int] = [group, consumer, "claim", count, start, min_idle_ms]
+    next_start, rows, deleted = await _run(redis, fence, stream, args)
+    return FencedClaim(id_text(next_start), _raw_entries(rows), [id_text(entry_id) for entry_id in deleted])
+
+
+async def _run(redis: Any, fence: Fence, stream: str, args: list[str | int]) -> Any:
+    return await _READ.run_fenced(redis, [fence.key, stream], [fence.token, *args])
+
+
+__all__ = ["Fenced", "FencedClaim", "FencedRead", "claim", "read_new"]
