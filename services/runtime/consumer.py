@@ -256,12 +256,18 @@ class BatchConsumer:
 
     async def _read_new_fenced(self, fence: Fence) -> list[RawEntry]:
         """Take new entries only while ``fence`` holds (``fenced_reads.py``): after a batch that did not fill
-        ``count``, first wait with an ``XREAD BLOCK`` that takes nothing (it answers at once when more is there)."""
-        if self._wait_after is not None:
-            woke = await self.redis.xread({self.stream: self._wait_after}, count=1, block=self.config.block_ms)
-            if not woke:
-                return []  # idle: back to the loop (stop, lease check), then wait again
-        read = await fenced_reads.read_new(self.redis, fence, self.stream, self.group, self.consumer, self.config.count)
+        ``count``, the read first waits, in the same round trip, with an ``XREAD BLOCK`` that takes nothing (it
+        answers at once when more is there)."""
+        read = await fenced_reads.read_new(
+            self.redis,
+            fence,
+            self.stream,
+            self.group,
+            self.consumer,
+            self.config.count,
+            wait_after=self._wait_after,
+            block_ms=self.config.block_ms,
+        )
         if read.wait_after is not None:
             self._wait_after = read.wait_after
         elif len(read.entries) < self.config.count:

@@ -21,7 +21,7 @@ Every key is passed in ``KEYS``. In Redis Cluster they must share a slot: a shar
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -85,21 +85,38 @@ class ServerScript:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()  # Redis names scripts by SHA-1
 
-    async def run(self, redis: Any, keys: list[str], args: list[Arg]) -> Any:
+    async def run(self, redis: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         try:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await redis.eval(self.source, len(keys), *keys, *args)
 
-    async def run_fenced(self, redis: Any, keys: list[str], args: list[Arg]) -> Any:
+    async def run_fenced(self, redis: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """Run a script whose ``KEYS[1]`` must hold ``ARGV[1]`` (else it answers a ``FENCED`` error, raised here
         as :class:`Fenced`)."""
         try:
             return await self.run(redis, keys, args)
         except ResponseError as error:
-            if str(error).startswith(FENCED_PREFIX):
-                raise Fenced(keys[0], str(args[0]), str(error)) from None
-            raise
+            raise _fenced_or(error, keys, args) from None
+
+    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
+        """Add an ``EVALSHA`` of this script to ``pipe``; read its reply with :meth:`retry_fenced` if it failed."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def retry_fenced(self, redis: Any, keys: Sequence[str], args: Sequence[Arg], error: Exception) -> Any:
+        """The reply of a :meth:`queue`-d fenced run that answered ``error``: the script was not loaded yet (run
+        it now, whole), or raise :class:`Fenced` / ``error``."""
+        if isinstance(error, NoScriptError):
+            return await self.run_fenced(redis, keys, args)
+        if isinstance(error, ResponseError):
+            raise _fenced_or(error, keys, args)
+        raise error
+
+
+def _fenced_or(error: ResponseError, keys: Sequence[str], args: Sequence[Arg]) -> ResponseError | Fenced:
+    if str(error).startswith(FENCED_PREFIX):
+        return Fenced(keys[0], str(args[0]), str(error))
+    return error
 
 
 _RUN_SCRIPT = ServerScript(_RUN)
