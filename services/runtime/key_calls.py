@@ -27,15 +27,27 @@ from typing import Any
 import msgpack
 from redis.exceptions import NoScriptError, ResponseError
 
-_RUN = """
+FENCED_PREFIX = "FENCED"
+"""Start of the error a fenced script answers when the token no longer matches."""
+
+FENCE_CHECK_LUA = f"""
+local fence_holds = redis.call('GET', KEYS[1])
+if fence_holds ~= ARGV[1] then
+  return redis.error_reply('{FENCED_PREFIX} ' .. KEYS[1] .. ' is ' .. tostring(fence_holds) .. ', not ' .. ARGV[1])
+end
+"""
+"""Lua that answers a ``FENCED`` error unless ``KEYS[1]`` holds ``ARGV[1]``: the start of every fenced script
+(:meth:`ServerScript.run_fenced` turns the error into :class:`Fenced`)."""
+
+_RUN = (
+    """
 local mode = ARGV[#ARGV - 1]
 local calls = cmsgpack.unpack(ARGV[#ARGV])
 local first = 0
 if mode == 'f' then
-  local current = redis.call('GET', KEYS[1])
-  if current ~= ARGV[1] then
-    return redis.error_reply('FENCED ' .. KEYS[1] .. ' is ' .. tostring(current) .. ', not ' .. ARGV[1])
-  end
+"""
+    + FENCE_CHECK_LUA
+    + """
   first = 1
 end
 local results = {}
@@ -52,13 +64,11 @@ if mode == 'r' then
 end
 return last
 """
+)
 """ARGV: (``f`` only: the token ``KEYS[1]`` must hold,) the mode — ``r`` (return every reply), ``w`` (return
 the last call's reply) or ``f`` (``w`` fenced) — and, last, every call as one MessagePack array of
 ``[command, args…]`` (its key is the matching entry of ``KEYS``). One blob instead of an argument per
 value: redis-py encodes each argument on its own, which cost ingestion ~15% of its CPU."""
-
-FENCED_PREFIX = "FENCED"
-"""Start of the error a fenced script answers when the token no longer matches."""
 
 MAX_ARGS_PER_CALL = 4000
 """Lua's ``unpack`` cannot spread much more than 8000 values; callers split larger calls."""
