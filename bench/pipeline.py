@@ -192,16 +192,28 @@ WORKLOADS: dict[str, Callable[[int, int], list[tuple[str, IngressEnvelope]]]] = 
 
 
 async def settled(redis: aioredis.Redis, topology: Topology) -> bool:
-    for stream in topology.names.shard_streams("log"):
-        for info in await redis.xinfo_groups(stream):
+    """Whether every ingress entry is consumed and the normalization and transcript groups have settled.
+
+    One pipelined round trip for every stream's ``XINFO GROUPS``: this poll runs on the same two cores as
+    the workers it waits for (sixteen sequential round trips every 2 ms took ≈ 10 µs of CPU per event
+    away from them, a cost the raw chain's end signal does not have)."""
+    log_streams = topology.names.shard_streams("log")
+    ingress_streams = topology.names.shard_streams("ingress")
+    pipe = redis.pipeline(transaction=False)
+    for stream in (*log_streams, *ingress_streams):
+        pipe.xinfo_groups(stream)
+    replies = await pipe.execute()
+    for index, groups in enumerate(replies):
+        for info in groups:
             name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
-            if name in (NORMALIZATION_GROUP, TRANSCRIPTS_GROUP) and (info.get("lag") != 0 or int(info["pending"]) != 0):
-                return False
-    for stream in topology.names.shard_streams("ingress"):
-        for info in await redis.xinfo_groups(stream):
-            if info.get("lag") != 0 or int(info["pending"]) != 0:
+            watched = index >= len(log_streams) or name in (NORMALIZATION_GROUP, TRANSCRIPTS_GROUP)
+            if watched and (info.get("lag") != 0 or int(info["pending"]) != 0):
                 return False
     return True
+
+
+SETTLED_POLL_S = 0.005
+"""How often the saturation run asks whether the pipeline has drained: ≤ 0.4% of a ~1.5 s run."""
 
 
 async def saturate(batch: list[tuple[str, IngressEnvelope]], redis_url: str) -> float:
@@ -214,7 +226,7 @@ async def saturate(batch: list[tuple[str, IngressEnvelope]], redis_url: str) -> 
                 pipe.xadd(bus.topology.ingress_for(session), {"data": envelope.to_wire_json()})
             await pipe.execute()
         while not await settled(bus.redis, bus.topology):
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(SETTLED_POLL_S)
         return len(batch) / (time.perf_counter() - started)
 
 

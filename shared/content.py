@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, TypeAdapter
+from pydantic import BeforeValidator, Field, SerializeAsAny, TypeAdapter
 
 from shared.json_types import JsonObject, JsonValue
 from shared.wire import WireModel, only_routed_to
@@ -178,6 +178,7 @@ _KnownBlock = Annotated[
 ContentBlock = Annotated[
     _KnownBlock | Annotated[UnknownBlock, BeforeValidator(only_routed_to("unknown", _block_tag))],
     Field(union_mode="left_to_right"),
+    SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]
 """Any content block, user- or assistant-side."""
 

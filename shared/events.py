@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, TypeAdapter, field_validator
+from pydantic import Field, SerializeAsAny, TypeAdapter, field_validator
 
 from shared.content import ContentBlock, ToolUseBlock
 from shared.json_types import JsonObject, JsonValue
@@ -143,6 +143,7 @@ IngressPayload = Annotated[
     | DeadlineSweep
     | RecordedMessage,
     Field(discriminator="type"),
+    SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]
 INGRESS_PAYLOAD_ADAPTER: TypeAdapter[IngressPayload] = TypeAdapter(IngressPayload)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from shared.chain_cursor import ChainCursor
 from shared.clock import Clock, utc_now
@@ -51,9 +51,10 @@ from shared.factories import create_user_interruption_message, create_user_messa
 from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, ProgressMessage, TombstoneMessage, UserMessage
 from shared.streaming_replies import OpenReply
+from shared.wire import WireHolder
 
 
-class PendingToolUse(BaseModel):
+class PendingToolUse(WireHolder):
     """A call that has no result yet."""
 
     assistant_uuid: str
@@ -63,7 +64,7 @@ class PendingToolUse(BaseModel):
     """True when a tool job was handed out for it (so an interrupt must reach the tool workers)."""
 
 
-class LedgerState(BaseModel):
+class LedgerState(WireHolder):
     """Everything ingestion remembers about one session between batches (persisted as JSON)."""
 
     session_id: str

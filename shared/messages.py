@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter
+from pydantic import AfterValidator, BeforeValidator, Field, SerializeAsAny, TypeAdapter
 
 from shared.content import ContentBlock, as_blocks
 from shared.envelope import StoredMessageBase
@@ -195,6 +195,7 @@ Message = Annotated[
     | StreamRequestStartMessage
     | ToolUseSummaryMessage,
     Field(discriminator="type"),
+    SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]
 """Any message or control message (R1.1), discriminated on ``type`` (and ``subtype`` for system)."""
 

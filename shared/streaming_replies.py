@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from shared.clock import Clock
 from shared.ids import IdSource
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage
 from shared.streaming import AssistantMessageUpdated, StreamAccumulator
+from shared.wire import WireHolder
 
 DEFAULT_MAX_OUTPUT_TOKENS = 32_000
 
@@ -33,7 +34,7 @@ class ReplyProgress:
     all_messages: list[AssistantMessage]
 
 
-class OpenReply(BaseModel):
+class OpenReply(WireHolder):
     """One streaming reply in progress (see the module docstring)."""
 
     request_id: str

@@ -68,7 +68,7 @@ class CachedLedger:
 def dump_state(state: LedgerState) -> str:
     """The state JSON as stored: open replies without their raw events (those live in lists), no closed
     call ids (those live in the ``answered`` set)."""
-    return state.model_dump_json(exclude=_STORED_ELSEWHERE)
+    return state.model_dump_json(exclude=_STORED_ELSEWHERE, exclude_unset=True)
 
 
 def load_state(raw: bytes) -> LedgerState:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, cast
 
-from pydantic import BeforeValidator, Field, TypeAdapter, ValidationError
+from pydantic import BeforeValidator, Field, SerializeAsAny, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from shared.errors import TranscriptLineError
@@ -283,6 +283,7 @@ _KnownLine = Annotated[
 TranscriptLine = Annotated[
     _KnownLine | Annotated[UnknownLine, BeforeValidator(only_routed_to("unknown", _line_tag))],
     Field(union_mode="left_to_right"),
+    SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]
 """Any transcript line: a stored message, a metadata entry, or an unknown kind."""
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
 from shared.content import CONTENT_BLOCKS_ADAPTER, TextBlock, ToolUseBlock, UnknownBlock, is_malformed
+from shared.events import LogEntry
 from shared.messages import (
     AssistantMessage,
     AttachmentMessage,
@@ -200,3 +202,28 @@ def test_invalid_message_reports_its_location() -> None:
 
 def test_constructed_blocks_always_dump_their_type() -> None:
     assert TextBlock(text="x").to_wire() == {"type": "text", "text": "x"}
+
+
+def test_validation_does_not_run_the_constructor() -> None:
+    """Wire losslessness (shared/wire.py): a discriminator absent from the input stays absent — validation
+    does not go through ``WireModel.__init__`` (which would cost every validated object a Python call)
+    — while one a constructor left to its default is dumped."""
+    read = TextBlock.model_validate({"text": "x"})
+    assert read.to_wire() == {"text": "x"}
+    assert TextBlock(text="x").to_wire_json() == '{"type":"text","text":"x"}'
+    assert TextBlock.__pydantic_custom_init__ is False
+
+
+def test_a_wire_object_nested_in_a_bus_record_dumps_only_what_it_was_given() -> None:
+    """R1.1 losslessness through a bus record: absent stays absent, an explicit null stays null, and the
+    message and block unions are dumped by each value's own model."""
+    data = {
+        "type": "assistant",
+        "uuid": "a",
+        "timestamp": "t",
+        "parentUuid": None,
+        "message": {"id": "m", "role": "assistant", "content": [{"type": "text", "text": "x"}], "usage": None},
+    }
+    entry = LogEntry(session_id="s", seq=1, message=parse_message(data))
+    assert orjson.loads(entry.to_wire_json()) == {"v": 1, "session_id": "s", "seq": 1, "message": data}
+    assert LogEntry.model_validate_json(entry.to_wire_json()) == entry

@@ -1,0 +1,58 @@
+"""How ingestion stores a session's ledger (``services/ingestion/ledger_cache.py``): the state JSON round
+trips, and the wire objects inside it are dumped as wire objects (shared/wire.py), R1.1 losslessness."""
+
+from __future__ import annotations
+
+import orjson
+
+from services.ingestion.ledger_cache import dump_state, load_state
+from shared.clock import FixedClock
+from shared.content import ToolUseBlock
+from shared.events import AssistantReply, IngressEnvelope, IngressPayload, StreamEvent
+from shared.factories import create_assistant_message
+from shared.ids import SequentialIds
+from shared.ledger import SessionLedger, new_ledger_state
+
+START = {
+    "type": "message_start",
+    "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {}},
+}
+TEXT = [
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Reading."}},
+    {"type": "content_block_stop", "index": 0},
+]
+
+
+def _ledger_mid_stream() -> SessionLedger:
+    """A session with a call pending and a reply still streaming (its first block held back, R9.5)."""
+    ledger = SessionLedger(new_ledger_state("s1"), tool_deadline_ms=1000, clock=FixedClock(), ids=SequentialIds(1))
+    payloads: list[IngressPayload] = [
+        AssistantReply(message=create_assistant_message([ToolUseBlock(id="t1", name="Read", input={})])),
+        *(StreamEvent(request_id="r1", event=event) for event in (START, *TEXT)),
+    ]
+    for number, payload in enumerate(payloads):
+        ledger.apply(IngressEnvelope(session_id="s1", idempotency_key=f"k{number}", payload=payload), now_ms=0)
+    return ledger
+
+
+def test_the_stored_state_round_trips_with_fields_filled_in_place() -> None:
+    state = _ledger_mid_stream().state
+    # Default-factory fields, filled after construction:
+    assert state.pending
+    assert state.open_replies
+    stored = dump_state(state)
+    loaded = load_state(stored.encode())
+    assert (loaded.seq, loaded.chain_parent, loaded.pending) == (state.seq, state.chain_parent, state.pending)
+    assert loaded.open_replies.keys() == state.open_replies.keys()
+    assert dump_state(loaded) == stored
+
+
+def test_a_message_inside_the_state_is_stored_exactly_as_its_wire_form() -> None:
+    state = _ledger_mid_stream().state
+    held = state.open_replies["r1"].held
+    assert held is not None
+    stored = orjson.loads(dump_state(state))
+    assert stored["open_replies"]["r1"]["held"] == held.to_wire()
+    assert "events" not in stored["open_replies"]["r1"]  # kept in the reply's own list
+    assert "closed_tool_use_ids" not in stored  # kept in the session's answered set
