@@ -124,7 +124,10 @@ class StreamAccumulator:
     ``max_output_tokens`` is the request's output cap (quoted by the ``max_tokens`` error),
     ``request_model`` the model asked for (refusal hint; defaults to the model of ``message_start``),
     ``interactive`` picks the refusal wording, ``started_at`` (a timestamp from ``clock`` taken when the
-    request was sent) enables ``ttftMs`` on the ``message_start`` stream event.
+    request was sent) enables ``ttftMs`` on the ``message_start`` stream event. ``stream_events=False``
+    leaves the R9.6 stream-event messages out of :meth:`feed`'s outputs, for a caller that logs none of them
+    and feeds events already validated as JSON (ingestion's ledger: a ``StreamEvent.event`` is a
+    ``JsonObject``); building one per event was ~7% of ingestion's CPU.
     """
 
     def __init__(
@@ -138,7 +141,9 @@ class StreamAccumulator:
         started_at: str | None = None,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
+        stream_events: bool = True,
     ) -> None:
+        self._stream_events = stream_events
         self._max_output_tokens = max_output_tokens
         self._request_id = request_id
         self._request_model = request_model
@@ -227,11 +232,12 @@ class StreamAccumulator:
             self._fail(kind, "event after an 'error' event")
         if self._finished:
             self._fail(kind, "event after message_stop")
-        passthrough = self._stream_event(event, kind)
+        passthrough = self._stream_event(event, kind) if self._stream_events else None
         outputs: list[StreamOutput] = []
         if kind == "message_start":
             self._on_message_start(event)
-            passthrough = self._with_ttft(passthrough)
+            if passthrough is not None:
+                passthrough = self._with_ttft(passthrough)
         elif kind == "content_block_start":
             self._on_block_start(event)
         elif kind == "content_block_delta":
@@ -247,7 +253,8 @@ class StreamAccumulator:
             error = event.get("error")
             self._stream_error = error if isinstance(error, dict) else {"error": error}
             return []
-        outputs.append(passthrough)
+        if passthrough is not None:
+            outputs.append(passthrough)
         return outputs
 
     def _fail(self, kind: str | None, reason: str) -> NoReturn:

@@ -75,7 +75,11 @@ class OpenReply(WireHolder):
     def _accumulator_for(self, clock: Clock, ids: IdSource) -> StreamAccumulator:
         if self._accumulator is None:
             accumulator = StreamAccumulator(
-                max_output_tokens=self.max_output_tokens, request_id=self.request_id, clock=clock, ids=ids
+                max_output_tokens=self.max_output_tokens,
+                request_id=self.request_id,
+                clock=clock,
+                ids=ids,
+                stream_events=False,  # never logged; the events are validated JSON (StreamEvent, or our list)
             )
             # After a restart: replay what was seen; its outputs were logged (or held) already.
             for past in self.events:

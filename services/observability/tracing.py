@@ -112,8 +112,11 @@ class TraceContext(NamedTuple):
 
     @property
     def traceparent(self) -> str:
-        """This span as a version-00 ``traceparent`` (what downstream entries carry)."""
-        return format_traceparent(self.trace_id, self.span_id, self.flags)
+        """This span as a version-00 ``traceparent`` (what downstream entries carry).
+
+        Formatted without :func:`format_traceparent`'s check: the contexts of this module hold valid ids
+        (parsed, or drawn by ``new_*_id``), and ingestion takes one per entry."""
+        return f"00-{self.trace_id}-{self.span_id}-{self.flags:02x}"
 
     def child(self) -> TraceContext:
         """A new span in the same trace whose parent is this one."""

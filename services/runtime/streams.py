@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 DEAD_LETTER_SUFFIX = ":dlq"
 
 
+@lru_cache(maxsize=1 << 16)  # a worker asks ~4× per entry (its streams and keys); a few µs of ~50
 def shard_of(session_id: str, shards: int) -> int:
     """The shard of ``session_id`` among ``shards`` lanes: crc32 of its UTF-8 bytes, mod ``shards``.
 
@@ -29,6 +31,7 @@ def shard_of(session_id: str, shards: int) -> int:
     return zlib.crc32(session_id.encode("utf-8")) % shards
 
 
+@lru_cache(maxsize=1024)
 def shard_tag(shard: int) -> str:
     """The Cluster hash tag of ``shard``: ``{s07}`` (two digits at least, so tags sort)."""
     if shard < 0:

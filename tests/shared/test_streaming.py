@@ -231,6 +231,15 @@ def test_r9_6_every_event_passes_through_in_yield_order() -> None:
     assert "ttftMs" not in stream_events[1].to_wire()
 
 
+def test_r9_6_without_stream_events_the_rest_is_the_same() -> None:
+    """``stream_events=False`` (ingestion's ledger) drops only the R9.6 passthroughs: the messages and
+    updates, in order, are those of the default accumulator."""
+    _, everything = run(recorded_stream())
+    _, without = run(recorded_stream(), accumulator(stream_events=False))
+    assert without == [output for output in everything if not isinstance(output, StreamEventMessage)]
+    assert without
+
+
 def test_r9_6_without_start_time_no_ttft() -> None:
     """R1.7: ttftMs is only computed from an injected start time."""
     (only,) = accumulator().feed(message_start())
