@@ -253,13 +253,14 @@ class IngestionWorker:
         return seen
 
     def _collect(self, batch: _Batch, session: str, out: LedgerOutput) -> None:
-        log_stream = self.topology.log_for(session)
-        events_stream = self.topology.session_events(session)
-        for entry in out.entries:
-            fields = entry_fields(entry)
-            batch.outputs.append(Output(log_stream, fields))
-            batch.outputs.append(Output(events_stream, fields, SESSION_EVENTS_MAXLEN))
-            batch.produced["log", entry.message.type] += 1
+        if out.entries:  # most stream events log nothing
+            log_stream = self.topology.log_for(session)
+            events_stream = self.topology.session_events(session)
+            for entry in out.entries:
+                fields = entry_fields(entry)
+                batch.outputs.append(Output(log_stream, fields))
+                batch.outputs.append(Output(events_stream, fields, SESSION_EVENTS_MAXLEN))
+                batch.produced["log", entry.message.type] += 1
         for job in out.tool_jobs:
             batch.outputs.append(Output(self.topology.tool_jobs, entry_fields(job)))
             batch.produced["tool_jobs", "tool_job"] += 1

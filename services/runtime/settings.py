@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     )
     log_level: str = Field("INFO", validation_alias=AliasChoices("LOG_LEVEL", "AGENTBUS_LOG_LEVEL"))
     fsync_interval_ms: float = Field(5.0, ge=0, description="transcript group-commit window")
+    transcript_sync: Literal["syncfs", "fsync"] = Field(
+        "syncfs",
+        description="transcript durability: one syncfs per batch and filesystem (Linux >= 5.8, else fsync) "
+        "or an fsync per session file",
+    )
     cwd: str = Field("/agentbus", description="the cwd stamped on transcript lines of bus sessions")
 
     @property

@@ -23,6 +23,7 @@ class TranscriptRuntime:
                 # Bus sessions have no working tree: no git lookup per batch (it was ~12% of the worker).
                 stamp=SessionStamp(entrypoint="agentbus", git_branch=None),
                 min_sync_interval_s=settings.fsync_interval_ms / 1000,
+                sync=settings.transcript_sync,
             ),
         )
         self.worker = TranscriptWorker(self.store, cwd=settings.cwd)

@@ -9,7 +9,9 @@ Tombstone removal (R7.13) cuts the line but keeps its uuid in the de-dup set, so
 retracted message cannot bring it back.
 
 Every ``record`` call is appended as one batch through :class:`~services.transcripts.writer.DurableJsonlFile`
-and returns once the batch is durable (group fsync). asyncio only: use one store per event loop.
+and returns once the batch is durable (group fsync; with ``sync="syncfs"``, the default where it reports
+errors, one ``syncfs`` per filesystem covers every file of a batch: ``filesystem_sync.py``). asyncio only:
+use one store per event loop.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import orjson
 
@@ -27,6 +30,7 @@ from services.transcripts.cleaning import (
     PersistableMessage,
     clean_messages_for_logging,
 )
+from services.transcripts.filesystem_sync import FilesystemSync, syncfs_supported
 from services.transcripts.layout import PROJECTS_DIR, session_file, subagent_file, write_subagent_meta
 from services.transcripts.lines import SessionStamp, dumps_line
 from services.transcripts.recording import TeamInfo, build_chain_lines, preserved_prelude, split_recorded_prefix
@@ -39,7 +43,7 @@ from services.transcripts.removal import (
 )
 from services.transcripts.session_lock import DEFAULT_LOCK_TIMEOUT_S, SessionLock
 from services.transcripts.tail_recovery import TornTail
-from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, DurableJsonlFile
+from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, FSYNC_POOL, DurableJsonlFile
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, Message, UserMessage
 from shared.transcript.lines import TranscriptLine, dump_line
@@ -58,6 +62,9 @@ class StoreConfig:
     max_rewrite_bytes: int = MAX_REWRITE_BYTES
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
     """How long opening a session waits for another writer's lock (``session_lock.py``)."""
+    sync: Literal["syncfs", "fsync"] = "syncfs"
+    """How appends are made durable: shared ``syncfs`` rounds (where the kernel reports their errors, else
+    ``fsync``) or one ``fsync`` per file."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +146,16 @@ class TranscriptStore:
         self._other_files: dict[Path, DurableJsonlFile] = {}
         self._opening: dict[str, asyncio.Future[None]] = {}
         """Sessions being opened now (done when the attempt ends): a second caller waits for it."""
+        use_syncfs = self.config.sync == "syncfs" and syncfs_supported()
+        self._filesystem_sync = FilesystemSync(FSYNC_POOL) if use_syncfs else None
 
     # ------------------------------------------------------------------ files and sessions
     def _file(self, path: Path) -> DurableJsonlFile:
         return DurableJsonlFile(
-            path, min_sync_interval_s=self.config.min_sync_interval_s, on_torn_tail=self._on_torn_tail
+            path,
+            min_sync_interval_s=self.config.min_sync_interval_s,
+            on_torn_tail=self._on_torn_tail,
+            filesystem_sync=self._filesystem_sync,
         )
 
     def _path_file(self, path: Path) -> DurableJsonlFile:
@@ -432,3 +444,5 @@ class TranscriptStore:
         )
         self._sessions.clear()
         self._other_files.clear()
+        if self._filesystem_sync is not None:
+            self._filesystem_sync.close()

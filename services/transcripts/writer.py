@@ -6,9 +6,10 @@ Policy (redis-streams-baseline.md §7 on this machine: fsync per line ≈ 6k lin
 * ``append(lines)`` writes the whole batch at once (``\\n``-terminated lines, one ``write`` loop, into
   the page cache) and returns a future. The future resolves once an ``fsync`` that started *after* the
   batch was written has finished, i.e. when the batch is durable.
-* One background task per file runs the fsyncs in a worker thread. Batches written while an fsync is
-  running are covered by the next one, and two fsyncs start at least ``min_sync_interval_s`` apart, so
-  any number of concurrent writers share one fsync.
+* One background task per file runs the fsyncs in a worker thread (or asks the store's
+  :class:`~services.transcripts.filesystem_sync.FilesystemSync` for a shared ``syncfs``). Batches
+  written while an fsync is running are covered by the next one, and two fsyncs start at least
+  ``min_sync_interval_s`` apart, so any number of concurrent writers share one fsync.
 * The fsync threads are a pool of their own (:data:`FSYNC_THREADS`), not the event loop's default
   executor: a batch spanning many session files waits for all their fsyncs, and concurrent fsyncs share
   the filesystem's journal commits (ext4/jbd2 batches them), so they must not queue behind each other.
@@ -37,6 +38,7 @@ from typing import TypeVar
 from services.observability.metrics import observe_fsync
 from services.transcripts.errors import TranscriptFileClosed, TranscriptStoreError, TranscriptSyncFailed
 from services.transcripts.files import ensure_private_dir
+from services.transcripts.filesystem_sync import FilesystemSync
 from services.transcripts.tail_recovery import TornTail, recover_torn_tail
 
 T = TypeVar("T")
@@ -48,7 +50,7 @@ FSYNC_THREADS = 64
 batch of ~40 session files wait ~7 journal commits (4 ms each on this VM's disk) instead of ~1–2; a
 thread blocked in fsync holds no GIL and costs no CPU."""
 
-_FSYNC_POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="agentbus-fsync")
+FSYNC_POOL = ThreadPoolExecutor(max_workers=FSYNC_THREADS, thread_name_prefix="agentbus-fsync")
 
 
 @dataclass(slots=True)
@@ -97,8 +99,12 @@ class DurableJsonlFile:
         *,
         min_sync_interval_s: float = DEFAULT_MIN_SYNC_INTERVAL_S,
         on_torn_tail: Callable[[TornTail], None] | None = None,
+        filesystem_sync: FilesystemSync | None = None,
     ) -> None:
         self.path = path
+        self._filesystem_sync = filesystem_sync
+        """When set, durability comes from its shared ``syncfs`` rounds instead of an ``fsync`` of this file."""
+        self._device = 0
         self.stats = AppendStats()
         self._min_sync_interval_s = min_sync_interval_s
         self._on_torn_tail = on_torn_tail
@@ -146,6 +152,7 @@ class DurableJsonlFile:
             self._fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
             os.fchmod(self._fd, 0o600)  # the umask filters os.open's mode
             self._created = True
+        self._device = os.fstat(self._fd).st_dev
         return self._fd
 
     # ------------------------------------------------------------------ appending
@@ -226,7 +233,13 @@ class DurableJsonlFile:
                     continue
                 self._last_sync_start = time.monotonic()
                 try:
-                    await asyncio.get_running_loop().run_in_executor(_FSYNC_POOL, self._fsync)
+                    if self._filesystem_sync is not None:
+                        # Also makes a new file's directory entry durable: syncfs commits the journal.
+                        await self._filesystem_sync.sync(self._device, self.path.parent)
+                        self.stats.fsyncs += 1
+                        self._created = False
+                    else:
+                        await asyncio.get_running_loop().run_in_executor(FSYNC_POOL, self._fsync)
                 except OSError as error:
                     self._poison(error)
                     return
