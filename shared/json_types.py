@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import JsonValue
+from typing import Annotated, TypeAlias
+
+from pydantic import JsonValue as _PydanticJsonValue
+from pydantic import SerializeAsAny
+
+JsonValue: TypeAlias = Annotated[_PydanticJsonValue, SerializeAsAny()]
+"""pydantic's ``JsonValue``, dumped by each value's own type: pydantic's serializer picks the union member
+with a Python callback per value (``_get_type_name``), 16 calls per assistant message dumped."""
 
 JsonObject = dict[str, JsonValue]
 

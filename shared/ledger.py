@@ -100,6 +100,9 @@ class LedgerOutput:
     dropped: list[Dropped] = field(default_factory=list)
     invalid: str | None = None
     """Set when the payload is bad input: the worker dead-letters the raw entry with this reason."""
+    state_changed: bool = True
+    """False only when the payload changed nothing of the state but an open reply's raw ``events`` (a
+    content delta): a store that keeps those apart need not write the state again."""
 
     def extend(self, other: LedgerOutput) -> None:
         self.entries += other.entries
@@ -109,6 +112,7 @@ class LedgerOutput:
         self.interrupt_tools = self.interrupt_tools or other.interrupt_tools
         self.dropped += other.dropped
         self.invalid = self.invalid or other.invalid
+        self.state_changed = self.state_changed or other.state_changed
 
 
 def tool_uses_of(message: AssistantMessage) -> list[ToolUseBlock]:
@@ -295,6 +299,7 @@ class SessionLedger:
         self, out: LedgerOutput, payload: StreamEvent, now_ms: int, traceparent: str | None
     ) -> None:
         reply = self.state.open_replies.get(payload.request_id)
+        opened = reply is None
         if reply is None:
             reply = OpenReply(
                 request_id=payload.request_id,
@@ -309,6 +314,9 @@ class SessionLedger:
             # the entry is reported as bad input.
             out.invalid = f"stream_event: {error}"
             self._apply_fallback(out, payload.request_id, traceparent)
+            return
+        if not (opened or progress.completed or progress.finished or progress.held_changed):
+            out.state_changed = False  # only the reply's raw events grew
             return
         for message in progress.completed:
             self._log(out, message, traceparent)

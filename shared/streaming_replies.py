@@ -32,6 +32,8 @@ class ReplyProgress:
     completed: list[AssistantMessage]
     finished: bool
     all_messages: list[AssistantMessage]
+    held_changed: bool = True
+    """Whether the held-back message changed (False: the event only added to ``events``)."""
 
 
 class OpenReply(WireHolder):
@@ -54,6 +56,7 @@ class OpenReply(WireHolder):
         outputs = accumulator.feed(event)
         self.events.append(event)
         completed: list[AssistantMessage] = []
+        held_before = self.held
         for output in outputs:
             if isinstance(output, AssistantMessage):
                 if self.held is not None:
@@ -66,7 +69,12 @@ class OpenReply(WireHolder):
             completed.append(self.held)
             self.held = None
         self.logged.extend(completed)
-        return ReplyProgress(completed=completed, finished=finished, all_messages=list(self.logged))
+        return ReplyProgress(
+            completed=completed,
+            finished=finished,
+            all_messages=list(self.logged),
+            held_changed=self.held is not held_before,
+        )
 
     def emitted_messages(self) -> list[AssistantMessage]:
         """The messages of this attempt that reached the log (what a fallback must tombstone)."""

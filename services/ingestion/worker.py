@@ -64,6 +64,8 @@ class _Batch:
     outputs: list[Output] = field(default_factory=list)
     poison: dict[str, Poison] = field(default_factory=dict)
     ledgers: dict[str, CachedLedger] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+    """Sessions whose stored state JSON changed (a content delta only adds to its reply's event list)."""
     applied_keys: dict[str, list[str]] = field(default_factory=dict)
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
@@ -159,6 +161,8 @@ class IngestionWorker:
                 envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id, traceparent=traceparent
             )
             self._collect(batch, session, out)
+            if out.state_changed:
+                batch.changed.add(session)
             if out.invalid is not None:
                 batch.poison[entry.entry_id] = Poison("invalid_input", out.invalid)
         for session, dropped in batch.dropped:
@@ -277,7 +281,8 @@ class IngestionWorker:
         now = self.now_ms()
         touched: list[str] = []
         for session, cached in batch.ledgers.items():
-            calls.add("SET", self.topology.ledger(session), dump_state(cached.ledger.state))
+            if session in batch.changed:
+                calls.add("SET", self.topology.ledger(session), dump_state(cached.ledger.state))
             self._write_reply_events(calls, session, cached)
             deadline = cached.ledger.next_deadline_ms()
             if not cached.deadline_known or deadline != cached.deadline_ms:

@@ -56,3 +56,29 @@ def test_a_message_inside_the_state_is_stored_exactly_as_its_wire_form() -> None
     assert stored["open_replies"]["r1"]["held"] == held.to_wire()
     assert "events" not in stored["open_replies"]["r1"]  # kept in the reply's own list
     assert "closed_tool_use_ids" not in stored  # kept in the session's answered set
+
+
+def test_a_payload_that_leaves_the_stored_state_as_it_was_says_so() -> None:
+    """``LedgerOutput.state_changed`` is False only when the stored JSON is unchanged (ingestion then skips
+    the write): true of content deltas, which only add to the reply's own event list."""
+    ledger = SessionLedger(new_ledger_state("s1"), tool_deadline_ms=1000, clock=FixedClock(), ids=SequentialIds(1))
+    call = {"type": "tool_use", "id": "t1", "name": "Read", "input": {}}
+    events = [
+        START,
+        *TEXT,
+        {"type": "content_block_start", "index": 1, "content_block": call},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    ]
+    unchanged = 0
+    for number, event in enumerate(events):
+        before = dump_state(ledger.state)
+        envelope = IngressEnvelope(
+            session_id="s1", idempotency_key=f"k{number}", payload=StreamEvent(request_id="r1", event=event)
+        )
+        out = ledger.apply(envelope, now_ms=0)
+        assert out.state_changed or dump_state(ledger.state) == before, event
+        unchanged += not out.state_changed
+    assert unchanged == 4  # two block starts and two deltas
