@@ -14,7 +14,8 @@ Recovery paths, all off the hot path:
   (dead consumers, failed batches); delivery counts come from ``XPENDING`` and an entry delivered more
   than ``max_deliveries`` times is dead-lettered with its history;
 - ordered consumers (shard lanes, one reader per stream): a failed entry blocks the lane; the consumer
-  backs off and re-drains its pending list, oldest first, until the entry succeeds or is dead-lettered.
+  backs off and re-drains its pending list, oldest first, until the entry succeeds or is dead-lettered
+  after ``max_deliveries`` handler failures (counted apart from deliveries: ``failure_counts.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.runtime import fenced_reads
+from services.runtime import failure_counts, fenced_reads
 from services.runtime.batch import (
     BatchHandler,
     BatchOutcome,
@@ -122,6 +123,8 @@ class BatchConsumer:
         self._next_claim = time.monotonic() + self.config.claim_interval_s
         self._connect_backoff = self.config.backoff_initial_s
         self._lane_backoff = self.config.backoff_initial_s
+        self._failed: set[str] = set()
+        """Entries of this stream with handler failures recorded (their records go when they are settled)."""
         self._log = log.bind(stream=stream, group=group, consumer=consumer)
 
     @property
@@ -360,15 +363,21 @@ class BatchConsumer:
         letters = [self._letter_of_deleted(entry_id, now_ms) for entry_id in deleted]
         live = entries
         if not fresh and entries:
-            counts = await self._delivery_counts([entry.entry_id for entry in entries])
+            ids = [entry.entry_id for entry in entries]
+            counts = await self._delivery_counts(ids)
+            failures = await failure_counts.read_failures(self.redis, self.stream, ids) if self.config.ordered else {}
+            self._failed.update(failures)
             live = []
             for entry in entries:
                 count = counts.get(entry.entry_id)
                 if count is None:
                     continue
                 counted = replace(entry, delivery_count=count)
-                if count > self.config.max_deliveries:
-                    letters.append(self._letter(counted, REASON_MAX_DELIVERIES, f"delivered {count} times", now_ms))
+                detail = failure_counts.exhausted_detail(
+                    count, failures.get(entry.entry_id, 0), self.config.max_deliveries, ordered=self.config.ordered
+                )
+                if detail is not None:
+                    letters.append(self._letter(counted, REASON_MAX_DELIVERIES, detail, now_ms))
                 else:
                     live.append(counted)
         self.stats.consumed += len(live)
@@ -394,6 +403,7 @@ class BatchConsumer:
             if len(live) == 1 or self.config.transactional:
                 # A transactional handler reads state written by earlier batches: re-running its entries
                 # one by one before any of them is written would read stale state. Retry the whole batch.
+                await self._record_failures(live)
                 return [], self.config.ordered
         done: list[tuple[list[StreamEntry], BatchOutcome]] = []
         for entry in live:
@@ -409,8 +419,23 @@ class BatchConsumer:
                 )
                 if self.config.ordered:
                     # Later entries stay pending behind this one, in order.
+                    await self._record_failures([entry])
                     return done, True
         return done, False
+
+    async def _record_failures(self, entries: list[StreamEntry]) -> None:
+        """Ordered lanes: count a handler failure for each of ``entries`` (fenced like every lane write)."""
+        if not self.config.ordered:
+            return
+        ids = [entry.entry_id for entry in entries]
+        calls = KeyCalls()
+        failure_counts.queue_failures(calls, self.stream, ids)
+        fence = self.config.fence
+        if fence is None:
+            await calls.write(self.redis)
+        else:
+            await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
+        self._failed.update(ids)
 
     async def _settle(
         self, done: list[tuple[list[StreamEntry], BatchOutcome]], letters: list[DeadLetter], now_ms: int
@@ -490,11 +515,16 @@ class BatchConsumer:
         """Append the dead letters and the XACK to ``calls`` and run them as one (fenced) script."""
         for letter in letters:
             calls.add_xadd(self.dead_letter_stream, letter.to_stream_fields())
+        settled_failures = [entry_id for entry_id in ack_ids if entry_id in self._failed] if self._failed else []
+        failure_counts.queue_forget(calls, self.stream, settled_failures)
         calls.add_members("XACK", self.stream, list(ack_ids), self.group)
         fence = self.config.fence
         if fence is None:
-            return await calls.write(self.redis)
-        return await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
+            reply = await calls.write(self.redis)
+        else:
+            reply = await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
+        self._failed.difference_update(settled_failures)
+        return reply
 
     def _collect_writes(self, done: list[tuple[list[StreamEntry], BatchOutcome]]) -> tuple[KeyCalls, int] | None:
         """Every output XADD and the handlers' extra commands, in order, with the number of outputs; None

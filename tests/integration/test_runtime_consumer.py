@@ -296,3 +296,86 @@ async def test_heartbeat_advances_while_idle(aredis: aioredis.Redis) -> None:
     consumer.start()
     await wait_until(lambda: consumer.last_progress_monotonic > before and consumer.stats.connected)
     await consumer.stop()
+
+
+ORDERED = ConsumerConfig(
+    block_ms=20, ordered=True, max_deliveries=2, backoff_initial_s=0.01, backoff_max_s=0.05, claim_all_on_start=True
+)
+
+
+async def deliver_elsewhere(client: aioredis.Redis, entry_id: str, times: int) -> None:
+    """Bump ``entry_id``'s delivery count as lease bounces do: each takeover claims it for another consumer."""
+    await client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    await client.xreadgroup(GROUP, "owner-0", {STREAM: ">"}, count=1)
+    for bounce in range(1, times):
+        await client.xclaim(STREAM, GROUP, f"owner-{bounce}", 0, [entry_id])
+
+
+async def test_ordered_lane_takeovers_are_not_failures(aredis: aioredis.Redis) -> None:
+    """failure_counts.py: an entry claimed by one owner after another (delivered 6 times, over
+    max_deliveries=2) but never failing is handled, not dead-lettered."""
+    (entry_id,) = await fill(aredis, 1)
+    await deliver_elsewhere(aredis, entry_id, 6)
+    seen: list[StreamEntry] = []
+    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=forward(seen), config=ORDERED)
+    consumer.start()
+    await wait_until(lambda: consumer.stats.acked == 1)
+    await consumer.stop()
+    assert [entry.delivery_count for entry in seen] == [7]
+    assert consumer.stats.dead_lettered == 0
+
+
+async def test_ordered_lane_dead_letters_a_crash_loop_by_its_deliveries(aredis: aioredis.Redis) -> None:
+    """An entry delivered more than 4 × max_deliveries times with no failure recorded (its handler took the
+    process down each time) is dead-lettered, never handled."""
+    (entry_id,) = await fill(aredis, 1)
+    await deliver_elsewhere(aredis, entry_id, 8)
+    seen: list[StreamEntry] = []
+    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=forward(seen), config=ORDERED)
+    consumer.start()
+    await wait_until(lambda: consumer.stats.dead_lettered == 1)
+    await consumer.stop()
+    assert seen == []
+    (letter,) = await list_dead_letters(aredis, STREAM + ":dlq")
+    assert (letter.entry_id, letter.reason, letter.delivery_count) == (entry_id, REASON_MAX_DELIVERIES, 9)
+    assert "crash loop" in letter.detail
+
+
+async def test_ordered_lane_dead_letters_after_max_deliveries_failures(aredis: aioredis.Redis) -> None:
+    """Handler failures are what count on an ordered lane: after max_deliveries of them the entry is
+    dead-lettered, and its failure record goes with it."""
+    (entry_id,) = await fill(aredis, 1)
+    attempts: list[int] = []
+
+    async def always_fail(batch: list[StreamEntry]) -> BatchOutcome:
+        attempts.extend(entry.delivery_count for entry in batch)
+        raise RuntimeError("downstream refuses")
+
+    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=always_fail, config=ORDERED)
+    consumer.start()
+    await wait_until(lambda: consumer.stats.dead_lettered == 1)
+    await consumer.stop()
+    assert len(attempts) == 2
+    (letter,) = await list_dead_letters(aredis, STREAM + ":dlq")
+    assert (letter.entry_id, letter.reason) == (entry_id, REASON_MAX_DELIVERIES)
+    assert letter.detail.startswith("failed 2 times")
+    assert await aredis.exists(STREAM + ":failures") == 0
+    assert await pending_count(aredis) == 0
+
+
+async def test_ordered_lane_forgets_the_failures_of_an_entry_that_succeeds(aredis: aioredis.Redis) -> None:
+    await fill(aredis, 1)
+    failures_left = [1]
+
+    async def flaky(batch: list[StreamEntry]) -> BatchOutcome:
+        if failures_left[0]:
+            failures_left[0] -= 1
+            raise RuntimeError("not yet")
+        return BatchOutcome()
+
+    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=flaky, config=ORDERED)
+    consumer.start()
+    await wait_until(lambda: consumer.stats.acked == 1)
+    await consumer.stop()
+    assert consumer.stats.dead_lettered == 0
+    assert await aredis.exists(STREAM + ":failures") == 0

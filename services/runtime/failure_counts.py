@@ -1,0 +1,64 @@
+"""Handler failures of an ordered lane's entries, counted apart from their deliveries.
+
+A pending entry's delivery count (``XPENDING``) also grows when nothing failed: every takeover claim of a
+lease that moved while a batch was in hand, every re-read of the consumer's own pending list after a
+restart or a Redis hiccup. Dead-lettering on that count sent healthy entries to the dead-letter stream
+after a few lease bounces. An ordered lane (one reader per stream) therefore records each handler
+failure in a hash beside its stream (``<stream>:failures``, the same hash tag) and dead-letters an entry
+once it has failed ``max_deliveries`` times. An entry delivered more than ``ORDERED_DELIVERY_CEILING ×
+max_deliveries`` times with fewer failures recorded is a crash loop (the handler takes its process down
+before it can record anything) and is dead-lettered too.
+
+The unordered pool keeps counting deliveries: its redeliveries are its retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.runtime.key_calls import KeyCalls
+
+FAILURES_SUFFIX = ":failures"
+
+ORDERED_DELIVERY_CEILING = 4
+"""Deliveries an ordered lane allows per ``max_deliveries``, when failures do not explain them."""
+
+FAILURES_TTL_MS = 7 * 24 * 3600 * 1000
+"""A failure record of an entry that left the stream some other way (trimmed while pending) goes after this."""
+
+
+def failures_key(stream: str) -> str:
+    """The hash of ``stream``'s failure counts (entry id → failures), in the stream's slot."""
+    return stream + FAILURES_SUFFIX
+
+
+def exhausted_detail(deliveries: int, failures: int, max_deliveries: int, *, ordered: bool) -> str | None:
+    """Why the entry has had its chances (the dead letter's detail), or None while it has more."""
+    if not ordered:
+        return f"delivered {deliveries} times" if deliveries > max_deliveries else None
+    if failures >= max_deliveries:
+        return f"failed {failures} times (delivered {deliveries} times)"
+    if deliveries > max_deliveries * ORDERED_DELIVERY_CEILING:
+        return f"delivered {deliveries} times with {failures} failure(s) recorded: a crash loop"
+    return None
+
+
+async def read_failures(redis: Any, stream: str, entry_ids: Sequence[str]) -> dict[str, int]:
+    """The recorded failures of ``entry_ids`` (those with none are left out)."""
+    values = await redis.hmget(failures_key(stream), list(entry_ids))
+    return {entry_id: int(value) for entry_id, value in zip(entry_ids, values, strict=True) if value is not None}
+
+
+def queue_failures(calls: KeyCalls, stream: str, entry_ids: Sequence[str]) -> None:
+    """Count one more failure for each of ``entry_ids``."""
+    key = failures_key(stream)
+    for entry_id in entry_ids:
+        calls.add("HINCRBY", key, entry_id, 1)
+    calls.add("PEXPIRE", key, FAILURES_TTL_MS)
+
+
+def queue_forget(calls: KeyCalls, stream: str, entry_ids: Sequence[str]) -> None:
+    """Drop the records of entries that left the pending list (acked or dead-lettered)."""
+    if entry_ids:
+        calls.add_members("HDEL", failures_key(stream), list(entry_ids))
