@@ -311,16 +311,24 @@ async def deliver_elsewhere(client: aioredis.Redis, entry_id: str, times: int) -
         await client.xclaim(STREAM, GROUP, f"owner-{bounce}", 0, [entry_id])
 
 
+async def run_lane(
+    client: aioredis.Redis, handler: BatchHandler, done: Callable[[BatchConsumer], bool]
+) -> BatchConsumer:
+    """Run an ordered lane consumer until ``done`` (a safety timeout only)."""
+    consumer = BatchConsumer(client, stream=STREAM, group=GROUP, consumer="lane", handler=handler, config=ORDERED)
+    consumer.start()
+    await wait_until(lambda: done(consumer))
+    await consumer.stop()
+    return consumer
+
+
 async def test_ordered_lane_takeovers_are_not_failures(aredis: aioredis.Redis) -> None:
     """failure_counts.py: an entry claimed by one owner after another (delivered 6 times, over
     max_deliveries=2) but never failing is handled, not dead-lettered."""
     (entry_id,) = await fill(aredis, 1)
     await deliver_elsewhere(aredis, entry_id, 6)
     seen: list[StreamEntry] = []
-    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=forward(seen), config=ORDERED)
-    consumer.start()
-    await wait_until(lambda: consumer.stats.acked == 1)
-    await consumer.stop()
+    consumer = await run_lane(aredis, forward(seen), lambda lane: lane.stats.acked == 1)
     assert [entry.delivery_count for entry in seen] == [7]
     assert consumer.stats.dead_lettered == 0
 
@@ -331,10 +339,7 @@ async def test_ordered_lane_dead_letters_a_crash_loop_by_its_deliveries(aredis: 
     (entry_id,) = await fill(aredis, 1)
     await deliver_elsewhere(aredis, entry_id, 8)
     seen: list[StreamEntry] = []
-    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=forward(seen), config=ORDERED)
-    consumer.start()
-    await wait_until(lambda: consumer.stats.dead_lettered == 1)
-    await consumer.stop()
+    await run_lane(aredis, forward(seen), lambda lane: lane.stats.dead_lettered == 1)
     assert seen == []
     (letter,) = await list_dead_letters(aredis, STREAM + ":dlq")
     assert (letter.entry_id, letter.reason, letter.delivery_count) == (entry_id, REASON_MAX_DELIVERIES, 9)
@@ -351,10 +356,7 @@ async def test_ordered_lane_dead_letters_after_max_deliveries_failures(aredis: a
         attempts.extend(entry.delivery_count for entry in batch)
         raise RuntimeError("downstream refuses")
 
-    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=always_fail, config=ORDERED)
-    consumer.start()
-    await wait_until(lambda: consumer.stats.dead_lettered == 1)
-    await consumer.stop()
+    await run_lane(aredis, always_fail, lambda lane: lane.stats.dead_lettered == 1)
     assert len(attempts) == 2
     (letter,) = await list_dead_letters(aredis, STREAM + ":dlq")
     assert (letter.entry_id, letter.reason) == (entry_id, REASON_MAX_DELIVERIES)
@@ -373,9 +375,6 @@ async def test_ordered_lane_forgets_the_failures_of_an_entry_that_succeeds(aredi
             raise RuntimeError("not yet")
         return BatchOutcome()
 
-    consumer = BatchConsumer(aredis, stream=STREAM, group=GROUP, consumer="lane", handler=flaky, config=ORDERED)
-    consumer.start()
-    await wait_until(lambda: consumer.stats.acked == 1)
-    await consumer.stop()
+    consumer = await run_lane(aredis, flaky, lambda lane: lane.stats.acked == 1)
     assert consumer.stats.dead_lettered == 0
     assert await aredis.exists(STREAM + ":failures") == 0
