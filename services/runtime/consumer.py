@@ -365,7 +365,11 @@ class BatchConsumer:
         if not fresh and entries:
             ids = [entry.entry_id for entry in entries]
             counts = await self._delivery_counts(ids)
-            failures = await failure_counts.read_failures(self.redis, self.stream, ids) if self.config.ordered else {}
+            failures = (
+                await failure_counts.read_failures(self.redis, self.stream, self.group, ids)
+                if self.config.ordered
+                else {}
+            )
             self._failed.update(failures)
             live = []
             for entry in entries:
@@ -429,7 +433,7 @@ class BatchConsumer:
             return
         ids = [entry.entry_id for entry in entries]
         calls = KeyCalls()
-        failure_counts.queue_failures(calls, self.stream, ids)
+        failure_counts.queue_failures(calls, self.stream, self.group, ids)
         fence = self.config.fence
         if fence is None:
             await calls.write(self.redis)
@@ -516,7 +520,7 @@ class BatchConsumer:
         for letter in letters:
             calls.add_xadd(self.dead_letter_stream, letter.to_stream_fields())
         settled_failures = [entry_id for entry_id in ack_ids if entry_id in self._failed] if self._failed else []
-        failure_counts.queue_forget(calls, self.stream, settled_failures)
+        failure_counts.queue_forget(calls, self.stream, self.group, settled_failures)
         calls.add_members("XACK", self.stream, list(ack_ids), self.group)
         fence = self.config.fence
         if fence is None:

@@ -4,8 +4,9 @@ A pending entry's delivery count (``XPENDING``) also grows when nothing failed: 
 lease that moved while a batch was in hand, every re-read of the consumer's own pending list after a
 restart or a Redis hiccup. Dead-lettering on that count sent healthy entries to the dead-letter stream
 after a few lease bounces. An ordered lane (one reader per stream) therefore records each handler
-failure in a hash beside its stream (``<stream>:failures``, the same hash tag) and dead-letters an entry
-once it has failed ``max_deliveries`` times. An entry delivered more than ``ORDERED_DELIVERY_CEILING ×
+failure in a hash beside its stream (``<stream>:failures``, the same hash tag; one field per group and
+entry, since several groups read one stream, e.g. normalization and transcripts the log) and dead-letters
+an entry once it has failed ``max_deliveries`` times. An entry delivered more than ``ORDERED_DELIVERY_CEILING ×
 max_deliveries`` times with fewer failures recorded is a crash loop (the handler takes its process down
 before it can record anything) and is dead-lettered too.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from services.runtime.key_calls import KeyCalls
+from services.runtime.key_calls import Arg, KeyCalls
 
 FAILURES_SUFFIX = ":failures"
 
@@ -29,7 +30,7 @@ FAILURES_TTL_MS = 7 * 24 * 3600 * 1000
 
 
 def failures_key(stream: str) -> str:
-    """The hash of ``stream``'s failure counts (entry id → failures), in the stream's slot."""
+    """The hash of ``stream``'s failure counts (``<group>:<entry id>`` → failures), in the stream's slot."""
     return stream + FAILURES_SUFFIX
 
 
@@ -44,21 +45,26 @@ def exhausted_detail(deliveries: int, failures: int, max_deliveries: int, *, ord
     return None
 
 
-async def read_failures(redis: Any, stream: str, entry_ids: Sequence[str]) -> dict[str, int]:
-    """The recorded failures of ``entry_ids`` (those with none are left out)."""
-    values = await redis.hmget(failures_key(stream), list(entry_ids))
+def _fields(group: str, entry_ids: Sequence[str]) -> list[Arg]:
+    """The hash fields of ``group``'s records of ``entry_ids``: one group's failures are not another's."""
+    return [f"{group}:{entry_id}" for entry_id in entry_ids]
+
+
+async def read_failures(redis: Any, stream: str, group: str, entry_ids: Sequence[str]) -> dict[str, int]:
+    """The failures ``group`` recorded for ``entry_ids`` (those with none are left out)."""
+    values = await redis.hmget(failures_key(stream), _fields(group, entry_ids))
     return {entry_id: int(value) for entry_id, value in zip(entry_ids, values, strict=True) if value is not None}
 
 
-def queue_failures(calls: KeyCalls, stream: str, entry_ids: Sequence[str]) -> None:
-    """Count one more failure for each of ``entry_ids``."""
+def queue_failures(calls: KeyCalls, stream: str, group: str, entry_ids: Sequence[str]) -> None:
+    """Count one more failure of ``group`` for each of ``entry_ids``."""
     key = failures_key(stream)
-    for entry_id in entry_ids:
-        calls.add("HINCRBY", key, entry_id, 1)
+    for field in _fields(group, entry_ids):
+        calls.add("HINCRBY", key, field, 1)
     calls.add("PEXPIRE", key, FAILURES_TTL_MS)
 
 
-def queue_forget(calls: KeyCalls, stream: str, entry_ids: Sequence[str]) -> None:
-    """Drop the records of entries that left the pending list (acked or dead-lettered)."""
+def queue_forget(calls: KeyCalls, stream: str, group: str, entry_ids: Sequence[str]) -> None:
+    """Drop ``group``'s records of entries that left its pending list (acked or dead-lettered)."""
     if entry_ids:
-        calls.add_members("HDEL", failures_key(stream), list(entry_ids))
+        calls.add_members("HDEL", failures_key(stream), _fields(group, entry_ids))

@@ -12,9 +12,11 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
+from services.runtime import failure_counts
 from services.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Output, Poison
 from services.runtime.deadletter import REASON_MAX_DELIVERIES, list_dead_letters
 from services.runtime.entries import StreamEntry
+from services.runtime.key_calls import KeyCalls
 
 pytestmark = pytest.mark.integration
 
@@ -378,3 +380,21 @@ async def test_ordered_lane_forgets_the_failures_of_an_entry_that_succeeds(aredi
     consumer = await run_lane(aredis, flaky, lambda lane: lane.stats.acked == 1)
     assert consumer.stats.dead_lettered == 0
     assert await aredis.exists(STREAM + ":failures") == 0
+
+
+async def test_groups_reading_one_stream_keep_their_own_failure_counts(aredis: aioredis.Redis) -> None:
+    """failure_counts.py: normalization and transcripts both read the log; one group's failures of an entry
+    do not count against the other, and one group acking it does not erase the other's record."""
+    entry_id = "1-1"
+    calls = KeyCalls()
+    failure_counts.queue_failures(calls, STREAM, "normalization", [entry_id])
+    failure_counts.queue_failures(calls, STREAM, "normalization", [entry_id])
+    failure_counts.queue_failures(calls, STREAM, "transcripts", [entry_id])
+    await calls.write(aredis)
+    assert await failure_counts.read_failures(aredis, STREAM, "normalization", [entry_id]) == {entry_id: 2}
+    assert await failure_counts.read_failures(aredis, STREAM, "transcripts", [entry_id]) == {entry_id: 1}
+    forget = KeyCalls()
+    failure_counts.queue_forget(forget, STREAM, "transcripts", [entry_id])
+    await forget.write(aredis)
+    assert await failure_counts.read_failures(aredis, STREAM, "transcripts", [entry_id]) == {}
+    assert await failure_counts.read_failures(aredis, STREAM, "normalization", [entry_id]) == {entry_id: 2}
