@@ -130,7 +130,7 @@ def new_root(*, sampled: bool = True) -> TraceContext:
 
 def format_traceparent(trace_id: str, span_id: str, flags: int = SAMPLED) -> str:
     """``00-{trace_id}-{span_id}-{flags:02x}``; raises ``TraceparentError`` on ids that are not valid."""
-    value = f"00-{trace_id}-{span_id}-{flags:02x}"
+    value = TraceContext(trace_id, span_id, flags).traceparent
     if not 0 <= flags <= 0xFF:
         raise TraceparentError(value, "trace-flags must be one byte")
     parse_traceparent(value)
