@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import uvicorn
 
 from services.ingestion import app as ingestion_app
@@ -19,6 +21,9 @@ WORKER_FACTORIES: dict[str, WorkerFactory] = {
     "transcripts": transcripts_app.create,
 }
 """Every worker type by the name ``agentbus worker NAME`` takes."""
+
+GC_THRESHOLDS = (10_000, 10, 10)
+"""``gc.set_threshold`` of a worker process (CPython's default: 700, 10, 10); see :func:`freeze_startup_heap`."""
 
 
 def build_worker(name: str, settings: Settings | None = None) -> tuple[object, WorkerProcess]:
@@ -44,8 +49,28 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
         lifespan="on",
         loop="uvloop" if _has_uvloop() else "asyncio",
     )
+    freeze_startup_heap()
     # Server.run honours the loop factory; asyncio.run(server.serve()) would silently run the stdlib loop.
     uvicorn.Server(config).run()
+
+
+def freeze_startup_heap() -> None:
+    """Tune the cyclic garbage collector for a long-running worker, once its startup is done.
+
+    - Freeze what is alive after startup (modules, pydantic schemas, the app): those objects live as long
+      as the process, yet every full collection traversed them again — at saturation ingestion spent
+      ~0.25 s of CPU per 20k events in four full collections of ~60 ms (``gc.freeze``, as CPython's docs
+      advise for long-running servers).
+    - Collect the youngest generation every :data:`GC_THRESHOLDS` ``[0]`` net allocations instead of 700.
+      A batch allocates many short-lived objects that refcounting frees anyway; each collection walks the
+      young objects still alive (a batch's ledgers and messages), so with 700 the workers ran a hundred
+      young collections per 1k events. Together: GC went from ~18% of the workers' CPU at saturation to
+      ~2% (``bench/pipeline.py``, measured with ``gc.callbacks``), at the price of young collections of
+      ~1–3 ms instead of ~0.1 ms.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _has_uvloop() -> bool:

@@ -40,10 +40,8 @@ class RequestBlock:
     index: int | None
     """Position in ``content``; ``None`` for string content read as one text block (as the API reads it)."""
     data: Mapping[str, object]
-
-    @property
-    def type(self) -> str:
-        return str(self.data["type"])
+    type: str
+    """``data["type"]``, read once: every rule check asks for it (tens of times per block and request)."""
 
     def str_field(self, key: str) -> str | None:
         value = self.data.get(key)
@@ -70,7 +68,9 @@ class RequestMessage:
 
     def ids(self, block_type: str, key: str) -> list[str]:
         """The string ``key`` of every ``block_type`` block, in order (e.g. all tool_use ids)."""
-        return [i for block in self.of_type(block_type) if (i := block.str_field(key)) is not None]
+        return [
+            value for block in self.blocks if block.type == block_type and isinstance(value := block.data.get(key), str)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +126,12 @@ def read_message(index: int, raw: object) -> RequestMessage:
     content = fields.get("content")
     blocks: tuple[RequestBlock, ...] = ()
     if isinstance(content, str) and content:
-        blocks = (RequestBlock(None, {"type": "text", "text": content}),)
+        blocks = (RequestBlock(None, {"type": "text", "text": content}, "text"),)
     elif isinstance(content, list):
         blocks = tuple(
-            RequestBlock(j, item)
+            RequestBlock(j, item, block_type)
             for j, item in enumerate(content)
-            if isinstance(item, Mapping) and isinstance(item.get("type"), str)
+            if isinstance(item, Mapping) and isinstance(block_type := item.get("type"), str)
         )
     return RequestMessage(
         index=index,

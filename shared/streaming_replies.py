@@ -81,19 +81,24 @@ class OpenReply(WireHolder):
         return list(self.logged)
 
     def _accumulator_for(self, clock: Clock, ids: IdSource) -> StreamAccumulator:
-        if self._accumulator is None:
-            accumulator = StreamAccumulator(
-                max_output_tokens=self.max_output_tokens,
-                request_id=self.request_id,
-                clock=clock,
-                ids=ids,
-                stream_events=False,  # never logged; the events are validated JSON (StreamEvent, or our list)
-            )
-            # After a restart: replay what was seen; its outputs were logged (or held) already.
-            for past in self.events:
-                accumulator.feed(past)
-            self._accumulator = accumulator
-        return self._accumulator
+        # Read from the private store itself: ``self._accumulator`` goes through pydantic's ``__getattr__``,
+        # whose descriptor probe raises and catches an AttributeError on every access (~2 µs, once per event).
+        private = self.__pydantic_private__
+        cached: StreamAccumulator | None = private.get("_accumulator") if private is not None else None
+        if cached is not None:
+            return cached
+        accumulator = StreamAccumulator(
+            max_output_tokens=self.max_output_tokens,
+            request_id=self.request_id,
+            clock=clock,
+            ids=ids,
+            stream_events=False,  # never logged; the events are validated JSON (StreamEvent, or our list)
+        )
+        # After a restart: replay what was seen; its outputs were logged (or held) already.
+        for past in self.events:
+            accumulator.feed(past)
+        self._accumulator = accumulator
+        return accumulator
 
 
 def _with_final_usage(held: AssistantMessage, updated: AssistantMessage) -> AssistantMessage:

@@ -71,6 +71,11 @@ def _syncfs_or_raise(fd: int) -> None:
     observe_fsync(time.perf_counter() - started)
 
 
+OnFailure = Callable[[OSError], BaseException]
+"""Told that the round a waiter was in failed; returns the exception that waiter gets (a file poisons
+itself here: nothing it wrote since its last good sync is known durable)."""
+
+
 class FilesystemSync:
     """Group-committed ``syncfs`` per filesystem (see the module docstring). One per event loop."""
 
@@ -82,13 +87,23 @@ class FilesystemSync:
         self._filesystems: dict[int, _Filesystem] = {}
         self.syncs = 0
 
-    async def sync(self, device: int, directory: Path) -> None:
-        """Return once a ``syncfs`` of filesystem ``device`` (``st_dev``; ``directory`` is on it) that started
-        after this call has finished (raises ``OSError`` when it failed)."""
+    def request(self, device: int, directory: Path, on_failure: OnFailure | None = None) -> asyncio.Future[None]:
+        """A future of the caller's own, resolved once a ``syncfs`` of filesystem ``device`` (``st_dev``;
+        ``directory`` is on it) that started after this call has finished; failed with ``on_failure(error)``
+        (or the ``OSError`` itself) when that ``syncfs`` failed.
+
+        No task and no ``shield`` per request: a transcript batch asks once per session file, and the round
+        resolves every future it holds in one pass. Cancelling the future cancels only this request.
+        """
         filesystem = self._filesystems.get(device)
         if filesystem is None:
             filesystem = self._filesystems[device] = _Filesystem(os.open(directory, os.O_RDONLY | os.O_CLOEXEC))
-        await filesystem.request(self)
+        return filesystem.request(self, on_failure)
+
+    async def sync(self, device: int, directory: Path) -> None:
+        """Return once a ``syncfs`` of ``device`` that started after this call has finished (raises
+        ``OSError`` when it failed)."""
+        await self.request(device, directory)
 
     def close(self) -> None:
         for filesystem in self._filesystems.values():
@@ -100,39 +115,49 @@ class FilesystemSync:
         self.syncs += 1
 
 
+_Waiter = tuple[asyncio.Future[None], OnFailure | None]
+
+
 class _Filesystem:
     """The rounds of one filesystem: at most one ``syncfs`` running, and the requests for the next one."""
 
-    __slots__ = ("fd", "next_round", "running")
+    __slots__ = ("fd", "running", "waiting")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.running = False
-        self.next_round: asyncio.Future[None] | None = None
+        self.waiting: list[_Waiter] = []
 
-    async def request(self, owner: FilesystemSync) -> None:
-        if self.next_round is None:
-            self.next_round = asyncio.get_running_loop().create_future()
-            if not self.running:
-                # Started on the next loop turn: the other files of this batch join the same round.
-                asyncio.get_running_loop().call_soon(self._start, owner)
-        await asyncio.shield(self.next_round)
+    def request(self, owner: FilesystemSync, on_failure: OnFailure | None) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        if not self.waiting and not self.running:
+            # Started on the next loop turn: the other files of this batch join the same round.
+            loop.call_soon(self._start, owner)
+        future: asyncio.Future[None] = loop.create_future()
+        self.waiting.append((future, on_failure))
+        return future
 
     def _start(self, owner: FilesystemSync) -> None:
-        if self.running or self.next_round is None:
+        if self.running or not self.waiting:
             return
         self.running = True
-        current, self.next_round = self.next_round, None
+        current, self.waiting = self.waiting, []
         task = asyncio.get_running_loop().create_task(owner._run(self.fd))
         task.add_done_callback(lambda done: self._finished(owner, current, done))
 
-    def _finished(self, owner: FilesystemSync, current: asyncio.Future[None], done: asyncio.Task[None]) -> None:
+    def _finished(self, owner: FilesystemSync, current: list[_Waiter], done: asyncio.Task[None]) -> None:
         self.running = False
-        if done.cancelled():
-            current.cancel()
-        elif (error := done.exception()) is not None:
-            current.set_exception(error)
-        else:
-            current.set_result(None)
-        if self.next_round is not None:
+        error = None if done.cancelled() else done.exception()
+        for future, on_failure in current:
+            if future.done():
+                continue  # its caller gave up waiting
+            if done.cancelled():
+                future.cancel()
+            elif error is None:
+                future.set_result(None)
+            elif isinstance(error, OSError) and on_failure is not None:
+                future.set_exception(on_failure(error))
+            else:
+                future.set_exception(error)
+        if self.waiting:
             self._start(owner)

@@ -6,10 +6,12 @@ Policy (redis-streams-baseline.md §7 on this machine: fsync per line ≈ 6k lin
 * ``append(lines)`` writes the whole batch at once (``\\n``-terminated lines, one ``write`` loop, into
   the page cache) and returns a future. The future resolves once an ``fsync`` that started *after* the
   batch was written has finished, i.e. when the batch is durable.
-* One background task per file runs the fsyncs in a worker thread (or asks the store's
-  :class:`~services.transcripts.filesystem_sync.FilesystemSync` for a shared ``syncfs``). Batches
-  written while an fsync is running are covered by the next one, and two fsyncs start at least
-  ``min_sync_interval_s`` apart, so any number of concurrent writers share one fsync.
+* One background task per file runs the fsyncs in a worker thread. Batches written while an fsync is
+  running are covered by the next one, and two fsyncs start at least ``min_sync_interval_s`` apart, so
+  any number of concurrent writers share one fsync. With the store's
+  :class:`~services.transcripts.filesystem_sync.FilesystemSync` an append's future is answered by the
+  next shared ``syncfs`` round instead, with no task of its own (the task remains only for appends
+  queued behind an exclusive rewrite).
 * The fsync threads are a pool of their own (:data:`FSYNC_THREADS`), not the event loop's default
   executor: a batch spanning many session files waits for all their fsyncs, and concurrent fsyncs share
   the filesystem's journal commits (ext4/jbd2 batches them), so they must not queue behind each other.
@@ -168,6 +170,15 @@ class DurableJsonlFile:
         loop = asyncio.get_running_loop()
         self._ticket += 1
         ticket = self._ticket
+        if self._filesystem_sync is not None and not self._exclusive:
+            # Shared syncfs rounds: the round itself answers this append, no sync task of this file.
+            self._write_batch(encoded)
+            self._written = ticket
+            if self._fd is None:  # nothing was ever written here: nothing to make durable
+                done: asyncio.Future[None] = loop.create_future()
+                done.set_result(None)
+                return done
+            return self._filesystem_sync.request(self._device, self.path.parent, self._sync_failed)
         if self._exclusive:
             self._queued.append(_QueuedBatch(ticket, encoded))
         else:
@@ -270,13 +281,16 @@ class DurableJsonlFile:
 
     def _poison(self, error: OSError) -> None:
         """After a failed fsync nothing written since the last good one is known durable."""
-        self._failure = error
-        msg = f"{self.path}: fsync failed: {error}"
-        failure = TranscriptSyncFailed(msg, path=self.path)
+        failure = self._sync_failed(error)
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.future.done():
                 waiter.future.set_exception(failure)
+
+    def _sync_failed(self, error: OSError) -> TranscriptSyncFailed:
+        """Refuse later appends (reopen first) and say what failed."""
+        self._failure = error
+        return TranscriptSyncFailed(f"{self.path}: fsync failed: {error}", path=self.path)
 
     # ------------------------------------------------------------------ exclusive rewrites
     async def exclusive(self, operation: Callable[[int], T]) -> T:

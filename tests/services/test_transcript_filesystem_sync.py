@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from services.transcripts import filesystem_sync
-from services.transcripts.errors import TranscriptSyncFailed
+from services.transcripts.errors import TranscriptFileClosed, TranscriptSyncFailed
 from services.transcripts.filesystem_sync import FilesystemSync, syncfs_supported
 from services.transcripts.store import StoreConfig, TranscriptStore
 from services.transcripts.writer import FSYNC_POOL, DurableJsonlFile
@@ -61,6 +61,30 @@ async def test_a_request_made_during_a_round_waits_for_the_next_one(
     sync.close()
 
 
+async def test_a_cancelled_request_leaves_the_others_of_its_round_waiting(tmp_path: Path) -> None:
+    """Each request has a future of its own (no shared future a cancelled caller could cancel for all)."""
+    sync = FilesystemSync(FSYNC_POOL)
+    first = sync.request(_device(tmp_path), tmp_path)
+    second = sync.request(_device(tmp_path), tmp_path)
+    first.cancel()
+    await second
+    assert (first.cancelled(), sync.syncs) == (True, 1)
+    sync.close()
+
+
+async def test_appends_of_many_files_are_answered_by_one_round(tmp_path: Path) -> None:
+    """R7.2: an append's future resolves after a syncfs that started after its write; files written in one
+    loop turn share it."""
+    sync = FilesystemSync(FSYNC_POOL)
+    files = [DurableJsonlFile(tmp_path / f"s{number}.jsonl", filesystem_sync=sync) for number in range(10)]
+    await asyncio.gather(*(file.append(['{"n":1}']) for file in files))
+    await asyncio.gather(*(file.append(['{"n":2}']) for file in files))
+    assert sync.syncs == 2
+    assert all(file.path.read_text() == '{"n":1}\n{"n":2}\n' for file in files)
+    await asyncio.gather(*(file.close() for file in files))
+    sync.close()
+
+
 async def test_a_failed_syncfs_fails_every_file_of_its_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write error reported by syncfs poisons every file that waited on that round (nothing is
     acknowledged as durable that may not be)."""
@@ -75,6 +99,8 @@ async def test_a_failed_syncfs_fails_every_file_of_its_round(tmp_path: Path, mon
     results = await asyncio.gather(*(file.append(['{"n":1}']) for file in files), return_exceptions=True)
     assert all(isinstance(result, TranscriptSyncFailed) for result in results)
     assert sync.syncs == 0
+    with pytest.raises(TranscriptFileClosed, match="earlier fsync failed"):
+        files[0].append(['{"n":2}'])
     sync.close()
 
 
