@@ -5,7 +5,9 @@ own. Per batch it costs two round trips whatever the batch size: ``XREADGROUP CO
 script call (``key_calls.py``) that writes the outputs, the handler's commands, the dead letters and a
 single multi-id ``XACK``, in that order and atomically: an ack never lands without the outputs before it
 (at-least-once), and a crash applies a batch completely or not at all. Fenced consumers (the shard
-lanes) run the script only while their lease epoch still holds.
+lanes) run the script only while their lease epoch still holds, and send their next (fenced) read in the
+same packet as the script: one round trip per batch (``_settle_then_read``; the script's reply is read as
+soon as it ran, the read's once it answers).
 
 Recovery paths, all off the hot path:
 - start (and after any connection loss): re-read this consumer's own pending list (id ``0``) so a
@@ -29,11 +31,12 @@ from typing import Any
 
 import redis.asyncio as aioredis
 import structlog
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.runtime import failure_counts, fenced_reads
+from services.runtime import connection_calls, failure_counts, fenced_reads
 from services.runtime.batch import (
     BatchHandler,
     BatchOutcome,
@@ -120,6 +123,9 @@ class BatchConsumer:
         self._need_takeover = self.config.claim_all_on_start
         self._wait_after: str | None = None
         """Fenced reads: wait for entries after this id before the next read (None: read at once)."""
+        self._read_ahead: fenced_reads.ReadRequest | None = None
+        """A fenced read sent behind the last batch's settle script, in the same packet: its replies are still
+        due on the connection (the next step reads them)."""
         self._next_claim = time.monotonic() + self.config.claim_interval_s
         self._connect_backoff = self.config.backoff_initial_s
         self._lane_backoff = self.config.backoff_initial_s
@@ -179,7 +185,8 @@ class BatchConsumer:
             await self.redis.aclose()
 
     async def _loop(self) -> None:
-        while not self._stop.is_set():
+        # A read already sent is finished (and its batch handled) before the loop stops, as a blocked read is.
+        while not self._stop.is_set() or self._read_ahead is not None:
             raise_if_cancelling()
             try:
                 await self._step()
@@ -191,11 +198,13 @@ class BatchConsumer:
                 self._stop.set()
                 return
             except _TRANSIENT as exc:
+                await self._forget_read_ahead()
                 await self._on_transient(exc)
                 continue
             except ResponseError as exc:
                 if not str(exc).startswith("NOGROUP"):
                     raise
+                await self._forget_read_ahead()
                 # The stream or group vanished (e.g. Redis restarted without persistence): recreate it.
                 self._log.warning("consumer_group_missing", error=str(exc))
                 self._group_ready = False
@@ -206,6 +215,9 @@ class BatchConsumer:
             self.stats.last_progress_monotonic = time.monotonic()
 
     async def _step(self) -> None:
+        if self._read_ahead is not None:
+            await self._read_new()  # sent with the last settle script: only its replies are left to read
+            return
         if self.may_read is not None and not self.may_read():
             await self._sleep(self.config.backoff_initial_s)
             return
@@ -260,9 +272,24 @@ class BatchConsumer:
     async def _read_new_fenced(self, fence: Fence) -> list[RawEntry]:
         """Take new entries only while ``fence`` holds (``fenced_reads.py``): after a batch that did not fill
         ``count``, the read first waits, in the same round trip, with an ``XREAD BLOCK`` that takes nothing (it
-        answers at once when more is there)."""
-        read = await fenced_reads.read_new(
-            self.redis,
+        answers at once when more is there). Usually the read went out with the last batch's settle script
+        (:meth:`_settle_then_read`) and only its replies are left to read."""
+        request, self._read_ahead = self._read_ahead, None
+        connection: AbstractConnection | None = self.redis.connection
+        if request is None or connection is None:
+            request = self._next_read(fence)
+            connection = await connection_calls.send(self.redis, request.commands())
+        read = await fenced_reads.read_replies(self.redis, connection, request)
+        if read.wait_after is not None:
+            self._wait_after = read.wait_after
+        elif len(read.entries) < self.config.count:
+            self._wait_after = read.entries[-1][0].decode("ascii")
+        else:
+            self._wait_after = None
+        return read.entries
+
+    def _next_read(self, fence: Fence) -> fenced_reads.ReadRequest:
+        return fenced_reads.ReadRequest(
             fence,
             self.stream,
             self.group,
@@ -271,13 +298,24 @@ class BatchConsumer:
             wait_after=self._wait_after,
             block_ms=self.config.block_ms,
         )
-        if read.wait_after is not None:
-            self._wait_after = read.wait_after
-        elif len(read.entries) < self.config.count:
-            self._wait_after = read.entries[-1][0].decode("ascii")
-        else:
-            self._wait_after = None
-        return read.entries
+
+    def _reads_next(self) -> bool:
+        """Whether the step after this batch will be a plain read of new entries (so it may go out with the
+        batch's settle script)."""
+        return (
+            not self._stop.is_set()
+            and not self._need_takeover
+            and not self._need_drain
+            and (self.may_read is None or self.may_read())
+        )
+
+    async def _forget_read_ahead(self) -> None:
+        """Drop a read sent ahead, with the connection its replies were due on; whatever it took is re-read
+        from this consumer's pending list."""
+        if self._read_ahead is not None:
+            self._read_ahead = None
+            self._need_drain = True
+            await connection_calls.drop(self.redis)
 
     async def _drain_own_pending(self) -> bool:
         """Re-process this consumer's pending entries, oldest first. True when an ordered lane is blocked."""
@@ -387,7 +425,7 @@ class BatchConsumer:
         self.stats.consumed += len(live)
         self.stats.redelivered += sum(1 for entry in live if entry.delivery_count > 1)
         done, blocked = await self._handle(live)
-        if not await self._settle(done, letters, now_ms):
+        if not await self._settle(done, letters, now_ms, read_ahead=fresh and not blocked):
             # A write callback raised: nothing was sent, every entry of the batch stays pending.
             return self.config.ordered
         return blocked
@@ -442,9 +480,15 @@ class BatchConsumer:
         self._failed.update(ids)
 
     async def _settle(
-        self, done: list[tuple[list[StreamEntry], BatchOutcome]], letters: list[DeadLetter], now_ms: int
+        self,
+        done: list[tuple[list[StreamEntry], BatchOutcome]],
+        letters: list[DeadLetter],
+        now_ms: int,
+        *,
+        read_ahead: bool = False,
     ) -> bool:
-        """Write every output, dead letter and one multi-id XACK (:meth:`_write_settlement`).
+        """Write every output, dead letter and one multi-id XACK (:meth:`_write_settlement`); with
+        ``read_ahead``, a fenced lane sends its next read in the same packet (:meth:`_settle_then_read`).
 
         Returns False when a handler's ``write`` callback raised while the batch was being built (nothing
         is sent, exactly as if the handler itself had raised).
@@ -472,7 +516,7 @@ class BatchConsumer:
         if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
             _notify_settled(done)
             return True
-        return await self._write_settlement(done, letters, ack_ids, acked_entries, now_ms)
+        return await self._write_settlement(done, letters, ack_ids, acked_entries, now_ms, read_ahead=read_ahead)
 
     async def _write_settlement(
         self,
@@ -481,6 +525,8 @@ class BatchConsumer:
         ack_ids: list[str],
         acked: list[StreamEntry],
         now_ms: int,
+        *,
+        read_ahead: bool = False,
     ) -> bool:
         """Write the batch as ONE script (``key_calls.py``): outputs, the handler's commands, dead letters,
         then the XACK — all of it or, when the fence moved on, nothing (raises :class:`Fenced`).
@@ -494,7 +540,7 @@ class BatchConsumer:
             return False
         calls, produced = collected
         try:
-            acked_count = await self._write_atomically(calls, letters, ack_ids)
+            acked_count = await self._write_atomically(calls, letters, ack_ids, read_ahead=read_ahead)
         except ResponseError as error:
             self.stats.write_errors += 1
             entry_ids = [entry.entry_id for entry in acked] + [letter.entry_id for letter in letters]
@@ -515,7 +561,9 @@ class BatchConsumer:
         self.stats.acked += int(acked_count) if ack_ids else 0
         return True
 
-    async def _write_atomically(self, calls: KeyCalls, letters: list[DeadLetter], ack_ids: list[str]) -> Any:
+    async def _write_atomically(
+        self, calls: KeyCalls, letters: list[DeadLetter], ack_ids: list[str], *, read_ahead: bool = False
+    ) -> Any:
         """Append the dead letters and the XACK to ``calls`` and run them as one (fenced) script."""
         for letter in letters:
             calls.add_xadd(self.dead_letter_stream, letter.to_stream_fields())
@@ -525,9 +573,26 @@ class BatchConsumer:
         fence = self.config.fence
         if fence is None:
             reply = await calls.write(self.redis)
+        elif read_ahead and self._reads_next():
+            reply = await self._settle_then_read(calls, fence)
         else:
             reply = await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
         self._failed.difference_update(settled_failures)
+        return reply
+
+    async def _settle_then_read(self, calls: KeyCalls, fence: Fence) -> Any:
+        """Send the batch's script and the next read in one packet (``connection_calls.py``) and answer the
+        script's reply: one round trip per batch instead of two. Redis runs the read only after the script,
+        so it takes nothing before the batch is settled; the read's replies are left for the next step."""
+        request = self._next_read(fence)
+        command = calls.fenced_command(key=fence.key, token=fence.token)
+        connection = await connection_calls.send(self.redis, [command, *request.commands()])
+        self._read_ahead = request
+        reply = await connection_calls.next_reply(connection)
+        if isinstance(reply, Exception):
+            # The read behind a script that did not run (not loaded, fenced, failed) is not wanted now.
+            await self._forget_read_ahead()
+            return await calls.retry_fenced(self.redis, key=fence.key, token=fence.token, error=reply)
         return reply
 
     def _collect_writes(self, done: list[tuple[list[StreamEntry], BatchOutcome]]) -> tuple[KeyCalls, int] | None:

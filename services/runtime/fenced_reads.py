@@ -12,11 +12,11 @@ So an ordered lane never takes entries with a plain ``XREADGROUP``: it waits for
 epoch key with its token — the same check, in the same atomic step, as its writes. Takeover claims go
 through the same fence.
 
-The wait and the take travel in one pipeline: Redis runs a connection's commands in order, so the script
-queued behind a blocked ``XREAD`` runs only once that returns (with news, or empty after its timeout), and
-checks the epoch at that moment: one round trip per read, as with a blocking ``XREADGROUP``. What fencing
-still costs is CPU (the script call and redis-py's pipeline: ~+50 µs client, ~+15 µs Redis per batch), about
-+0.8 ms p50 ingress → durable transcript at 1k events/s on a 2-vCPU box (``bench/pipeline.py``).
+The wait and the take travel in one packet (``connection_calls.py``): Redis runs a connection's commands in
+order, so the script queued behind a blocked ``XREAD`` runs only once that returns (with news, or empty after
+its timeout), and checks the epoch at that moment: one round trip per read, as with a blocking
+``XREADGROUP``. A lane sends them behind its previous batch's settle script, in the same packet
+(``consumer.py``): one round trip per batch in all.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
+
+from services.runtime import connection_calls
 from services.runtime.batch import Fence
 from services.runtime.entries import RawEntry, id_text
 from services.runtime.key_calls import FENCE_CHECK_LUA, Arg, Fenced, ServerScript
@@ -65,13 +69,42 @@ class FencedClaim:
     deleted: list[str]
 
 
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """``XREADGROUP … COUNT count STREAMS stream >`` if ``fence`` still holds; with ``wait_after``, first wait up
+    to ``block_ms`` for an entry after that id (in the same round trip)."""
+
+    fence: Fence
+    stream: str
+    group: str
+    consumer: str
+    count: int
+    wait_after: str | None = None
+    block_ms: int = 0
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.fence.key, self.stream]
+
+    @property
+    def args(self) -> list[Arg]:
+        return [self.fence.token, self.group, self.consumer, "read", self.count, "0-0", 0]
+
+    def commands(self) -> list[list[Arg]]:
+        """What to send: the wait (if any), then the take."""
+        take: list[Arg] = ["EVALSHA", _READ.sha, 2, *self.keys, *self.args]
+        if self.wait_after is None:
+            return [take]
+        return [["XREAD", "COUNT", 1, "BLOCK", self.block_ms, "STREAMS", self.stream, self.wait_after], take]
+
+
 def _raw_entries(rows: list[Any]) -> list[RawEntry]:
     """Script replies carry an entry's fields as a flat ``[name, value, …]`` list (``[]`` once deleted)."""
     return [(row[0], dict(zip(row[1][::2], row[1][1::2], strict=True)) if row[1] else None) for row in rows]
 
 
 async def read_new(
-    redis: Any,
+    redis: aioredis.Redis,
     fence: Fence,
     stream: str,
     group: str,
@@ -81,23 +114,21 @@ async def read_new(
     wait_after: str | None = None,
     block_ms: int = 0,
 ) -> FencedRead:
-    """``XREADGROUP … COUNT count STREAMS stream >`` if ``fence`` still holds; raises :class:`Fenced`.
+    """Run a :class:`ReadRequest` on a connection of ``redis``'s pool; raises :class:`Fenced`."""
+    request = ReadRequest(fence, stream, group, consumer, count, wait_after, block_ms)
+    async with redis.client() as client:
+        return await read_replies(client, await connection_calls.send(client, request.commands()), request)
 
-    With ``wait_after``: first wait up to ``block_ms`` for an entry after that id (in the same round trip).
-    """
-    keys = [fence.key, stream]
-    args: list[Arg] = [fence.token, group, consumer, "read", count, "0-0", 0]
-    if wait_after is None:
-        reply = await _READ.run_fenced(redis, keys, args)
-    else:
-        pipe = redis.pipeline(transaction=False)
-        pipe.xread({stream: wait_after}, count=1, block=block_ms)
-        _READ.queue(pipe, keys, args)
-        woke, reply = await pipe.execute(raise_on_error=False)
-        if isinstance(woke, Exception):
-            raise woke  # e.g. NOPERM: never go on reading without the wait (that would spin)
-        if isinstance(reply, Exception):
-            reply = await _READ.retry_fenced(redis, keys, args, reply)
+
+async def read_replies(redis: aioredis.Redis, connection: AbstractConnection, request: ReadRequest) -> FencedRead:
+    """The outcome of ``request``, whose commands were sent on ``connection`` (every reply is read before an
+    error is raised, so the connection stays usable)."""
+    woke = await connection_calls.next_reply(connection) if request.wait_after is not None else None
+    reply = await connection_calls.next_reply(connection)
+    if isinstance(woke, Exception):
+        raise woke  # e.g. NOPERM: never go on reading without the wait (that would spin)
+    if isinstance(reply, Exception):
+        reply = await _READ.retry_fenced(redis, request.keys, request.args, reply)
     if len(reply) == 1:
         return FencedRead(_raw_entries(reply[0]), None)
     return FencedRead([], id_text(reply[1]))
@@ -112,4 +143,4 @@ async def claim(
     return FencedClaim(id_text(next_start), _raw_entries(rows), [id_text(entry_id) for entry_id in deleted])
 
 
-__all__ = ["Fenced", "FencedClaim", "FencedRead", "claim", "read_new"]
+__all__ = ["Fenced", "FencedClaim", "FencedRead", "ReadRequest", "claim", "read_new", "read_replies"]

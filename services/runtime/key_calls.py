@@ -188,6 +188,17 @@ class KeyCalls:
         """
         return await _RUN_SCRIPT.run_fenced(redis, [key, *self._keys], [token, "f", self._blob()])
 
+    def fenced_command(self, *, key: str, token: str) -> list[Arg]:
+        """The ``EVALSHA`` :meth:`write_fenced` sends, to write with other commands in one packet
+        (``connection_calls.py``); an error reply goes to :meth:`retry_fenced`."""
+        keys = [key, *self._keys]
+        return ["EVALSHA", _RUN_SCRIPT.sha, len(keys), *keys, token, "f", self._blob()]
+
+    async def retry_fenced(self, redis: Any, *, key: str, token: str, error: Exception) -> Any:
+        """The reply of a :meth:`fenced_command` that answered ``error``: the script was not loaded yet (run the
+        calls now, whole), or raise :class:`Fenced` / ``error``."""
+        return await _RUN_SCRIPT.retry_fenced(redis, [key, *self._keys], [token, "f", self._blob()], error)
+
     def _blob(self) -> bytes:
         # Old "raw" strings for text and bytes alike: Redis's cmsgpack predates the bin type.
         return msgpack.packb(self._calls, use_bin_type=False)  # type: ignore[no-any-return]

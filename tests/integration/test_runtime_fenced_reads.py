@@ -4,6 +4,7 @@ epoch holds, and waits for them in the same round trip (ecosystem.md §5.3 point
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -11,6 +12,8 @@ from redis.exceptions import ResponseError
 
 from services.runtime import fenced_reads
 from services.runtime.batch import Fence
+from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Output
+from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import Fenced
 
 pytestmark = pytest.mark.integration
@@ -18,6 +21,7 @@ pytestmark = pytest.mark.integration
 STREAM = "fenced:{s00}:ingress"
 GROUP = "lane"
 FENCE = Fence("fenced:lease_epoch:{s00}", "7")
+OUT = "fenced:{s00}:out"
 
 
 @pytest.fixture
@@ -73,3 +77,74 @@ async def test_a_failed_wait_is_raised_not_skipped(aredis: aioredis.Redis, strea
     """An XREAD the server refuses (here: a wrong id) must not let the take run without waiting (a spin)."""
     with pytest.raises(ResponseError):
         await read(aredis, wait_after="not-an-id")
+
+
+# --- a lane's read sent behind its settle script (consumer.py ``_settle_then_read``) -------------------------
+
+
+LANE_CLIENT = "fenced-lane-under-test"
+
+
+def lane(client: aioredis.Redis, seen: list[str], *, block_ms: int) -> BatchConsumer:
+    async def handle(batch: list[StreamEntry]) -> BatchOutcome:
+        seen.extend(entry.fields["n"].decode() for entry in batch)
+        return BatchOutcome(outputs=[Output(OUT, {"n": entry.fields["n"]}) for entry in batch])
+
+    config = ConsumerConfig(count=10, block_ms=block_ms, ordered=True, fence=FENCE, backoff_initial_s=0.01)
+    return BatchConsumer(client, stream=STREAM, group=GROUP, consumer="owner", handler=handle, config=config)
+
+
+async def blocked_xreads(aredis: aioredis.Redis) -> int:
+    """How many of the lane's connections wait in an ``XREAD BLOCK`` now."""
+    clients = await aredis.client_list()
+    return sum(1 for c in clients if c["name"] == LANE_CLIENT and c["cmd"] == "xread" and "b" in c["flags"])
+
+
+async def test_a_batch_is_settled_while_the_read_sent_behind_it_waits(
+    aredis: aioredis.Redis, redis_url: str, stream: str
+) -> None:
+    """One round trip per batch: the settle script and the next wait travel together, and the script's reply
+    (outputs written, entry acked) is read as soon as it ran, not when the wait behind it ends."""
+    seen: list[str] = []
+    async with aioredis.Redis.from_url(redis_url, client_name=LANE_CLIENT) as client:
+        consumer = lane(client, seen, block_ms=3000)
+        consumer.start()
+        await wait_until_true(lambda: blocked_xreads(aredis), expected=1)
+        await aredis.xadd(stream, {"n": "1"})
+        await wait_until_true(lambda: aredis.xlen(OUT), expected=1)
+        assert consumer.stats.acked == 1
+        assert int((await aredis.xpending(stream, GROUP))["pending"]) == 0
+        assert await blocked_xreads(aredis) == 1  # the next read already waits in Redis
+        await aredis.xadd(stream, {"n": "2"})
+        await wait_until_true(lambda: aredis.xlen(OUT), expected=2)
+        await consumer.stop()
+    assert seen == ["1", "2"]
+
+
+async def test_a_settle_script_unknown_after_a_flush_is_reloaded_and_nothing_is_read_twice(
+    aredis: aioredis.Redis, redis_url: str, stream: str
+) -> None:
+    """After a Redis restart the scripts are gone: the settle EVALSHA answers NOSCRIPT with a read already queued
+    behind it. The read is dropped with the connection, the batch is written by EVAL, and whatever the read took
+    is re-read from the lane's pending list: every entry handled once, in order, all acked."""
+    seen: list[str] = []
+    async with aioredis.Redis.from_url(redis_url) as client:
+        consumer = lane(client, seen, block_ms=50)
+        consumer.start()
+        await aredis.xadd(stream, {"n": "1"})
+        await wait_until_true(lambda: aredis.xlen(OUT), expected=1)
+        for n in range(2, 6):
+            await aredis.script_flush()
+            await aredis.xadd(stream, {"n": str(n)})
+            await wait_until_true(lambda: aredis.xlen(OUT), expected=n)
+        await consumer.stop()
+    assert seen == ["1", "2", "3", "4", "5"]
+    assert int((await aredis.xpending(stream, GROUP))["pending"]) == 0
+    assert consumer.stats.handler_errors == 0
+
+
+async def wait_until_true(value: Callable[[], Awaitable[int]], *, expected: int) -> None:
+    """Poll ``value`` until it equals ``expected`` (a safety timeout only)."""
+    async with asyncio.timeout(10):
+        while await value() != expected:
+            await asyncio.sleep(0.01)
