@@ -109,13 +109,9 @@ class ServerScript:
         except ResponseError as error:
             raise _fenced_or(error, keys, args) from None
 
-    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[Arg]) -> None:
-        """Add an ``EVALSHA`` of this script to ``pipe``; read its reply with :meth:`retry_fenced` if it failed."""
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
-
     async def retry_fenced(self, redis: Any, keys: Sequence[str], args: Sequence[Arg], error: Exception) -> Any:
-        """The reply of a :meth:`queue`-d fenced run that answered ``error``: the script was not loaded yet (run
-        it now, whole), or raise :class:`Fenced` / ``error``."""
+        """The reply of a fenced run sent with other commands (``connection_calls.py``) that answered ``error``:
+        the script was not loaded yet (run it now, whole), or raise :class:`Fenced` / ``error``."""
         if isinstance(error, NoScriptError):
             return await self.run_fenced(redis, keys, args)
         if isinstance(error, ResponseError):
