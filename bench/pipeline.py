@@ -10,7 +10,9 @@ What is measured (issue 4):
 - **latency**: a producer paced at R events/s over ``--paced-sessions`` sessions; every event's time from
   its ingress entry id (the producer's write) to its durable transcript line, read from the transcript
   worker's ``agentbus_end_to_end_latency_seconds{stage="transcript_durable"}`` histogram, and the share
-  of it spent before the canonical log (``stage="log_written"``);
+  of it spent before the canonical log (``stage="log_written"``). Steady state: the fresh workers first
+  carry ``--warmup-seconds`` of the same paced traffic on other sessions, outside the measured window
+  (their first ~0.5 s runs on cold caches, a process-start cost the raw chain does not have);
 - **baseline**: ``bench/raw_chain.py`` with the same number of consuming hops (3: ingestion, then
   normalization and transcripts) on the same private Redis, in the same run; the figures are printed
   as ratios to it. Throughput is measured in ``--rounds`` alternating raw / agentbus rounds (fresh
@@ -191,6 +193,12 @@ WORKLOADS: dict[str, Callable[[int, int], list[tuple[str, IngressEnvelope]]]] = 
 }
 
 
+def paced_workload(mix: str, events: int, sessions: int, *, prefix: str) -> list[tuple[str, IngressEnvelope]]:
+    """The paced run's traffic: sessions ``<prefix>-bench-N``, turns with their phases spread (or prompts)."""
+    workload = turn_workload(events, sessions, staggered=True) if mix == "turns" else prompt_workload(events, sessions)
+    return [(f"{prefix}-{s}", e.model_copy(update={"session_id": f"{prefix}-{s}"})) for s, e in workload]
+
+
 SETTLED_LUA = """
 local log_streams = tonumber(ARGV[1])
 for i = 1, #KEYS do
@@ -344,6 +352,12 @@ def main() -> None:
         help="sessions of the paced (latency) run: 20 live sessions each streaming ~50 events/s make 1k/s; "
         "with many more, every session is new and each event also pays its session's first-time costs",
     )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=1.0,
+        help="paced traffic on other sessions before the latency window (0: measure from a cold start)",
+    )
     parser.add_argument("--aof", action="store_true", help="Redis with appendonly everysec (production setting)")
     parser.add_argument(
         "--mix", choices=sorted(WORKLOADS), default="turns", help="turns: realistic; prompts: worst case"
@@ -359,14 +373,8 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="agentbus-bench-"))
     server: LocalRedis = start_local_redis(root / "redis", appendonly=args.aof)
     saturation = WORKLOADS[args.mix](args.events, args.sessions)
-    pacing = [
-        (f"paced-{s}", e.model_copy(update={"session_id": f"paced-{s}"}))
-        for s, e in (
-            turn_workload(int(args.rate * args.seconds), args.paced_sessions, staggered=True)
-            if args.mix == "turns"
-            else prompt_workload(int(args.rate * args.seconds), args.paced_sessions)
-        )
-    ]
+    pacing = paced_workload(args.mix, int(args.rate * args.seconds), args.paced_sessions, prefix="paced")
+    warmup = paced_workload(args.mix, int(args.rate * args.warmup_seconds), args.paced_sessions, prefix="warmup")
     results: dict[str, Any] = {
         "events": len(saturation),
         "sessions": args.sessions,
@@ -396,6 +404,8 @@ def main() -> None:
         asyncio.run(_flush(server.url))
         workers = start_workers(server.url, root)
         try:
+            if warmup:
+                asyncio.run(paced(warmup, server.url, args.rate))
             before = latency_buckets(workers.ports["transcripts"])
             before_log = latency_buckets(workers.ports["transcripts"], "log_written")
             cpu_before = {name: _cpu_s(pid) for name, pid in workers.pids().items()}
@@ -427,7 +437,10 @@ def main() -> None:
         f"latency at {args.rate:,.0f} ev/s, ingress → durable transcript: p50 {p50:.1f} ms, p99 {p99:.1f} ms "
         f"(goal p99 ≤ 10 ms); raw chain p50 {raw_p50:.1f} ms, p99 {raw_p99:.1f} ms"
     )
-    print(f"  durable within 10 ms: {latency.get('within_goal', float('nan')):.2%} of the events (goal ≥ 99%)")
+    print(
+        f"  durable within 10 ms: {latency.get('within_goal', float('nan')):.2%} of the events (goal ≥ 99%), "
+        f"after {args.warmup_seconds:g} s of warm-up traffic"
+    )
     logged = results["paced_log_written"]
     print(
         f"  of which ingress → canonical log (ingestion): p50 {logged.get('p50_ms', float('nan')):.1f} ms, "
