@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.raw_chain import run_raw_chain
 from services.client import AgentbusClient
 from services.demo import stream_events_for
+from services.runtime.key_calls import ServerScript
 from services.runtime.local_redis import LocalRedis, free_port, start_local_redis
 from services.runtime.streams import StreamNames
 from services.runtime.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
@@ -199,7 +200,7 @@ def paced_workload(mix: str, events: int, sessions: int, *, prefix: str) -> list
     return [(f"{prefix}-{s}", e.model_copy(update={"session_id": f"{prefix}-{s}"})) for s, e in workload]
 
 
-SETTLED_LUA = """
+SETTLED_SCRIPT = ServerScript("""
 local log_streams = tonumber(ARGV[1])
 for i = 1, #KEYS do
   for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[i])) do
@@ -210,7 +211,7 @@ for i = 1, #KEYS do
   end
 end
 return 1
-"""
+""")
 """1 when every ingress entry is consumed and the normalization and transcript groups have settled (``lag``
 is nil, i.e. false here, when Redis cannot tell: not settled)."""
 
@@ -223,7 +224,7 @@ async def settled(redis: aioredis.Redis, topology: Topology) -> bool:
     from the system under test), a cost the raw chain's end signal does not have."""
     keys = [*topology.names.shard_streams("log"), *topology.names.shard_streams("ingress")]
     args = [len(topology.names.shard_streams("log")), NORMALIZATION_GROUP, TRANSCRIPTS_GROUP]
-    return bool(await redis.eval(SETTLED_LUA, len(keys), *keys, *args))
+    return bool(await SETTLED_SCRIPT.run(redis, keys, args))
 
 
 SETTLED_POLL_S = 0.005

@@ -68,9 +68,7 @@ class RequestMessage:
 
     def ids(self, block_type: str, key: str) -> list[str]:
         """The string ``key`` of every ``block_type`` block, in order (e.g. all tool_use ids)."""
-        return [
-            value for block in self.blocks if block.type == block_type and isinstance(value := block.data.get(key), str)
-        ]
+        return [i for block in self.of_type(block_type) if (i := block.str_field(key)) is not None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ class ReadRequest:
 
     def commands(self) -> list[list[Arg]]:
         """What to send: the wait (if any), then the take."""
-        take: list[Arg] = ["EVALSHA", _READ.sha, 2, *self.keys, *self.args]
+        take = _READ.command(self.keys, self.args)
         if self.wait_after is None:
             return [take]
         return [["XREAD", "COUNT", 1, "BLOCK", self.block_ms, "STREAMS", self.stream, self.wait_after], take]

@@ -95,6 +95,11 @@ class ServerScript:
         self.source = source
         self.sha = hashlib.sha1(source.encode()).hexdigest()  # Redis names scripts by SHA-1
 
+    def command(self, keys: Sequence[str], args: Sequence[Arg]) -> list[Arg]:
+        """The ``EVALSHA`` :meth:`run` sends, to send with other commands in one packet (``connection_calls.py``);
+        an error reply goes to :meth:`retry_fenced`."""
+        return ["EVALSHA", self.sha, len(keys), *keys, *args]
+
     async def run(self, redis: Any, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         try:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
@@ -182,18 +187,21 @@ class KeyCalls:
         Raises :class:`Fenced` (nothing ran) when ``key`` holds anything else, ``ResponseError`` when a
         call failed (the calls before it ran).
         """
-        return await _RUN_SCRIPT.run_fenced(redis, [key, *self._keys], [token, "f", self._blob()])
+        return await _RUN_SCRIPT.run_fenced(redis, *self._fenced_run(key, token))
 
     def fenced_command(self, *, key: str, token: str) -> list[Arg]:
         """The ``EVALSHA`` :meth:`write_fenced` sends, to write with other commands in one packet
         (``connection_calls.py``); an error reply goes to :meth:`retry_fenced`."""
-        keys = [key, *self._keys]
-        return ["EVALSHA", _RUN_SCRIPT.sha, len(keys), *keys, token, "f", self._blob()]
+        return _RUN_SCRIPT.command(*self._fenced_run(key, token))
 
     async def retry_fenced(self, redis: Any, *, key: str, token: str, error: Exception) -> Any:
         """The reply of a :meth:`fenced_command` that answered ``error``: the script was not loaded yet (run the
         calls now, whole), or raise :class:`Fenced` / ``error``."""
-        return await _RUN_SCRIPT.retry_fenced(redis, [key, *self._keys], [token, "f", self._blob()], error)
+        return await _RUN_SCRIPT.retry_fenced(redis, *self._fenced_run(key, token), error)
+
+    def _fenced_run(self, key: str, token: str) -> tuple[list[str], list[Arg]]:
+        """KEYS and ARGV of the fenced run: the fence key first, its token and the ``f`` mode before the calls."""
+        return [key, *self._keys], [token, "f", self._blob()]
 
     def _blob(self) -> bytes:
         # Old "raw" strings for text and bytes alike: Redis's cmsgpack predates the bin type.
