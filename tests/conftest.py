@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -21,13 +22,26 @@ from tests.integration.cluster import WorkerCluster
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ROOT = REPO_ROOT.parent / "shared"
 CORPUS_ROOT = Path(os.environ.get("AGENTBUS_CORPUS", REFERENCE_ROOT / "corpus"))
+CORPUS_MISSING = f"third-party transcript corpus not found at {CORPUS_ROOT} (set AGENTBUS_CORPUS to run these)"
+"""Why corpus tests skip: the corpus is third-party data kept beside the repository, never in it."""
+
+requires_corpus = pytest.mark.skipif(not CORPUS_ROOT.is_dir(), reason=CORPUS_MISSING)
+"""Marks a test that reads corpus files by path (tests taking ``corpus_root`` skip by themselves)."""
+
+
+def corpus_cases(dialect: str) -> list[Any]:
+    """The corpus files of ``dialect`` (``claude-code``, ``pi``) to parametrize over; where the corpus is
+    absent, one case that is skipped with the reason (an empty parameter set would hide it)."""
+    if not CORPUS_ROOT.is_dir():
+        return [pytest.param(None, marks=pytest.mark.skip(reason=CORPUS_MISSING), id="corpus-missing")]
+    return sorted((CORPUS_ROOT / dialect).rglob("*.jsonl"))
 
 
 @pytest.fixture(scope="session")
 def corpus_root() -> Path:
     """The reference transcript corpus beside the repository (never copied into it)."""
     if not CORPUS_ROOT.is_dir():
-        pytest.fail(f"reference corpus not found at {CORPUS_ROOT}; set AGENTBUS_CORPUS")
+        pytest.skip(CORPUS_MISSING)
     return CORPUS_ROOT
 
 

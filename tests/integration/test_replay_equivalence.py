@@ -1,5 +1,6 @@
-"""Issue 4, replay equivalence: every recorded Claude Code session of the corpus, pushed through the bus
-by ``agentbus replay`` (ingestion → log → transcript worker), normalizes to the same API request as the
+"""Issue 4, replay equivalence: every recorded Claude Code session of the corpus, and the sessions the suite
+generates itself (they run on a fresh clone without the corpus, issue 16), pushed through the bus by
+``agentbus replay`` (ingestion → log → transcript worker), normalizes to the same API request as the
 original file (R7.14–R7.20 resume, then §4 normalization, with the same new prompt appended)."""
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ from services.transcripts.api_view import api_view_of_transcript
 from services.transcripts.layout import session_file
 from shared.api_types import MessageParam
 from shared.api_validation import validate_api_request
-from tests.conftest import CORPUS_ROOT
+from tests.conftest import CORPUS_ROOT, corpus_cases, requires_corpus
 from tests.integration.cluster import WorkerCluster
+from tests.shared.generated_sessions import GENERATED_SESSIONS, tool_rounds_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PROMPT = "continue"
-CORPUS_FILES = sorted((CORPUS_ROOT / "claude-code").rglob("*.jsonl"))
+CORPUS_FILES = corpus_cases("claude-code")
 
 
 @pytest.fixture(scope="module")
@@ -56,20 +58,15 @@ def api_messages(data: bytes) -> list[MessageParam]:
     return api_view_of_transcript(data, prompt=PROMPT).request["messages"]
 
 
+@requires_corpus
 def test_corpus_has_the_claude_code_sessions() -> None:
     """The equivalence below is only meaningful if it covers the whole corpus."""
     assert len(CORPUS_FILES) == 24
 
 
-@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.relative_to(CORPUS_ROOT).as_posix())
-async def test_replayed_session_normalizes_like_the_original(
-    path: Path, replay_cluster: WorkerCluster, bus: AgentbusClient
-) -> None:
-    """R7.14–R7.20 + §4: normalize(replay(FILE) persisted transcript) == normalize(FILE)."""
-    original = path.read_bytes()
-    session = session_for(path)
+async def assert_replay_equivalent(original: bytes, session: str, cluster: WorkerCluster, bus: AgentbusClient) -> None:
     persisted_path = await replay_transcript(
-        bus, original, session_id=session, settings=settings_of(replay_cluster), timeout_s=30
+        bus, original, session_id=session, settings=settings_of(cluster), timeout_s=30
     )
     persisted = persisted_path.read_bytes()
     uuids = [json.loads(line)["uuid"] for line in persisted.splitlines() if line.strip()]
@@ -78,13 +75,31 @@ async def test_replayed_session_normalizes_like_the_original(
     replayed = api_messages(persisted)
     assert replayed == expected
     assert validate_api_request({"messages": replayed}) == []
-    dead = await bus.redis.xlen(replay_cluster.names.dead_letter_stream(bus.topology.ingress_for(session)))
+    dead = await bus.redis.xlen(cluster.names.dead_letter_stream(bus.topology.ingress_for(session)))
     assert dead == 0
 
 
-def test_cli_replay_prints_the_session_and_its_transcript(replay_cluster: WorkerCluster) -> None:
+@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.relative_to(CORPUS_ROOT).as_posix())
+async def test_replayed_session_normalizes_like_the_original(
+    path: Path, replay_cluster: WorkerCluster, bus: AgentbusClient
+) -> None:
+    """R7.14–R7.20 + §4: normalize(replay(FILE) persisted transcript) == normalize(FILE)."""
+    await assert_replay_equivalent(path.read_bytes(), session_for(path), replay_cluster, bus)
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED_SESSIONS))
+async def test_replayed_generated_session_normalizes_like_the_original(
+    name: str, replay_cluster: WorkerCluster, bus: AgentbusClient
+) -> None:
+    """The same equivalence on the suite's own sessions (parallel calls split over lines, progress and
+    system lines, an interrupted turn, 40 tool rounds)."""
+    await assert_replay_equivalent(GENERATED_SESSIONS[name](), f"replay-generated-{name}", replay_cluster, bus)
+
+
+def test_cli_replay_prints_the_session_and_its_transcript(replay_cluster: WorkerCluster, tmp_path: Path) -> None:
     """``agentbus replay FILE --session ID`` prints the session id and the transcript path it waited for."""
-    path = CORPUS_ROOT / "claude-code" / "marot__spotter" / "tool_heavy.jsonl"
+    path = tmp_path / "tool_rounds.jsonl"
+    path.write_bytes(tool_rounds_session())
     session = "replay-cli-tool-heavy"
     done = subprocess.run(
         [sys.executable, "-m", "services.cli.main", "replay", str(path), "--session", session, "--timeout", "30"],

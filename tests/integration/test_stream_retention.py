@@ -12,16 +12,12 @@ from services.replay import replay_transcript
 from services.runtime.retention import work_streams
 from services.runtime.settings import Settings
 from services.transcripts.api_view import api_view_of_transcript
-from tests.conftest import CORPUS_ROOT
 from tests.integration.cluster import WorkerCluster, eventually
+from tests.shared.generated_sessions import GENERATED_SESSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FILES = [
-    CORPUS_ROOT / "claude-code" / "marot__spotter" / "tool_heavy.jsonl",
-    CORPUS_ROOT / "claude-code" / "simonw__claude-code-transcripts" / "sample_session.jsonl",
-    CORPUS_ROOT / "claude-code" / "d-kimuson__claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl",
-]
+SESSIONS = ["tool-rounds", "chat", "long"]
 
 
 @pytest.mark.timeout(180)
@@ -30,12 +26,12 @@ async def test_work_streams_trimmed_while_sessions_flow_and_nothing_lost(cluster
     cluster.start_all(instances=1)
     settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
     async with cluster.client() as bus:
-        for path in FILES:
-            original = path.read_bytes()
-            session = f"retention-{path.stem[:24]}"
+        for name in SESSIONS:
+            original = GENERATED_SESSIONS[name]()
+            session = f"retention-{name}"
             persisted = await replay_transcript(bus, original, session_id=session, settings=settings, timeout_s=60)
             replayed = api_view_of_transcript(persisted.read_bytes(), prompt="continue").request["messages"]
-            assert replayed == api_view_of_transcript(original, prompt="continue").request["messages"], path
+            assert replayed == api_view_of_transcript(original, prompt="continue").request["messages"], name
             history = await bus.history(session)
             assert [entry.seq for entry in history] == list(range(1, len(history) + 1)), session
 

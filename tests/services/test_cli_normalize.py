@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from services.cli.normalize import normalize_command
 from shared.api_validation import validate_api_request
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from tests.conftest import CORPUS_ROOT
+from tests.conftest import CORPUS_ROOT, corpus_cases
 
-CORPUS_FILES = sorted((CORPUS_ROOT / "claude-code").rglob("*.jsonl"))
+CORPUS_FILES = corpus_cases("claude-code")
 COMPACTED = [
     "marot__spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
     "CH-chuan__CommuGraph/ab51623b-c26d-45f5-b98e-f9d0cfa17018.jsonl",

@@ -13,9 +13,9 @@ from services.transcripts.store import StoreConfig, TranscriptStore
 from shared.clock import FixedClock
 from shared.ids import SequentialIds
 from shared.transcript import read_transcript, resume_session, verify_transcript
-from tests.conftest import CORPUS_ROOT
+from tests.conftest import CORPUS_ROOT, corpus_cases
 
-CORPUS_FILES = sorted((CORPUS_ROOT / "claude-code").rglob("*.jsonl"))
+CORPUS_FILES = corpus_cases("claude-code")
 
 
 def _name(path: Path) -> str:

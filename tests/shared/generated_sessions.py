@@ -1,0 +1,104 @@
+"""Claude Code sessions the suite makes itself, for the end-to-end tests that must run on a fresh clone
+without the third-party corpus (issue 16): the shapes that matter to the bus — a plain chat, tool rounds
+with parallel calls split over lines that share ``message.id`` (R4.7), results with ``toolUseResult`` and
+``sourceToolAssistantUUID``, progress and system lines beside the chain, an ``isMeta`` user line, a turn
+interrupted before its result (R7.17) and a long session of many rounds."""
+
+from __future__ import annotations
+
+from tests.shared.transcript_builders import Obj, assistant, jsonl, progress, system, text, tool_result, user
+
+
+class _Chain:
+    """Appends lines, each child of the last line on the chain (progress and system lines hang off it too)."""
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        self.lines: list[Obj] = []
+        self.leaf: str | None = None
+        self.second = 0
+
+    def _uuid(self) -> str:
+        return f"{self.session}-{len(self.lines):04d}"
+
+    def add(self, line: Obj, *, on_chain: bool = True) -> str:
+        line["sessionId"] = self.session
+        self.lines.append(line)
+        self.second += 1
+        if on_chain:
+            self.leaf = line["uuid"]
+        return str(line["uuid"])
+
+    def prompt(self, content: object, **extra: object) -> str:
+        return self.add(user(self._uuid(), self.leaf, content, second=self.second, **extra))
+
+    def reply(self, blocks: list[Obj], *, msg_id: str | None = None) -> str:
+        return self.add(assistant(self._uuid(), self.leaf, blocks, msg_id=msg_id, second=self.second))
+
+    def result(self, call_id: str, source: str, content: str = "ok") -> str:
+        return self.prompt(
+            [tool_result(call_id, content)],
+            toolUseResult={"stdout": content, "stderr": "", "interrupted": False},
+            sourceToolAssistantUUID=source,
+        )
+
+    def progress(self) -> None:
+        self.add(progress(self._uuid(), self.leaf, second=self.second), on_chain=False)
+
+    def system(self, subtype: str, **extra: object) -> str:
+        return self.add(system(self._uuid(), self.leaf, subtype, second=self.second, level="info", **extra))
+
+    def jsonl(self) -> bytes:
+        return jsonl(*self.lines).encode()
+
+
+def call(call_id: str, command: str) -> Obj:
+    return {"type": "tool_use", "id": call_id, "name": "Bash", "input": {"command": command}}
+
+
+def chat_session() -> bytes:
+    chain = _Chain("gen-chat")
+    chain.prompt("hello")
+    chain.reply([text("Hi! What shall we build?")])
+    chain.prompt("a parser")
+    chain.reply([text("Let us start with the grammar.")])
+    return chain.jsonl()
+
+
+def tool_rounds_session(rounds: int = 3, *, session: str = "gen-tools") -> bytes:
+    """``rounds`` tool rounds: one call, then two parallel calls whose reply is split over two lines."""
+    chain = _Chain(session)
+    chain.prompt("count the files, then show the largest two")
+    chain.add(user(chain._uuid(), chain.leaf, "<system-reminder>cwd is /proj</system-reminder>", isMeta=True))
+    for number in range(rounds):
+        first = chain.reply([text(f"Round {number}: listing."), call(f"t{number}a", "ls | wc -l")])
+        chain.progress()
+        chain.result(f"t{number}a", first, "42")
+        message_id = f"msg_parallel_{number}"
+        left = chain.reply([call(f"t{number}b", "du -s a")], msg_id=message_id)
+        right = chain.reply([call(f"t{number}c", "du -s b")], msg_id=message_id)
+        chain.result(f"t{number}b", left, "10 a")
+        chain.progress()
+        chain.result(f"t{number}c", right, "20 b")
+        chain.system("turn_duration", durationMs=1200)
+        chain.reply([text(f"Round {number} done: b is larger.")])
+        chain.prompt(f"next round after {number}")
+    chain.reply([text("All rounds done.")])
+    return chain.jsonl()
+
+
+def interrupted_session() -> bytes:
+    """A call whose result never came (the user interrupted): resume closes the turn (R7.17)."""
+    chain = _Chain("gen-interrupted")
+    chain.prompt("run the slow build")
+    chain.reply([text("Building."), call("slow1", "make all")])
+    return chain.jsonl()
+
+
+GENERATED_SESSIONS = {
+    "chat": chat_session,
+    "tool-rounds": tool_rounds_session,
+    "interrupted": interrupted_session,
+    "long": lambda: tool_rounds_session(40, session="gen-long"),
+}
+"""Name → builder of each generated session (bytes of a JSONL transcript)."""
