@@ -105,7 +105,7 @@ def _skeleton(node: Node) -> str:
     """The unquoted characters of a word (escaped and quoted ones masked), for pattern detection."""
     if node.type == "word":
         return re.sub(r"\\.", "_", _text(node), flags=re.DOTALL)
-    if node.type == "concatenation":
+    if node.type in ("concatenation", "command_name"):
         return "".join(_skeleton(child) for child in node.children)
     return "_"
 
