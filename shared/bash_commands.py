@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.bash_wrappers import Invocation
+from shared.bash_wrappers import Invocation, split_assignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +70,6 @@ _SAFE_ENV_NAMES = frozenset(
 ``LD_*``, ``PYTHONPATH``, ``NODE_OPTIONS`` and the like are deliberately absent."""
 
 
-def _split_assignment(word: str) -> tuple[str, str] | None:
-    name, sep, value = word.partition("=")
-    if not sep or not name or not (name[0].isalpha() or name[0] == "_"):
-        return None
-    if not all(char.isalnum() or char == "_" for char in name):
-        return None
-    return name, value
-
-
 Words = tuple[str, ...]
 
 
@@ -87,7 +78,7 @@ def strip_safe_env_assignments(words: Words) -> Words:
     backticks, quotes or backslashes — stopping at the first other word (for allow rules: deny rules
     see the program itself, :mod:`shared.bash_wrappers`)."""
     while len(words) > 1:
-        assignment = _split_assignment(words[0])
+        assignment = split_assignment(words[0])
         if assignment is None or assignment[0] not in _SAFE_ENV_NAMES or any(c in assignment[1] for c in "$`'\"\\"):
             break
         words = words[1:]

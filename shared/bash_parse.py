@@ -130,7 +130,8 @@ def _static_value(node: Node) -> str | None:
         return "".join(parts)
     if kind in ("concatenation", "command_name"):
         values = [_static_value(child) for child in node.children]
-        return None if not values or any(value is None for value in values) else "".join(values)  # type: ignore[arg-type]
+        known = [value for value in values if value is not None]
+        return "".join(known) if values and len(known) == len(values) else None
     if kind == "variable_assignment":
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         assigned = "" if value is None else _static_value(value)

@@ -124,9 +124,12 @@ def program_name(word: str) -> str:
     return word.rsplit("/", 1)[-1] if "/" in word.rstrip("/") else word
 
 
-def _is_assignment(word: str) -> bool:
-    name, sep, _ = word.partition("=")
-    return bool(sep and name) and (name[0].isalpha() or name[0] == "_") and name.replace("_", "a").isalnum()
+def split_assignment(word: str) -> tuple[str, str] | None:
+    """``NAME=value`` → ``(NAME, value)``; ``None`` for any other word."""
+    name, sep, value = word.partition("=")
+    if not sep or not name or not (name[0].isalpha() or name[0] == "_"):
+        return None
+    return (name, value) if all(char.isalnum() or char == "_" for char in name) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,7 @@ def _unwrap(name: str, wrapper: _Wrapper, stage: Args) -> _Unwrapped | str:
         if word == "--":
             index += 1
             break
-        if wrapper.assignments and _is_assignment(word):
+        if wrapper.assignments and split_assignment(word) is not None:
             index += 1
             continue
         if not word.startswith("-") or (word == "-" and "-" not in wrapper.flags):
@@ -170,6 +173,10 @@ def _unwrap(name: str, wrapper: _Wrapper, stage: Args) -> _Unwrapped | str:
         else:
             return f"an option {word} of {name} this check does not know"
     return _Unwrapped(index + wrapper.operands, options)
+
+
+class _Unknowable(Exception):
+    """What a command runs cannot be known statically (the message says why)."""
 
 
 def _shell_script(stage: Args) -> str:
@@ -205,10 +212,6 @@ def _literal_text(name: str, args: Args) -> str:
     if any(value is None for value in values):
         raise _Unknowable(f"{name} of text known only at run time")
     return " ".join(value for value in values if value is not None)
-
-
-class _Unknowable(Exception):
-    pass
 
 
 def _runs_script(name: str, stage: Args) -> str | None:
@@ -257,7 +260,7 @@ def resolve_invocations(argv: Args) -> list[Invocation]:
         stage = argv[index:]
         stages.append(stage)
         head = stage[0].value
-        if head is None or (replace_string and replace_string in head) or "{}" in (head or ""):
+        if head is None or (replace_string and replace_string in head) or "{}" in head:
             return [Invocation(tuple(stages), "a program name known only at run time", None, reads_arguments), *also]
         name = program_name(head)
         wrapper = _WRAPPERS.get(name)
