@@ -18,22 +18,7 @@ from shared.content import ToolResultBlock, ToolUseBlock
 from shared.ids import SequentialIds
 from shared.messages import UserMessage
 from shared.permissions import PermissionContext
-
-RUN_TIME_PROGRAM = "X=rm; $X x"
-VARIANTS = [
-    "echo $(rm x)",
-    "echo `rm x`",
-    "bash -c 'rm x'",
-    "eval rm x",
-    "\\rm x",
-    "'rm' x",
-    "r''m x",
-    "/bin/rm x",
-    "command rm x",
-    "env rm x",
-    "exec rm x",
-    RUN_TIME_PROGRAM,
-]
+from tests.shared.bash_cases import ISSUE_15_VARIANTS, RUN_TIME_PROGRAM
 
 
 async def run_bash(workspace: Workspace, command: str, context: PermissionContext) -> ToolResultBlock:
@@ -55,7 +40,7 @@ async def run_bash(workspace: Workspace, command: str, context: PermissionContex
 
 
 @pytest.mark.parametrize("settings", [{"mode": "bypassPermissions"}, {"allow": ["Bash"]}], ids=["bypass", "allow-Bash"])
-@pytest.mark.parametrize("command", VARIANTS)
+@pytest.mark.parametrize("command", ISSUE_15_VARIANTS)
 async def test_issue_15_none_of_the_twelve_variants_runs(
     tmp_path: Path, command: str, settings: dict[str, object]
 ) -> None:

@@ -13,22 +13,7 @@ from shared.bash_parse import parse_command_line
 from shared.bash_wrappers import Arg, resolve_invocations
 from shared.permission_rules import bash_rule_could_match
 from shared.permissions import PermissionContext, check_permission, decide
-
-ISSUE_15_VARIANTS = [
-    "echo $(rm x)",
-    "echo `rm x`",
-    "bash -c 'rm x'",
-    "eval rm x",
-    "\\rm x",
-    "'rm' x",
-    "r''m x",
-    "/bin/rm x",
-    "command rm x",
-    "env rm x",
-    "exec rm x",
-    "X=rm; $X x",
-]
-"""The twelve commands that removed the file under ``AGENTBUS_TOOLS__DENY=["Bash(rm:*)"]``."""
+from tests.shared.bash_cases import ISSUE_15_VARIANTS
 
 RUN_TIME_PROGRAMS = [
     "X=rm; $X x",
