@@ -88,6 +88,8 @@ _WRAPPERS: dict[str, _Wrapper] = {
         flags=_set("-E", "-H", "-n", "-S", "-b", "-k", "-K", "-P", "-A", "-B", "-N", "-i", "-s", "--preserve-env"),
     ),
     "doas": _Wrapper(valued=_set("-u", "-C"), flags=_set("-n", "-s")),
+    "busybox": _Wrapper(),
+    "chroot": _Wrapper(valued=_set("--userspec", "--groups"), flags=_set("--skip-chdir"), operands=1),
     "xargs": _Wrapper(
         valued=_set(
             "-I",

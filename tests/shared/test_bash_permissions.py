@@ -71,6 +71,8 @@ MORE_WRAPPERS = [
     "find . -name '*.o' -exec rm {} +",
     "setsid nohup nice rm x",
     "/usr/bin/env rm x",
+    "busybox rm x",
+    "chroot / rm x",
     "$'\\x72m' x",
     '"r"m x',
     "ls > out; rm x 2>/dev/null",

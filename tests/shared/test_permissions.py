@@ -210,7 +210,7 @@ def test_bash_ask_rule_asks_even_in_bypass_mode() -> None:
     assert check_permission("Bash", bash("git status"), context).behavior == "allow"
 
 
-def test_split_command_reports_parts_and_redirect_targets() -> None:
+def test_parse_command_line_reports_parts_and_redirect_targets() -> None:
     line = parse_command_line("a | b 2>&1 && c > 'my file' ; d")
     assert [part.text for part in line.commands] == ["a", "b 2>&1", "c > 'my file'", "d"]
     assert line.commands[2].output_targets == ("my file",)
