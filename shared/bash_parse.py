@@ -18,6 +18,7 @@ from shared.bash_commands import CommandLine, SimpleCommand
 from shared.bash_wrappers import Arg, Args, resolve_invocations
 
 _PARSER = Parser(Language(tree_sitter_bash.language()))
+"""One parser per process (a parse is synchronous; do not share it between threads)."""
 MAX_SCRIPT_DEPTH = 3
 """``bash -c "eval 'sh -c …'"``: literal scripts are read this many levels deep, deeper is unknowable."""
 
