@@ -6,17 +6,11 @@ with the whole-tool rules and the mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from shared.bash_commands import (
-    SimpleCommand,
-    Words,
-    split_command,
-    strip_env_assignments,
-    strip_grouping,
-    strip_wrappers,
-    strip_xargs,
-)
+from shared.bash_commands import CommandLine, SimpleCommand, strip_safe_env_assignments, strip_wrappers
+from shared.bash_parse import parse_command_line
+from shared.bash_wrappers import Invocation, program_name
 from shared.json_types import JsonValue
 from shared.path_glob import is_within, join_posix, relative_to
 from shared.permission_rules import (
@@ -24,6 +18,7 @@ from shared.permission_rules import (
     EDIT_RULE_TOOLS,
     WEB_FETCH_TOOL,
     PermissionRule,
+    bash_rule_could_match,
     bash_rule_is_exact,
     bash_rule_matches,
     path_rule_matches,
@@ -60,38 +55,50 @@ def _content_rules(rules: Rules, tool: str) -> list[tuple[str, PermissionRule]]:
 # --- Bash -------------------------------------------------------------------------------------
 
 
-def _fixed_point(seed: Words, steps: Sequence[Callable[[Words], Words]]) -> list[Words]:
-    """Every word list reachable from ``seed`` by repeatedly applying ``steps`` (order kept)."""
-    seen: list[Words] = []
-    frontier = [seed]
-    while frontier:
-        words = frontier.pop(0)
-        if words in seen or not words:
-            continue
-        seen.append(words)
-        frontier.extend(step(words) for step in steps)
-    return seen
-
-
-def _strip_all_env(words: Words) -> Words:
-    return strip_env_assignments(words, only_safe=False)
+def _stage_texts(invocation: Invocation) -> list[str]:
+    """Each wrapper stage as text (run-time words as written), and again with the program's path
+    reduced to its name (``/bin/rm x`` → ``rm x``)."""
+    texts: list[str] = []
+    for stage in invocation.stages:
+        words = [arg.text for arg in stage]
+        texts.append(" ".join(words))
+        if program_name(words[0]) != words[0]:
+            texts.append(" ".join([program_name(words[0]), *words[1:]]))
+    return texts
 
 
 def _deny_candidates(command: SimpleCommand) -> list[str]:
-    """Texts a deny/ask rule is tried against: hard to dodge (every env prefix, wrapper, bare xargs
-    and subshell/group bracket stripped, in any order and combination)."""
-    steps = (_strip_all_env, strip_wrappers, strip_xargs, strip_grouping)
-    texts = [command.text.strip()]
-    texts.extend(" ".join(words) for words in _fixed_point(command.words, steps))
+    """Texts a deny/ask rule is tried against: the command as written, and every program it runs
+    with quotes removed, ``NAME=value`` prefixes, wrappers and program paths stripped."""
+    texts = [command.text.strip(), command.text_without_redirects]
+    for invocation in command.invocations:
+        texts.extend(_stage_texts(invocation))
     return list(dict.fromkeys(texts))
 
 
 def _allow_candidates(command: SimpleCommand) -> list[str]:
-    """Texts an allow rule is tried against: only harmless env prefixes, then wrappers (in that
-    order, like the shell: ``timeout 5 FOO=1 cmd`` would run a program called ``FOO=1``)."""
-    safe_env = strip_env_assignments(command.words, only_safe=True)
+    """Texts an allow rule is tried against: the words as written (quotes kept), only harmless env
+    prefixes, then wrappers (in that order, like the shell: ``timeout 5 FOO=1 cmd`` would run a
+    program called ``FOO=1``)."""
+    safe_env = strip_safe_env_assignments(command.words)
     texts = [command.text.strip(), " ".join(command.words), " ".join(safe_env), " ".join(strip_wrappers(safe_env))]
     return list(dict.fromkeys(texts))
+
+
+def _unbounded(command: SimpleCommand, rules: list[tuple[str, PermissionRule]]) -> str | None:
+    """Why a deny/ask rule might match what this command runs without matching its text: a program
+    known only at run time (any rule), or run-time words where a rule compares words."""
+    for invocation in command.invocations:
+        if invocation.unknowable is not None:
+            return invocation.unknowable
+        for stage in invocation.stages:
+            words = [arg.value for arg in stage] + ([None] if invocation.reads_arguments else [])
+            if None not in words:
+                continue
+            named = [program_name(words[0]) if words[0] is not None else None, *words[1:]]
+            if any(bash_rule_could_match(content, named) for content, _ in rules):
+                return "arguments known only at run time"
+    return None
 
 
 def _first_match(rules: list[tuple[str, PermissionRule]], candidates: Sequence[str]) -> PermissionRule | None:
@@ -119,12 +126,22 @@ def _needs_approval_message(parts: Sequence[str], total: int) -> str:
     )
 
 
+def _unchecked_reason(line: CommandLine, rules: list[tuple[str, PermissionRule]]) -> str | None:
+    """Why the deny/ask ``rules`` cannot be checked on this line (``None`` when they can)."""
+    if not rules:
+        return None
+    if line.unknowable:
+        return line.unknowable[0]
+    return next((reason for part in line.commands if (reason := _unbounded(part, rules)) is not None), None)
+
+
 def check_bash(command: str, deny: Rules, ask: Rules, allow: Rules, *, workspace_root: str) -> ToolCheck:
-    """Deny if any part is denied; ask if any part hits an ask rule; allow only if the whole text
-    is an exact allowed command or EVERY part is allowed by some rule (and writes nowhere outside
-    the workspace); lines with substitutions, here-docs or subshells are never allowed by rules."""
+    """Deny if any part is denied; ask if any part hits an ask rule, or if a deny/ask rule could hit
+    a program only known at run time (a safety check: survives bypass mode and whole-tool allows);
+    allow only if the whole text is an exact allowed command or EVERY part is allowed by some rule
+    (and writes nowhere outside the workspace); opaque lines are never allowed by rules."""
     full = command.strip()
-    line = split_command(command)
+    line = parse_command_line(command)
     denied = f"Permission to use {BASH_TOOL} with command {full} has been denied."
     deny_rules, ask_rules, allow_rules = (_content_rules(rules, BASH_TOOL) for rules in (deny, ask, allow))
     for rules, behavior in ((deny_rules, "deny"), (ask_rules, "ask")):
@@ -138,6 +155,10 @@ def check_bash(command: str, deny: Rules, ask: Rules, allow: Rules, *, workspace
         if hit is not None:
             message = f"Permission rule '{hit.text}' requires approval for this {BASH_TOOL} command"
             return ToolCheck("ask", "rule", message, hit)
+    unchecked = _unchecked_reason(line, deny_rules + ask_rules)
+    if unchecked is not None:
+        message = f"This {BASH_TOOL} command contains {unchecked}, so its permission rules cannot be checked"
+        return ToolCheck("ask", "safety_check", message)
     exact_allow = next((rule for content, rule in allow_rules if bash_rule_is_exact(content) and content == full), None)
     if exact_allow is not None:
         return ToolCheck("allow", "rule", rule=exact_allow)

@@ -25,6 +25,7 @@ Anything else raises :class:`~shared.errors.InvalidPermissionRule` naming the ru
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -210,6 +211,25 @@ def bash_rule_matches(content: str, command: str) -> bool:
     if _has_unescaped_star(content):
         return _wildcard_regex(content.strip()).match(command) is not None
     return command == content
+
+
+def bash_rule_could_match(content: str, words: Sequence[str | None]) -> bool:
+    """Could this rule match the command once its run-time words (``None``) are known? True when a
+    run-time word sits where the rule's literal leading words are compared, or anywhere from the
+    rule's first wildcard on, or after all its words (``rm $X`` may be ``rm -rf x``)."""
+    pattern = content[:-2] if content.endswith(":*") else content
+    rule_words = pattern.strip().split(" ")
+    for position, rule_word in enumerate(rule_words):
+        if _has_unescaped_star(rule_word):
+            return any(word is None for word in words[position:])
+        if position >= len(words):
+            return False
+        word = words[position]
+        if word is None:
+            return True
+        if word != rule_word.replace("\\*", "*").replace("\\\\", "\\"):
+            return False
+    return any(word is None for word in words[len(rule_words) :])
 
 
 def bash_rule_is_exact(content: str) -> bool:

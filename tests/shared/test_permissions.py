@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.bash_commands import split_command
+from shared.bash_parse import parse_command_line
 from shared.constants import (
     REJECT_MESSAGE,
     SUBAGENT_REJECT_MESSAGE,
@@ -210,8 +210,8 @@ def test_bash_ask_rule_asks_even_in_bypass_mode() -> None:
     assert check_permission("Bash", bash("git status"), context).behavior == "allow"
 
 
-def test_split_command_reports_parts_and_redirect_targets() -> None:
-    line = split_command("a | b 2>&1 && c > 'my file' ; d")
+def test_parse_command_line_reports_parts_and_redirect_targets() -> None:
+    line = parse_command_line("a | b 2>&1 && c > 'my file' ; d")
     assert [part.text for part in line.commands] == ["a", "b 2>&1", "c > 'my file'", "d"]
     assert line.commands[2].output_targets == ("my file",)
     assert line.commands[1].output_targets == ()
