@@ -20,6 +20,7 @@ from typing import Any, Literal
 import orjson
 import redis.asyncio as aioredis
 
+from services.runtime import redis_client
 from services.runtime.codec import DATA_FIELD, entry_fields
 from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
@@ -65,7 +66,7 @@ class AgentbusClient:
     def connect(cls, redis_url: str | None = None, *, names: StreamNames | None = None) -> AgentbusClient:
         settings = Settings()
         url = redis_url if redis_url is not None else settings.redis_url
-        return cls(aioredis.Redis.from_url(url), Topology(names if names is not None else settings.names))
+        return cls(redis_client.connect(url), Topology(names if names is not None else settings.names))
 
     async def __aenter__(self) -> AgentbusClient:
         return self

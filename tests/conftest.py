@@ -16,6 +16,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from services.runtime.local_cluster import LocalRedisCluster, start_local_cluster
 from services.runtime.local_redis import LocalRedis, start_local_redis
 from tests.integration.cluster import WorkerCluster
 
@@ -55,6 +56,53 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedi
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    """A private 3-master Redis Cluster (no replicas) for this test session, started on first use (~2 s)."""
+    nodes = start_local_cluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+@pytest.fixture
+def failover_cluster(tmp_path: Path) -> Iterator[LocalRedisCluster]:
+    """A private 3-master cluster with one replica per master, for a test that kills or moves nodes."""
+    nodes = start_local_cluster(tmp_path / "redis-cluster", replicas=1)
+    try:
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+REDIS_TARGETS = ["single", "cluster"]
+"""What the parametrised integration tests run against (issue 20): one Redis, a 3-master cluster."""
+
+
+@pytest.fixture(scope="module")
+def redis_target(request: pytest.FixtureRequest) -> str:
+    """``single`` unless a module parametrises it (``pytestmark = ON_EVERY_TARGET``)."""
+    return str(getattr(request, "param", "single"))
+
+
+ON_EVERY_TARGET = pytest.mark.parametrize("redis_target", REDIS_TARGETS, indirect=True, scope="module")
+"""Runs a test (module) once on a single Redis and once on the cluster; ``cluster`` and ``module_cluster``
+then point their workers at that target."""
+
+
+def flushed_target_url(request: pytest.FixtureRequest, target: str) -> str:
+    """The emptied ``redis://`` (``single``) or ``redis+cluster://`` (``cluster``) URL of a test target."""
+    if target == "cluster":
+        nodes: LocalRedisCluster = request.getfixturevalue("redis_cluster")
+        nodes.flushall()
+        return nodes.url
+    server: LocalRedis = request.getfixturevalue("redis_server")
+    with redis.Redis.from_url(server.url) as client:
+        client.flushall()
+    return server.url
+
+
 @pytest.fixture
 def redis_url(redis_server: LocalRedis) -> Iterator[str]:
     """URL of a flushed database on the private server; flushed again afterwards."""
@@ -78,10 +126,12 @@ async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-def cluster(redis_url: str, tmp_path: Path) -> Iterator[WorkerCluster]:
-    """Worker processes against the test Redis; the test starts the ones it needs."""
-    workers = WorkerCluster(redis_url=redis_url, root=tmp_path)
+def cluster(redis_target: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorkerCluster]:
+    """Worker processes against the emptied test Redis (or cluster: ``redis_target``); the test starts the
+    ones it needs."""
+    workers = WorkerCluster(redis_url=flushed_target_url(request, redis_target), root=tmp_path)
     try:
         yield workers
     finally:
         workers.stop()
+        flushed_target_url(request, redis_target)

@@ -34,7 +34,7 @@ from services.runtime.leases import ShardLeases
 from services.runtime.settings import Settings
 from services.runtime.topology import Topology
 
-_SHARD_TAG: Final = re.compile(r"\{s(\d+)\}")
+_SHARD_TAG: Final = re.compile(r"\{s(\d+)(?:-\d+)?\}")
 
 DEFAULT_PROGRESS_TIMEOUT_S: Final = 60.0
 
@@ -73,7 +73,7 @@ def worker_type(name: str) -> WorkerType:
 
 
 def shard_of_stream(stream: str) -> int | None:
-    """The shard number in a stream name's hash tag (``agentbus:{s03}:log`` → 3), None when unsharded."""
+    """The shard number in a stream name's hash tag (``agentbus:{s03-41}:log`` → 3), None when unsharded."""
     match = _SHARD_TAG.search(stream)
     return int(match.group(1)) if match else None
 

@@ -1,4 +1,4 @@
-"""The Redis client of a worker process.
+"""The Redis client of a worker process: one Redis, or a Redis Cluster named by a ``redis+cluster://`` URL.
 
 No per-command socket timeout. redis-py 8 defaults to 5 s, and with a timeout every command's send runs
 in an ``asyncio.wait_for`` task and every reply read (each command of a pipeline, each ``QUEUED`` of a
@@ -12,16 +12,39 @@ round trips dominate). A dead peer is detected by TCP instead, within ≈ 10 s:
 
 Every blocking command the workers send is bounded server-side (``XREADGROUP BLOCK``), so a live Redis
 always answers; a Redis that is alive but stuck shows up in the liveness check (consumer progress).
+
+**Cluster mode.** ``redis+cluster://[user:password@]host:port[?seeds=host:port,…]`` (``rediss+cluster://``
+with TLS) names a Redis Cluster by any of its nodes; the ``seeds`` are more nodes to try when that one is
+down at start. Ordinary commands go through redis-py's ``RedisCluster`` (slot routing, ``MOVED``/``ASK``,
+failover). A lane's own connection (:func:`lane_client`) is pinned to the node that serves its stream's
+slot: it resolves that node from the cluster's slot map whenever it connects, and a ``MOVED``, ``ASK``,
+``TRYAGAIN`` or ``CLUSTERDOWN`` reply on it (the slot moved, is moving, or its master failed) refreshes
+the map and drops the connection, raised as :class:`SlotMoved` — a ``ConnectionError``, so the consumer
+takes its reconnect path: re-read its pending list on the slot's new node. Nothing ran for a command that
+got such a reply, and a lane's batch is one fenced script, so a batch retried there is applied once.
 """
 
 from __future__ import annotations
 
 import socket
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
+from redis.exceptions import AskError, ClusterDownError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 HEALTH_CHECK_INTERVAL_S = 30
 DEAD_PEER_TIMEOUT_MS = 10_000
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""URL schemes that name a Redis Cluster, and the plain scheme of each of its nodes."""
+
+
+class SlotMoved(RedisConnectionError):
+    """A pinned lane connection was answered ``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN``: the command did
+    not run; the connection was dropped and reconnects to the slot's current node."""
 
 
 def _tcp_options() -> dict[int, int]:
@@ -30,12 +53,131 @@ def _tcp_options() -> dict[int, int]:
     return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
 
+def _options() -> dict[str, Any]:
+    return {
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        "socket_timeout": None,
+        "socket_keepalive": True,
+        "socket_keepalive_options": _tcp_options(),
+    }
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``)."""
+    return urlsplit(url).scheme in CLUSTER_SCHEMES
+
+
+def cluster_node_url(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The plain ``redis://`` URL of a cluster URL's first node (credentials kept) and its other seeds."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    seeds = []
+    for seed in ",".join(query.get("seeds", [])).split(","):
+        if seed:
+            host, _, port = seed.rpartition(":")
+            seeds.append((host, int(port)))
+    return urlunsplit((CLUSTER_SCHEMES[parts.scheme], parts.netloc, "", "", "")), seeds
+
+
+def connect(url: str, **options: Any) -> aioredis.Redis:
+    """A client for ``url``: ``Redis``, or ``RedisCluster`` for a cluster URL (no connection is made yet).
+
+    A ``RedisCluster`` is returned under the ``Redis`` type: it serves the same command methods (routed by
+    key slot), pipelines (split by node) and scripts (sent to their keys' node) the workers use; what needs
+    one connection (a lane's) asks :func:`lane_client`.
+    """
+    if not is_cluster_url(url):
+        return aioredis.Redis.from_url(url, **options)
+    node_url, seeds = cluster_node_url(url)
+    startup = [ClusterNode(host, port) for host, port in seeds]
+    cluster = RedisCluster.from_url(node_url, startup_nodes=startup or None, **options)
+    return cast("aioredis.Redis", cluster)
+
+
 def worker_redis(url: str) -> aioredis.Redis:
     """A client for ``url`` tuned as described in the module docstring (returns bytes)."""
-    return aioredis.Redis.from_url(
-        url,
-        health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        socket_timeout=None,
-        socket_keepalive=True,
-        socket_keepalive_options=_tcp_options(),
-    )
+    return connect(url, **_options())
+
+
+def is_cluster(redis: Any) -> bool:
+    return isinstance(redis, RedisCluster)
+
+
+def lane_client(redis: aioredis.Redis, key: str) -> aioredis.Redis:
+    """A client with one connection of its own, for the commands of one slot (``key``'s): ``Redis.client()``
+    on one Redis; on a cluster, a connection pinned to the node serving ``key``'s slot (module docstring)."""
+    if not isinstance(redis, RedisCluster):
+        return redis.client()
+    kwargs = dict(redis.nodes_manager.connection_kwargs)
+    kwargs.pop("max_connections", None)
+    kwargs.pop("response_callbacks", None)  # a ClusterNode keeps these; the Redis client below has its own
+    plain = kwargs.pop("connection_class", Connection)
+    pinned = SlotSSLConnection if issubclass(plain, SSLConnection) else SlotConnection
+    pool = ConnectionPool(connection_class=pinned, cluster=redis, key=key, **kwargs)
+    client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+    client.auto_close_connection_pool = True
+    return client
+
+
+async def node_of(redis: aioredis.Redis, key: str) -> str | None:
+    """``host:port`` of the node serving ``key``'s slot on a cluster; None on one Redis."""
+    if not isinstance(redis, RedisCluster):
+        return None
+    await redis.initialize()
+    node = redis.get_node_from_key(key)
+    return None if node is None else f"{node.host}:{node.port}"
+
+
+_SLOT_ERRORS = (AskError, TryAgainError, ClusterDownError)
+"""Replies that mean the slot is served elsewhere now, or soon (``MovedError`` is an ``AskError``)."""
+
+
+class _PinnedToSlot:
+    """Mixin of a connection that connects to whichever node serves ``key``'s slot (see the module docstring)."""
+
+    host: str
+    port: int
+
+    def __init__(self, *, cluster: RedisCluster, key: str, **kwargs: Any) -> None:
+        kwargs.pop("host", None)
+        kwargs.pop("port", None)
+        super().__init__(**kwargs)
+        self._cluster = cluster
+        self._key = key
+        self._map_stale = False
+
+    async def _connect(self) -> None:
+        if self._map_stale:
+            await self._cluster.nodes_manager.initialize()
+            self._map_stale = False
+        else:
+            await self._cluster.initialize()
+        node = self._cluster.get_node_from_key(self._key)
+        if node is None:
+            msg = f"no node serves the slot of {self._key}"
+            raise SlotMoved(msg)
+        self.host, self.port = node.host, int(node.port)
+        try:
+            await super()._connect()  # type: ignore[misc]
+        except Exception:
+            self._map_stale = True  # e.g. a failed master: ask the cluster again next time
+            raise
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except _SLOT_ERRORS as error:
+            self._map_stale = True
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise SlotMoved(f"{self._key}: {error}") from error
+        except (RedisConnectionError, OSError):
+            self._map_stale = True
+            raise
+
+
+class SlotConnection(_PinnedToSlot, Connection):
+    """A TCP connection pinned to a key's slot."""
+
+
+class SlotSSLConnection(_PinnedToSlot, SSLConnection):
+    """A TLS connection pinned to a key's slot."""

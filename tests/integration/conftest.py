@@ -5,25 +5,25 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import redis
 
-from services.runtime.local_redis import LocalRedis
+from tests.conftest import flushed_target_url
 from tests.integration.cluster import WorkerCluster
 
 
 @pytest.fixture(scope="module")
-def module_cluster(redis_server: LocalRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerCluster]:
+def module_cluster(
+    redis_target: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerCluster]:
     """Worker processes shared by every test of a module (the module starts the ones it needs).
 
     Starting the workers is the slow part of an integration test; tests of a module that share them
-    stay isolated by using their own session ids. Redis is flushed before and after the module.
+    stay isolated by using their own session ids. Redis (``redis_target``: one server or the cluster) is
+    flushed before and after the module.
     """
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    workers = WorkerCluster(redis_url=redis_server.url, root=tmp_path_factory.mktemp("cluster"))
+    url = flushed_target_url(request, redis_target)
+    workers = WorkerCluster(redis_url=url, root=tmp_path_factory.mktemp("cluster"))
     try:
         yield workers
     finally:
         workers.stop()
-        client.flushall()
-        client.close()
+        flushed_target_url(request, redis_target)

@@ -8,7 +8,16 @@ from collections import Counter
 import pytest
 
 from services.runtime.leases import assign_shards, preferred_owner
-from services.runtime.streams import StreamNames, dead_letter_stream, shard_of, shard_tag
+from redis.crc import key_slot
+
+from services.runtime.streams import (
+    CLUSTER_SLOTS,
+    StreamNames,
+    dead_letter_stream,
+    shard_of,
+    shard_slot_window,
+    shard_tag,
+)
 
 
 def hash_tag(key: str) -> str:
@@ -29,24 +38,39 @@ def test_shard_stream_and_session_keys_share_the_hash_tag() -> None:
     session = "0b1c6f0e-session"
     shard = names.shard_of(session)
     stream = names.session_stream(session, "session_events")
-    assert stream == f"ab:{shard_tag(shard)}:session_events"
+    assert stream == f"ab:{shard_tag(shard, 16)}:session_events"
     keys = [
         names.session_key(session, "seq"),
         names.lease_key("normalize", shard),
         names.lease_epoch_key("normalize", shard),
         dead_letter_stream(stream),
     ]
-    assert {hash_tag(key) for key in [stream, *keys]} == {f"s{shard:02d}"}
-    assert names.session_key(session, "seq") == f"ab:{{s{shard:02d}}}:session:{session}:seq"
+    assert {hash_tag(key) for key in [stream, *keys]} == {shard_tag(shard, 16)[1:-1]}
+    assert names.session_key(session, "seq") == f"ab:{shard_tag(shard, 16)}:session:{session}:seq"
 
 
 def test_names_are_configured_not_hard_coded() -> None:
     assert StreamNames(prefix="x:").stream("tools:calls") == "x:tools:calls"
-    assert StreamNames(shards=3).shard_streams("ev") == ["agentbus:{s00}:ev", "agentbus:{s01}:ev", "agentbus:{s02}:ev"]
+    assert StreamNames(shards=3).shard_streams("ev") == ["agentbus:{s00-1}:ev", "agentbus:{s01-29}:ev", "agentbus:{s02-8}:ev"]
     with pytest.raises(ValueError, match="braces"):
         StreamNames(prefix="{x}:")
     with pytest.raises(ValueError, match="out of range"):
         StreamNames(shards=4).shard_stream(4, "ev")
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4, 8, 16, 64])
+def test_shard_tags_spread_the_shards_evenly_over_the_masters_of_a_cluster(shards: int) -> None:
+    """Issue 20: each tag hashes (CLUSTER KEYSLOT, redis-py's own CRC16) into the middle of its shard's
+    even share of the slots, so masters holding equal slot ranges get as many shards as the counts allow."""
+    slots = [key_slot(f"agentbus:{shard_tag(shard, shards)}:log".encode()) for shard in range(shards)]
+    for shard, slot in enumerate(slots):
+        low, high = shard_slot_window(shard, shards)
+        assert low <= slot < high
+        assert shard_tag(shard, shards).startswith(f"{{s{shard:02d}-")
+    for masters in (2, 3, 4, 6):
+        ranges = [(m * CLUSTER_SLOTS // masters, (m + 1) * CLUSTER_SLOTS // masters) for m in range(masters)]
+        counts = [sum(1 for slot in slots if low <= slot < high) for low, high in ranges]
+        assert max(counts) - min(counts) <= 1, (masters, counts)
 
 
 def test_bounded_rendezvous_is_balanced_and_moves_only_what_a_new_member_wins() -> None:
