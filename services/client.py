@@ -147,7 +147,8 @@ class AgentbusClient:
     async def next_request(self, session_id: str, *, after_seq: int = 0, timeout_s: float = 30.0) -> PublishedRequest:
         """Wait until the normalizer publishes a request of ``session_id`` newer than ``after_seq``."""
         deadline = time.monotonic() + timeout_s
-        last: Any = await self.redis.xrevrange(self.topology.requests, count=1)
+        requests = self.topology.requests_for(session_id)
+        last: Any = await self.redis.xrevrange(requests, count=1)
         cursor: bytes = last[0][0] if last else b"0-0"
         while True:
             current = await self.latest_request(session_id)
@@ -157,9 +158,7 @@ class AgentbusClient:
             if remaining_ms <= 0:
                 msg = f"no request for session {session_id} after seq {after_seq} within {timeout_s}s"
                 raise TimeoutError(msg)
-            rows: Any = await self.redis.xread(
-                {self.topology.requests: cursor}, block=min(remaining_ms, 1000), count=100
-            )
+            rows: Any = await self.redis.xread({requests: cursor}, block=min(remaining_ms, 1000), count=100)
             for _, entries in rows:
                 if entries:
                     cursor = entries[-1][0]

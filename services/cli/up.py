@@ -16,10 +16,10 @@ from typing import Annotated
 from urllib.parse import urlparse
 
 import typer
-from redis.asyncio import Redis
 
 from services.client import AgentbusClient
 from services.demo import run_demo
+from services.runtime import redis_client
 from services.runtime.local_redis import LocalRedis, free_port, is_reachable, start_local_redis
 from services.runtime.settings import Settings
 from services.runtime.stream_admin import init_streams
@@ -84,7 +84,7 @@ def _start_private_redis(settings: Settings) -> LocalRedis:
 
 
 async def _init(settings: Settings) -> None:
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client.connect(settings.redis_url)
     try:
         await init_streams(redis, Topology(settings.names))
     finally:
@@ -93,7 +93,7 @@ async def _init(settings: Settings) -> None:
 
 async def _maybe_demo(settings: Settings) -> None:
     async with AgentbusClient.connect(settings.redis_url, names=settings.names) as bus:
-        if await bus.redis.zcard(bus.topology.sessions()) > 0:
+        if any([await bus.redis.zcard(index) for index in bus.topology.session_indexes()]):
             typer.echo("existing sessions found: skipping the demo (`agentbus tail SESSION` shows one)")
             return
         session, path, request = await run_demo(bus, settings, echo=typer.echo)

@@ -266,7 +266,7 @@ class IngestionWorker:
                 batch.outputs.append(Output(events_stream, fields, SESSION_EVENTS_MAXLEN))
                 batch.produced["log", entry.message.type] += 1
         for job in out.tool_jobs:
-            batch.outputs.append(Output(self.topology.tool_jobs, entry_fields(job)))
+            batch.outputs.append(Output(self.topology.tool_jobs_for(session), entry_fields(job)))
             batch.produced["tool_jobs", "tool_job"] += 1
         if out.closed_tool_use_ids:
             batch.closed.setdefault(session, []).extend(out.closed_tool_use_ids)
@@ -307,9 +307,9 @@ class IngestionWorker:
         for session, at_ms in batch.interrupts.items():
             calls.add("SET", self.topology.interrupt(session), at_ms, "PX", INTERRUPT_TTL_MS)
         if touched:
-            calls.add("ZADD", self.topology.sessions(), *(arg for session in touched for arg in (now, session)))
+            calls.add("ZADD", self.topology.sessions(shard), *(arg for session in touched for arg in (now, session)))
         for session in batch.interrupts:
-            calls.add("PUBLISH", self.topology.interrupts_channel, session)
+            calls.add_keyless("PUBLISH", self.topology.interrupts_channel, session)
 
     def _write_reply_events(self, calls: KeyCalls, session: str, cached: CachedLedger) -> None:
         """Append the new raw events of each open reply to its list; delete the lists of finished ones.

@@ -246,7 +246,7 @@ class NormalizationWorker:
             message_count=len(request.result.request["messages"]),
             traceparent=request.traceparent,
         )
-        return Output(self.topology.requests, entry_fields(notice), 100_000)
+        return Output(self.topology.requests_for(request.session_id), entry_fields(notice), 100_000)
 
     def _alarm(self, request: RejectedRequest) -> Output:
         self.stats.rejected += 1
@@ -264,7 +264,7 @@ class NormalizationWorker:
             "detail": request.detail.encode(),
             "request": orjson.dumps(request.request),
         }
-        return Output(self.topology.names.dead_letter_stream(self.topology.requests), fields)
+        return Output(self.topology.names.dead_letter_stream(self.topology.requests_for(request.session_id)), fields)
 
     def _write(self, calls: KeyCalls, published: list[PublishedRequest]) -> None:
         for request in published:

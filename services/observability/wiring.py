@@ -190,7 +190,7 @@ class WorkerObservability:
             self.track_leases(leases)
         if not recording():
             return  # no stream-stats polling either: /metrics does not publish it
-        extra = [self.topology.requests] if self.worker == "normalization" else []
+        extra = self.topology.request_streams() if self.worker == "normalization" else []
         poller = StreamStatsPoller(
             redis, watched_streams(self._groups(), extra), interval_s=self.stream_stats_interval_s
         )

@@ -13,9 +13,9 @@ cannot write or ack anything once the next owner has taken the shard (the fencin
 ecosystem.md §5.3). A failing call stops the script (the calls before it stay applied, as a failing
 command inside a MULTI/EXEC leaves the others applied); the error is the EVAL's reply.
 
-Every key is passed in ``KEYS``. In Redis Cluster they must share a slot: a shard's own keys do (the
-``{sNN}`` hash tag), the global ones a batch may touch (tool jobs, requests, sessions) do not — one Redis
-(or a primary with replicas) is what agentbus supports today.
+Every key is passed in ``KEYS``. In Redis Cluster they must share a slot, and they do: every key a
+batch touches carries its shard's hash tag (``streams.py``); a ``PUBLISH`` channel is not a key and is
+not declared (:meth:`KeyCalls.add_keyless`).
 """
 
 from __future__ import annotations
@@ -52,9 +52,15 @@ if mode == 'f' then
 end
 local results = {}
 local last = false
+local key = first
 for i = 1, #calls do
   local call = calls[i]
-  last = redis.call(call[1], KEYS[first + i], unpack(call, 2))
+  if call[1] == 0 then
+    last = redis.call(unpack(call, 2))
+  else
+    key = key + 1
+    last = redis.call(call[1], KEYS[key], unpack(call, 2))
+  end
   if mode == 'r' then
     results[i] = last
   end
@@ -67,8 +73,9 @@ return last
 )
 """ARGV: (``f`` only: the token ``KEYS[1]`` must hold,) the mode — ``r`` (return every reply), ``w`` (return
 the last call's reply) or ``f`` (``w`` fenced) — and, last, every call as one MessagePack array of
-``[command, args…]`` (its key is the matching entry of ``KEYS``). One blob instead of an argument per
-value: redis-py encodes each argument on its own, which cost ingestion ~15% of its CPU."""
+``[command, args…]`` (its key is the next entry of ``KEYS``; a keyless call is ``[0, command, args…]``).
+One blob instead of an argument per value: redis-py encodes each argument on its own, which cost
+ingestion ~15% of its CPU."""
 
 MAX_ARGS_PER_CALL = 4000
 """Lua's ``unpack`` cannot spread much more than 8000 values; callers split larger calls."""
@@ -140,10 +147,10 @@ class KeyCalls:
 
     def __init__(self) -> None:
         self._keys: list[str] = []
-        self._calls: list[list[str | bytes]] = []
+        self._calls: list[list[str | bytes | int]] = []
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._calls)
 
     def add(self, command: str, key: str, *args: Arg) -> None:
         """Queue ``command key args…`` (e.g. ``add("SADD", key, *members)``)."""
@@ -153,6 +160,11 @@ class KeyCalls:
         self._keys.append(key)
         # Numbers as text: Lua would format a large one with an exponent when passing it to Redis.
         self._calls.append([command, *(arg if isinstance(arg, str | bytes) else repr(arg) for arg in args)])
+
+    def add_keyless(self, command: str, *args: Arg) -> None:
+        """Queue a command that names no key (``PUBLISH channel message``): not declared in ``KEYS``, so it
+        does not tie the script to a Cluster slot."""
+        self._calls.append([0, command, *(arg if isinstance(arg, str | bytes) else repr(arg) for arg in args)])
 
     def add_members(self, command: str, key: str, members: list[Arg], *leading: Arg) -> None:
         """Queue a variadic command whose members may be split over several calls (SADD, RPUSH, XACK
@@ -172,14 +184,14 @@ class KeyCalls:
 
     async def read(self, redis: Any) -> list[Any]:
         """Run the calls now and return every reply, in order."""
-        if not self._keys:
+        if not self._calls:
             return []
         replies: list[Any] = await _RUN_SCRIPT.run(redis, self._keys, ["r", self._blob()])
         return replies
 
     async def write(self, redis: Any) -> Any:
         """Run the calls now, atomically; return the last call's reply (``ResponseError`` when one failed)."""
-        return await _RUN_SCRIPT.run(redis, self._keys, ["w", self._blob()]) if self._keys else None
+        return await _RUN_SCRIPT.run(redis, self._keys, ["w", self._blob()]) if self._calls else None
 
     async def write_fenced(self, redis: Any, *, key: str, token: str) -> Any:
         """Run the calls now, atomically, only if ``key`` holds ``token``; return the last call's reply.

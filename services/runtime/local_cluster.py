@@ -166,7 +166,9 @@ class LocalRedisCluster:
         with node.client() as client:
             return str(client.execute_command("CLUSTER", "MYID").decode())
 
-    def move_slot(self, slot: int, target: ClusterNodeProcess, *, keys_per_step: int = 100, pause_s: float = 0.0) -> int:
+    def move_slot(
+        self, slot: int, target: ClusterNodeProcess, *, keys_per_step: int = 100, pause_s: float = 0.0
+    ) -> int:
         """Reshard ``slot`` to ``target`` as ``redis-cli --cluster reshard`` does: ``SETSLOT IMPORTING`` /
         ``MIGRATING``, ``MIGRATE`` its keys ``keys_per_step`` at a time (sleeping ``pause_s`` between steps,
         so clients meet the ``ASK``/``TRYAGAIN`` states), then ``SETSLOT NODE`` on every master. Returns how

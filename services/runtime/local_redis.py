@@ -18,13 +18,17 @@ from pathlib import Path
 
 import redis
 
+from services.runtime.redis_client import cluster_node_url, is_cluster_url
+
 
 class RedisServerUnavailable(RuntimeError):
     """No Redis is reachable and none could be started."""
 
 
 def is_reachable(url: str, *, timeout_s: float = 0.5) -> bool:
-    """Return True when a Redis server answers PING at ``url``."""
+    """Return True when a Redis server answers PING at ``url`` (a cluster URL: its first node)."""
+    if is_cluster_url(url):
+        url = cluster_node_url(url)[0]
     client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
     try:
         return bool(client.ping())

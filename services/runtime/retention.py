@@ -78,7 +78,8 @@ def work_streams(topology: Topology) -> list[TrimTarget]:
     log_streams = [
         TrimTarget(topology.log(shard), (NORMALIZATION_GROUP, TRANSCRIPTS_GROUP)) for shard in range(topology.shards)
     ]
-    return [*ingress, *log_streams, TrimTarget(topology.tool_jobs, (TOOLS_GROUP,))]
+    tool_jobs = [TrimTarget(stream, (TOOLS_GROUP,)) for stream in topology.tool_job_streams()]
+    return [*ingress, *log_streams, *tool_jobs]
 
 
 def _positions(groups_reply: Any, pending: Mapping[str, Any]) -> dict[str, GroupPosition]:

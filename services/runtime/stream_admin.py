@@ -19,10 +19,8 @@ def all_groups(topology: Topology) -> list[tuple[str, str]]:
     pairs = [(stream, INGESTION_GROUP) for stream in topology.names.shard_streams("ingress")]
     for stream in topology.names.shard_streams("log"):
         pairs += [(stream, NORMALIZATION_GROUP), (stream, TRANSCRIPTS_GROUP)]
-    pairs += [
-        (topology.tool_jobs, TOOLS_GROUP),
-        (topology.names.dead_letter_stream(topology.tool_jobs), TOOLS_ABANDONED_GROUP),
-    ]
+    for stream in topology.tool_job_streams():
+        pairs += [(stream, TOOLS_GROUP), (topology.names.dead_letter_stream(stream), TOOLS_ABANDONED_GROUP)]
     return pairs
 
 
@@ -36,7 +34,7 @@ async def init_streams(redis: aioredis.Redis, topology: Topology) -> int:
 async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[str, Any]]:
     """Length, and per group lag / pending / oldest pending age, of every stream of the pipeline."""
     rows: list[dict[str, Any]] = []
-    streams = sorted({stream for stream, _ in all_groups(topology)} | {topology.requests})
+    streams = sorted({stream for stream, _ in all_groups(topology)} | set(topology.request_streams()))
     now_ms = int(time.time() * 1000)
     for stream in streams:
         length = int(await redis.xlen(stream))

@@ -1,12 +1,15 @@
 """Every stream, group, key and channel of the pipeline, derived from one :class:`StreamNames`.
 
-    producers ──► ingress[shard] ──► ingestion ──► log[shard] ──┬─► normalization ──► request key + requests
+    producers ──► ingress[shard] ──► ingestion ──► log[shard] ──┬─► normalization ──► request key + requests[shard]
                       ▲                  │                       └─► transcripts ──► JSONL store
-                      │                  └──► tools:jobs ──► tool workers ──┘ (results, progress)
-                      └──────────────────────────────────────────────────────┘
+                      │                  └──► tools:jobs[shard] ──► tool workers ──┘ (results, progress)
+                      └──────────────────────────────────────────────────────────────┘
 
-Ingress, the log and the per-session keys are sharded by session id (one owner per shard keeps a
-session's events in order); tool jobs are one unordered stream served by competing consumers.
+Everything is sharded by session id and every key of a shard carries the shard's hash tag, so each batch
+an ordered lane writes (one script) stays in one Redis Cluster slot: ingress, the log, the per-session
+keys, and the shard's own tool-jobs stream, requests stream and sessions index. One owner per shard keeps
+a session's events in order; the tool-jobs streams are unordered, served by competing consumers that read
+every shard's stream.
 """
 
 from __future__ import annotations
@@ -50,14 +53,25 @@ class Topology:
     def log_for(self, session_id: str) -> str:
         return self.log(self.names.shard_of(session_id))
 
-    @property
-    def tool_jobs(self) -> str:
-        return self.names.stream("tools:jobs")
+    def tool_jobs(self, shard: int) -> str:
+        """The shard's tool jobs (competing consumers read every shard's stream)."""
+        return self.names.shard_stream(shard, "tools:jobs")
 
-    @property
-    def requests(self) -> str:
-        """Notification stream: one entry per published API request."""
-        return self.names.stream("requests")
+    def tool_jobs_for(self, session_id: str) -> str:
+        return self.tool_jobs(self.names.shard_of(session_id))
+
+    def tool_job_streams(self) -> list[str]:
+        return self.names.shard_streams("tools:jobs")
+
+    def requests(self, shard: int) -> str:
+        """Notification stream of the shard: one entry per API request published for one of its sessions."""
+        return self.names.shard_stream(shard, "requests")
+
+    def requests_for(self, session_id: str) -> str:
+        return self.requests(self.names.shard_of(session_id))
+
+    def request_streams(self) -> list[str]:
+        return self.names.shard_streams("requests")
 
     @property
     def interrupts_channel(self) -> str:
@@ -97,9 +111,13 @@ class Topology:
         """Sorted set of the shard's sessions scored by their next tool deadline (epoch ms)."""
         return self.names.shard_stream(shard, "deadlines")
 
-    def sessions(self) -> str:
-        """Sorted set of known session ids (scored by last activity, epoch ms, refreshed at most once a minute)."""
-        return self.names.stream("sessions")
+    def sessions(self, shard: int) -> str:
+        """Sorted set of the shard's known session ids (scored by last activity, epoch ms, refreshed at most
+        once a minute)."""
+        return self.names.shard_stream(shard, "sessions")
+
+    def session_indexes(self) -> list[str]:
+        return self.names.shard_streams("sessions")
 
     def lane_streams(self, group: str) -> list[str]:
         return self.names.shard_streams(LANE_OF_GROUP[group])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from services.observability.metrics import instrument_handler
 from services.runtime.codec import decode_entry, entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
@@ -20,7 +22,9 @@ from shared.permissions import PermissionContext
 
 
 class ToolRuntime:
-    """Competing consumer of tool jobs, plus the watcher that answers dead-lettered jobs."""
+    """Competing consumer of tool jobs — of every shard's job stream, one consumer each (a job stream per
+    shard keeps each batch of the ordered lanes in one Cluster slot) — plus the watchers that answer
+    dead-lettered jobs."""
 
     def __init__(self, context: WorkerContext) -> None:
         settings = context.settings
@@ -45,23 +49,31 @@ class ToolRuntime:
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
+            max_concurrent_jobs=settings.tools.max_concurrent_jobs,
         )
-        self.jobs = BatchConsumer(
-            context.redis,
-            stream=self.topology.tool_jobs,
-            group=TOOLS_GROUP,
-            consumer=context.owner,
-            handler=instrument_handler("tools", self.worker.handle),
-            config=context.consumer_config(count=settings.tools.max_concurrent_jobs),
-        )
-        self.abandoned = BatchConsumer(
-            context.redis,
-            stream=self.jobs.dead_letter_stream,
-            group=ABANDONED_GROUP,
-            consumer=context.owner,
-            handler=self._answer_abandoned,
-            config=context.consumer_config(),
-        )
+        handler = instrument_handler("tools", self.worker.handle)
+        self.jobs = [
+            BatchConsumer(
+                context.redis,
+                stream=stream,
+                group=TOOLS_GROUP,
+                consumer=context.owner,
+                handler=handler,
+                config=context.consumer_config(count=settings.tools.max_concurrent_jobs),
+            )
+            for stream in self.topology.tool_job_streams()
+        ]
+        self.abandoned = [
+            BatchConsumer(
+                context.redis,
+                stream=jobs.dead_letter_stream,
+                group=ABANDONED_GROUP,
+                consumer=context.owner,
+                handler=self._answer_abandoned,
+                config=context.consumer_config(),
+            )
+            for jobs in self.jobs
+        ]
         context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
 
     async def _on_interrupt(self, session_id: str) -> None:
@@ -87,18 +99,21 @@ class ToolRuntime:
 
     async def start(self) -> None:
         await ensure_groups(self.context.redis, self.groups())
-        self.jobs.start()
-        self.abandoned.start()
+        for consumer in self.consumers():
+            consumer.start()
 
     async def stop(self) -> None:
-        await self.jobs.stop(timeout_s=self.context.settings.tools.timeout_s)
-        await self.abandoned.stop()
+        timeout_s = self.context.settings.tools.timeout_s
+        await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
+        await asyncio.gather(*(abandoned.stop() for abandoned in self.abandoned))
 
     def consumers(self) -> list[BatchConsumer]:
-        return [self.jobs, self.abandoned]
+        return [*self.jobs, *self.abandoned]
 
     def groups(self) -> list[tuple[str, str]]:
-        return [(self.topology.tool_jobs, TOOLS_GROUP), (self.jobs.dead_letter_stream, ABANDONED_GROUP)]
+        return [(jobs.stream, TOOLS_GROUP) for jobs in self.jobs] + [
+            (abandoned.stream, ABANDONED_GROUP) for abandoned in self.abandoned
+        ]
 
 
 def create(context: WorkerContext) -> ToolRuntime:

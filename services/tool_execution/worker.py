@@ -30,6 +30,7 @@ from services.runtime.topology import TOOLS_GROUP, Topology
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
 from shared.clock import Clock, utc_now
+from shared.content import ToolUseBlock
 from shared.events import (
     IngressEnvelope,
     ToolJob,
@@ -75,6 +76,7 @@ class ToolWorker:
         permissions: PermissionContext,
         timeouts: ToolTimeouts,
         keepalive_s: float,
+        max_concurrent_jobs: int | None = None,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
     ) -> None:
@@ -89,6 +91,8 @@ class ToolWorker:
         self.ids = ids
         self.stats = ToolWorkerStats()
         self._running: dict[str, _Running] = {}
+        self._slots = asyncio.Semaphore(max_concurrent_jobs) if max_concurrent_jobs is not None else None
+        """Jobs running at once across every shard's consumer (each takes up to this many per batch)."""
 
     def handler(self) -> BatchHandler:
         return self.handle
@@ -143,22 +147,26 @@ class ToolWorker:
         keepalive = asyncio.create_task(self._keep_claimed(entry))
         ingress = self.topology.ingress_for(job.session_id)
         try:
-            async for message in execute_tool_uses(
-                calls,
-                assistant_uuid=job.assistant_uuid,
-                registry=self.registry,
-                permissions=self.permissions,
-                timeouts=self.timeouts,
-                interrupt=running.interrupt,
-                clock=self.clock,
-                ids=self.ids,
-            ):
-                await self.redis.xadd(ingress, entry_fields(self._envelope(job, message)))  # type: ignore[arg-type]
+            async with self._slots if self._slots is not None else contextlib.nullcontext():
+                await self._execute(job, calls, running, ingress)
         finally:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
             self._running.pop(entry.entry_id, None)
+
+    async def _execute(self, job: ToolJob, calls: list[ToolUseBlock], running: _Running, ingress: str) -> None:
+        async for message in execute_tool_uses(
+            calls,
+            assistant_uuid=job.assistant_uuid,
+            registry=self.registry,
+            permissions=self.permissions,
+            timeouts=self.timeouts,
+            interrupt=running.interrupt,
+            clock=self.clock,
+            ids=self.ids,
+        ):
+            await self.redis.xadd(ingress, entry_fields(self._envelope(job, message)))  # type: ignore[arg-type]
 
     def _envelope(self, job: ToolJob, message: ProgressMessage | UserMessage) -> IngressEnvelope:
         if isinstance(message, ProgressMessage):

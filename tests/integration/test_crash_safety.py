@@ -189,7 +189,7 @@ def pid_tag(worker: Worker) -> str:
 def streams_of(bus: AgentbusClient, kind: str) -> list[str]:
     topology = bus.topology
     if kind == "tools":
-        return [topology.tool_jobs]
+        return topology.tool_job_streams()
     if kind == "ingestion":
         return topology.names.shard_streams("ingress")
     return topology.names.shard_streams("log")

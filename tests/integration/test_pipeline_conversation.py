@@ -136,7 +136,7 @@ async def test_conversation_with_every_failure_path_through_two_instances_of_eac
         assert request.request == to_api_request(history).request
         assert "toolu_ghost" not in json.dumps(request.request)
         assert "Let me" not in json.dumps(request.request)
-        assert await bus.redis.xlen(cluster.names.dead_letter_stream(bus.topology.requests)) == 0
+        assert await bus.redis.xlen(cluster.names.dead_letter_stream(bus.topology.requests_for(SESSION))) == 0
 
         # The transcript holds exactly the persisted messages of the log, tombstoned ones removed.
         from services.replay import wait_until_persisted
@@ -166,5 +166,8 @@ def _dispatched(bus: AgentbusClient) -> Any:
 
 async def _started(bus: AgentbusClient) -> bool:
     """The long job has been handed out (tool worker holds it)."""
-    pending: Any = await bus.redis.xpending(bus.topology.tool_jobs, "tools")
-    return int(pending["pending"]) > 0
+    for stream in bus.topology.tool_job_streams():
+        pending: Any = await bus.redis.xpending(stream, "tools")
+        if int(pending["pending"]) > 0:
+            return True
+    return False

@@ -477,7 +477,7 @@ def test_k8s_scaledobjects_read_the_topology(k8s: list[dict[str, Any]]) -> None:
         assert target in deployments
         worker = deployments[target]["spec"]["template"]["spec"]["containers"][0]["args"][1]
         group = WORKER_GROUPS[worker]
-        expected = [topology.tool_jobs] if group == TOOLS_GROUP else topology.lane_streams(group)
+        expected = topology.tool_job_streams() if group == TOOLS_GROUP else topology.lane_streams(group)
         assert spec["minReplicaCount"] >= 1, name
         assert spec["fallback"]["replicas"] >= 1, name
         triggers = spec["triggers"]
@@ -568,11 +568,11 @@ def test_acl_tools_worker_is_refused_the_log_it_does_not_own(acl_redis: int) -> 
     with pytest.raises(redis.exceptions.NoPermissionError):
         tools.set("agentbus:{s03}:session:abc:request", "{}")
     # Its own: the tool-job stream (group, read, ack) and the ingress shards (results go back there).
-    tools.xgroup_create("agentbus:tools:jobs", TOOLS_GROUP, id="0", mkstream=True)
-    operator.xadd("agentbus:tools:jobs", {"data": "{}"})
-    reply: Any = tools.xreadgroup(TOOLS_GROUP, "tools-1", {"agentbus:tools:jobs": ">"}, count=10)
+    tools.xgroup_create("agentbus:{s03}:tools:jobs", TOOLS_GROUP, id="0", mkstream=True)
+    operator.xadd("agentbus:{s03}:tools:jobs", {"data": "{}"})
+    reply: Any = tools.xreadgroup(TOOLS_GROUP, "tools-1", {"agentbus:{s03}:tools:jobs": ">"}, count=10)
     (entry_id, _), *_ = reply[0][1]
-    assert tools.xack("agentbus:tools:jobs", TOOLS_GROUP, entry_id) == 1
+    assert tools.xack("agentbus:{s03}:tools:jobs", TOOLS_GROUP, entry_id) == 1
     assert tools.xadd("agentbus:{s03}:ingress", {"data": "{}"})
     # Session flags are readable, not writable.
     assert tools.sismember("agentbus:{s03}:session:abc:retracted", "u1") == 0
@@ -584,7 +584,8 @@ def test_acl_each_worker_owns_its_group_streams_and_leases(acl_redis: int) -> No
     operator = client(acl_redis, "operator")
     for worker, group in WORKER_GROUPS.items():
         user = client(acl_redis, worker)
-        streams = ["agentbus:tools:jobs"] if group == TOOLS_GROUP else [f"agentbus:{{s05}}:{LANE_OF_GROUP[group]}"]
+        family = "tools:jobs" if group == TOOLS_GROUP else LANE_OF_GROUP[group]
+        streams = [f"agentbus:{{s05}}:{family}"]
         for stream in streams:
             if not _has_group(operator, stream, group):
                 user.xgroup_create(stream, group, id="$", mkstream=True)

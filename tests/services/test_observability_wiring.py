@@ -106,7 +106,7 @@ async def test_for_process_serves_health_and_publishes_stats(aredis: aioredis.Re
         assert (await call(app_routes["/readyz"], "/readyz"))[0] == 200
         labels = {"stream": "log", "group": "normalization", "shard": "1"}
         assert REGISTRY.get_sample_value("agentbus_stream_group_present", labels) == 1
-        assert REGISTRY.get_sample_value("agentbus_stream_length", {"stream": "requests", "shard": ""}) == 0
+        assert REGISTRY.get_sample_value("agentbus_stream_length", {"stream": "requests", "shard": "0"}) == 0
         owned = REGISTRY.get_sample_value(
             "agentbus_lane_shards_owned", {"worker": "normalization", "lane": "normalization"}
         )

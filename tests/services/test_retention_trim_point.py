@@ -40,12 +40,13 @@ def test_a_group_a_team_added_holds_the_stream_back_too() -> None:
 
 
 def test_work_streams_are_the_queues_not_the_records() -> None:
-    """Ingress and log shards and the tool jobs; never a session's event stream, requests or a DLQ."""
+    """Ingress, log and tool-job shards; never a session's event stream, requests or a DLQ."""
     topology = Topology(StreamNames(prefix="t:", shards=2))
     assert work_streams(topology) == [
-        TrimTarget("t:{s00}:ingress", ("ingestion",)),
-        TrimTarget("t:{s01}:ingress", ("ingestion",)),
-        TrimTarget("t:{s00}:log", ("normalization", "transcripts")),
-        TrimTarget("t:{s01}:log", ("normalization", "transcripts")),
-        TrimTarget("t:tools:jobs", ("tools",)),
+        TrimTarget("t:{s00-1}:ingress", ("ingestion",)),
+        TrimTarget("t:{s01-22}:ingress", ("ingestion",)),
+        TrimTarget("t:{s00-1}:log", ("normalization", "transcripts")),
+        TrimTarget("t:{s01-22}:log", ("normalization", "transcripts")),
+        TrimTarget("t:{s00-1}:tools:jobs", ("tools",)),
+        TrimTarget("t:{s01-22}:tools:jobs", ("tools",)),
     ]

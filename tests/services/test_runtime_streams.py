@@ -6,10 +6,9 @@ import zlib
 from collections import Counter
 
 import pytest
-
-from services.runtime.leases import assign_shards, preferred_owner
 from redis.crc import key_slot
 
+from services.runtime.leases import assign_shards, preferred_owner
 from services.runtime.streams import (
     CLUSTER_SLOTS,
     StreamNames,
@@ -51,7 +50,11 @@ def test_shard_stream_and_session_keys_share_the_hash_tag() -> None:
 
 def test_names_are_configured_not_hard_coded() -> None:
     assert StreamNames(prefix="x:").stream("tools:calls") == "x:tools:calls"
-    assert StreamNames(shards=3).shard_streams("ev") == ["agentbus:{s00-1}:ev", "agentbus:{s01-29}:ev", "agentbus:{s02-8}:ev"]
+    assert StreamNames(shards=3).shard_streams("ev") == [
+        "agentbus:{s00-1}:ev",
+        "agentbus:{s01-29}:ev",
+        "agentbus:{s02-8}:ev",
+    ]
     with pytest.raises(ValueError, match="braces"):
         StreamNames(prefix="{x}:")
     with pytest.raises(ValueError, match="out of range"):
