@@ -21,6 +21,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from services.runtime.codec import DATA_FIELD, entry_fields
+from services.runtime.entries import id_text
 from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
@@ -98,14 +99,15 @@ class AgentbusClient:
         entry_id = await self.redis.xadd(self.topology.ingress_for(session_id), entry_fields(envelope))  # type: ignore[arg-type]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
-    async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> None:
-        """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs."""
+    async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> list[str]:
+        """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs; returns
+        their entry ids."""
         stream = self.topology.ingress_for(session_id)
         pipe = self.redis.pipeline(transaction=False)
         for key, payload in payloads:
             envelope = IngressEnvelope(session_id=session_id, idempotency_key=key, payload=payload)
             pipe.xadd(stream, entry_fields(envelope))  # type: ignore[arg-type]
-        await pipe.execute()
+        return [id_text(entry_id) for entry_id in await pipe.execute()]
 
     async def send_prompt(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> str:
         return await self.publish(session_id, UserPrompt(content=content, **options))

@@ -68,10 +68,10 @@ async def test_replayed_session_normalizes_like_the_original(
     """R7.14–R7.20 + §4: normalize(replay(FILE) persisted transcript) == normalize(FILE)."""
     original = path.read_bytes()
     session = session_for(path)
-    persisted_path = await replay_transcript(
+    report = await replay_transcript(
         bus, original, session_id=session, settings=settings_of(replay_cluster), timeout_s=30
     )
-    persisted = persisted_path.read_bytes()
+    persisted = report.transcript.read_bytes()
     uuids = [json.loads(line)["uuid"] for line in persisted.splitlines() if line.strip()]
     assert len(uuids) == len(set(uuids)) > 0  # effectively-once per message uuid
     expected = api_messages(original)

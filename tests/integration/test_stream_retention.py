@@ -33,7 +33,9 @@ async def test_work_streams_trimmed_while_sessions_flow_and_nothing_lost(cluster
         for path in FILES:
             original = path.read_bytes()
             session = f"retention-{path.stem[:24]}"
-            persisted = await replay_transcript(bus, original, session_id=session, settings=settings, timeout_s=60)
+            persisted = (
+                await replay_transcript(bus, original, session_id=session, settings=settings, timeout_s=60)
+            ).transcript
             replayed = api_view_of_transcript(persisted.read_bytes(), prompt="continue").request["messages"]
             assert replayed == api_view_of_transcript(original, prompt="continue").request["messages"], path
             history = await bus.history(session)

@@ -170,7 +170,8 @@ def test_empty_file_without_prompt_is_an_error(tmp_path: Path) -> None:
     code, body, stderr = normalize(str(empty))
     assert code == 1
     assert body is None
-    assert "no conversation" in stderr
+    assert "empty file" in stderr
+    assert "--prompt" in stderr
 
 
 def test_installed_agentbus_script_runs_normalize(corpus_root: Path) -> None:
