@@ -40,6 +40,9 @@ class ReplayPlan:
     """Non-blank lines of the file."""
     skipped: dict[str, int]
     """Lines that are not in ``history``, by reason (malformed, metadata, progress, off the chain…)."""
+    added_on_resume: int = 0
+    """Messages of ``history`` that are not lines of the file (R7.20: e.g. the continuation prompt of an
+    interrupted turn)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,8 @@ class ReplayReport:
         """``replayed 7 lines: 1 event published; skipped 6 off the resumed chain (R7.18)``."""
         skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(self.plan.skipped.items()))
         published = len(self.plan.history)
-        line = f"replayed {self.plan.lines_read} line(s): {published} event(s) published"
+        added = f" ({self.plan.added_on_resume} added by the resume, R7.20)" if self.plan.added_on_resume else ""
+        line = f"replayed {self.plan.lines_read} line(s): {published} event(s) published{added}"
         return line + (f"; skipped {skipped}" if skipped else "")
 
 
@@ -79,12 +83,14 @@ def plan_replay(data: bytes) -> ReplayPlan:
     parse = read_transcript(data)
     kept = {message.uuid for message in resumed.messages}
     skipped = skipped_lines(parse, chain_uuids=resumed.chain_uuids, kept_uuids=kept)
-    return ReplayPlan(list(resumed.messages), len(parse.lines) + len(parse.errors), dict(skipped))
+    in_file = {getattr(numbered.line, "uuid", None) for numbered in parse.lines}
+    added = sum(1 for message in resumed.messages if message.uuid not in in_file)
+    return ReplayPlan(list(resumed.messages), len(parse.lines) + len(parse.errors), dict(skipped), added)
 
 
 async def replay_transcript(
     bus: AgentbusClient,
-    data: bytes,
+    source: bytes | ReplayPlan,
     *,
     session_id: str,
     settings: Settings,
@@ -92,30 +98,11 @@ async def replay_transcript(
     wait_all: bool = False,
     progress: ProgressCallback | None = None,
 ) -> ReplayReport:
-    """Publish the recorded history of ``data`` into ``session_id`` and wait until it is persisted (with
-    ``wait_all``, until every group on the session's log shard has settled it)."""
-    return await publish_replay(
-        bus,
-        plan_replay(data),
-        session_id=session_id,
-        settings=settings,
-        timeout_s=timeout_s,
-        wait_all=wait_all,
-        progress=progress,
-    )
-
-
-async def publish_replay(
-    bus: AgentbusClient,
-    plan: ReplayPlan,
-    *,
-    session_id: str,
-    settings: Settings,
-    timeout_s: float,
-    wait_all: bool = False,
-    progress: ProgressCallback | None = None,
-) -> ReplayReport:
-    """Publish ``plan``'s history into ``session_id`` and wait as :func:`replay_transcript` does."""
+    """Publish the recorded history of ``source`` (a file's bytes, or its :func:`plan_replay`) into
+    ``session_id`` and wait until it is persisted (with ``wait_all``, until every group on the session's
+    log shard has settled it). Raises :class:`shared.errors.UnusableTranscript` for a file that is no
+    transcript and ``TimeoutError`` when the groups have not settled within ``timeout_s``."""
+    plan = source if isinstance(source, ReplayPlan) else plan_replay(source)
     payloads: list[tuple[str, IngressPayload]] = [
         (f"replay:{message.uuid}", RecordedMessage(message=message)) for message in plan.history
     ]

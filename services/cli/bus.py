@@ -127,7 +127,7 @@ def replay_command(
     many events published and which lines were skipped and why. An empty, binary or non-JSONL file, or
     one without a conversation, is refused (file, line, reason; exit 1)."""
     from services.cli.progress import phase_progress
-    from services.replay import plan_replay, publish_replay
+    from services.replay import plan_replay, replay_transcript
     from shared.errors import UnusableTranscript
 
     data = read_input(file)
@@ -142,7 +142,7 @@ def replay_command(
     async def run() -> ReplayReport:
         async with AgentbusClient.connect(settings.redis_url) as bus:
             with phase_progress(labels) as progress:
-                return await publish_replay(
+                return await replay_transcript(
                     bus,
                     plan,
                     session_id=session_id,

@@ -4,6 +4,7 @@ run must get the request its own prompt led to, never the first run's (what ``ne
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,11 @@ def test_readme_sdk_example_runs_as_a_script_and_next_means_next(cluster: Worker
     second_seq = int(second[0].split()[0])
     assert second_seq > first_seq  # the request of this run's prompt, not the previous one
     assert [line.split()[0] for line in second[1:]] == [str(seq) for seq in range(1, second_seq + 1)]
+
+    async def next_without_a_new_prompt() -> None:
+        async with cluster.client() as bus:
+            assert (await bus.latest_request("s1")) is not None
+            await bus.next_request("s1", timeout_s=0.5)  # the session's existing request is not "next"
+
+    with pytest.raises(TimeoutError, match="no request for session s1"):
+        asyncio.run(next_without_a_new_prompt())
