@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Final, TypeVar
+from typing import Annotated, Final
 from urllib.parse import urlparse
 
 import typer
@@ -41,7 +41,12 @@ DEMO_PERMISSIONS = '["Read", "Glob", "Grep", "Write", "Bash(ls:*)"]'
 
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-T = TypeVar("T")
+
+def stop_signals() -> list[signal.Signals]:
+    """:data:`STOP_SIGNALS`, but SIGHUP only when not ignored: ``nohup agentbus up`` survives a hang-up,
+    as it asked. (A shell starts background jobs with SIGINT ignored; Ctrl-C does not reach them anyway,
+    and a ``kill -INT`` should still stop ``up``.)"""
+    return [sig for sig in STOP_SIGNALS if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN]
 
 
 class StopRequested(BaseException):
@@ -64,7 +69,9 @@ def up_command(
     log_format: Annotated[
         LogFormat,
         typer.Option(
-            "--log-format", help="Workers' logs here: auto (console on a terminal, else json), console, json."
+            "--log-format",
+            help="Workers' logs shown here: auto (console on a terminal, else json), console or json; "
+            "all of them go to <data dir>/logs/up.log.",
         ),
     ] = "auto",
     max_restarts: Annotated[
@@ -72,7 +79,8 @@ def up_command(
     ] = RestartPolicy.max_restarts,
 ) -> None:
     """Start the four worker types (tools scaled to --tools) and, if needed, a private Redis."""
-    signal_handlers = {sig: signal.signal(sig, _raise_stop) for sig in STOP_SIGNALS}
+    signals = stop_signals()
+    signal_handlers = {sig: signal.signal(sig, _raise_stop) for sig in signals}
     redis_server: LocalRedis | None = None
     code = 0
     try:
@@ -89,7 +97,8 @@ def up_command(
             log_file_path(settings.data_dir), console=console_wanted(log_format, sys.stdout), out=sys.stdout
         )
         try:
-            plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, RestartPolicy(max_restarts))
+            policy = RestartPolicy(max_restarts)
+            plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
             code = asyncio.run(plan.run(logs))
         finally:
             logs.close()
@@ -99,7 +108,7 @@ def up_command(
         typer.echo(f"agentbus up: {exc}", err=True)
         code = 1
     finally:
-        for sig in STOP_SIGNALS:  # nothing interrupts the clean-up below
+        for sig in signals:  # nothing interrupts the clean-up below
             signal.signal(sig, signal.SIG_IGN)
         if redis_server is not None:
             redis_server.stop()
@@ -150,6 +159,7 @@ class UpPlan:
         exit_after_demo: bool,
         base_port: int,
         policy: RestartPolicy,
+        signals: list[signal.Signals],
     ) -> None:
         self.settings = settings
         self.env = env
@@ -157,13 +167,14 @@ class UpPlan:
         self.exit_after_demo = exit_after_demo
         self.base_port = base_port
         self.policy = policy
+        self.signals = signals
         names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools
         self.workers = [(name if name != "tools" else f"tools-{i - 2}", name) for i, name in enumerate(names)]
         self.stop = asyncio.Event()
 
     async def run(self, logs: WorkerLogs) -> int:
         loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
+        for sig in self.signals:
             loop.add_signal_handler(sig, self.stop.set)
         await _init(self.settings)
         supervisor = Supervisor(
@@ -172,15 +183,9 @@ class UpPlan:
         code = 0
         try:
             await supervisor.start()
-            if not await self._unless_stopped(supervisor.wait_ready()):
-                return 0
-            self._announce(supervisor, logs)
-            watch = asyncio.create_task(supervisor.watch())
-            if self.demo:
-                code = await self._watched(watch, _maybe_demo(self.settings))
-            if code == 0 and not self.exit_after_demo:
-                code = await self._watched(watch, self.stop.wait())
-            watch.cancel()
+            if await self._until_stop(supervisor.wait_ready()):
+                self._announce(supervisor, logs)
+                code = await self._serve(supervisor)
         except SupervisionFailed as exc:
             typer.echo(f"agentbus up: {exc}", err=True)
             code = 1
@@ -188,10 +193,30 @@ class UpPlan:
             problems = await supervisor.stop()
             for problem in problems:
                 typer.echo(f"agentbus up: {problem}", err=True)
-            for sig in STOP_SIGNALS:
+            for sig in self.signals:
                 loop.remove_signal_handler(sig)  # which restores the default action: ignore until up is done
                 signal.signal(sig, signal.SIG_IGN)
         return 1 if problems else code
+
+    async def _serve(self, supervisor: Supervisor) -> int:
+        """The demo, then (unless --exit-after-demo) wait for a stop signal, all while the supervisor
+        restarts dead workers; 1 when the demo failed."""
+        watch = asyncio.create_task(supervisor.watch())
+        try:
+            if self.demo:
+                try:
+                    if not await self._until_stop(_maybe_demo(self.settings), watch):
+                        return 0
+                except SupervisionFailed:
+                    raise
+                except Exception as exc:
+                    typer.echo(f"agentbus up: demo failed: {exc}", err=True)
+                    return 1
+            if not self.exit_after_demo:
+                await self._until_stop(asyncio.Event().wait(), watch)
+            return 0
+        finally:
+            watch.cancel()
 
     def _children(self) -> list[Child]:
         children = []
@@ -213,34 +238,21 @@ class UpPlan:
         typer.echo(f"worker logs: {logs.path}")
         typer.echo("agentbus is up; Ctrl-C stops it")
 
-    async def _unless_stopped(self, work: Awaitable[T]) -> bool:
-        """Run ``work`` unless a stop signal comes first (then cancel it); True when it finished."""
+    async def _until_stop(self, work: Awaitable[object], watch: asyncio.Task[None] | None = None) -> bool:
+        """Run ``work``; True once it is done, False when a stop signal came first (``work`` is cancelled).
+        A ``watch`` that ends first raises its failure (:class:`SupervisionFailed`)."""
         task = asyncio.ensure_future(work)
         stopped = asyncio.create_task(self.stop.wait())
-        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, stopped} | ({watch} if watch else set()), return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
+        if watch is not None and watch.done():
+            task.cancel()
+            watch.result()
         if not task.done():
             task.cancel()
             return False
         task.result()
         return True
-
-    async def _watched(self, watch: asyncio.Task[None], work: Awaitable[object]) -> int:
-        """Run ``work`` while the supervisor watches the workers; 1 when it failed or they did, else 0."""
-        task = asyncio.ensure_future(work)
-        stopped = asyncio.create_task(self.stop.wait())
-        await asyncio.wait({task, stopped, watch}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        if watch.done():
-            task.cancel()
-            watch.result()  # raises SupervisionFailed
-        if not task.done():
-            task.cancel()
-            return 0
-        if (error := task.exception()) is not None:
-            typer.echo(f"agentbus up: demo failed: {error}", err=True)
-            return 1
-        return 0
 
 
 async def _init(settings: Settings) -> None:
