@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -32,20 +32,47 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _up(cwd: Path, redis_port: int, *args: str, base_port: int | None = None) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "AGENTBUS_DATA_DIR": "data",  # the default, relative to where `up` runs
-        "PYTHONPATH": str(REPO),
-    }
-    env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
-    port = free_port() if base_port is None else base_port
-    command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port), *args]
-    # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
-    return subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+StartUp = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def start_up(tmp_path: Path) -> Iterator[StartUp]:
+    """Starts ``agentbus up --tools 1`` in ``tmp_path`` against a Redis port nobody answers on (so it starts
+    its private one); any `up` still running at the end is stopped (SIGTERM: it stops what it started)."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(redis_port: int, *args: str, base_port: int | None = None) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "AGENTBUS_DATA_DIR": "data",  # the default, relative to where `up` runs
+            "PYTHONPATH": str(REPO),
+        }
+        env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
+        port = free_port() if base_port is None else base_port
+        command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port), *args]
+        # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
+        up = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(up)
+        return up
+
+    yield start
+    for up in started:
+        if up.poll() is None:
+            up.terminate()
+            try:
+                up.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                up.communicate()
 
 
 def _read_until(up: subprocess.Popen[str], marker: str, lines: list[str], timeout_s: float = 120) -> str:
@@ -94,9 +121,9 @@ def _wait_gone(pids: dict[str, int], timeout_s: float = 60) -> dict[str, int]:
 
 
 @pytest.mark.timeout(180)
-def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path) -> None:
+def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path, start_up: StartUp) -> None:
     redis_port = free_port()
-    up = _up(tmp_path, redis_port, "--exit-after-demo")
+    up = start_up(redis_port, "--exit-after-demo")
     output, _ = up.communicate(timeout=150)
     assert up.returncode == 0, output[-4000:]
     assert f"started a private one at redis://127.0.0.1:{redis_port}/0" in output
@@ -114,12 +141,12 @@ def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path) -> No
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGHUP])
 def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
-    tmp_path: Path, stop_signal: signal.Signals
+    start_up: StartUp, stop_signal: signal.Signals
 ) -> None:
     """SIGINT is Ctrl-C; SIGHUP is the terminal closing (it used to kill `up` alone, leaving 5 workers
     and Redis running)."""
     redis_port = free_port()
-    up = _up(tmp_path, redis_port, "--no-demo")
+    up = start_up(redis_port, "--no-demo")
     lines: list[str] = []
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
@@ -136,9 +163,9 @@ def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
 
 
 @pytest.mark.timeout(180)
-def test_a_sigkilled_up_takes_its_children_with_it(tmp_path: Path) -> None:
+def test_a_sigkilled_up_takes_its_children_with_it(start_up: StartUp) -> None:
     """No clean-up runs in a SIGKILLed `up`: the kernel's parent-death signal (Linux) stops its children."""
-    up = _up(tmp_path, free_port(), "--no-demo")
+    up = start_up(free_port(), "--no-demo")
     lines: list[str] = []
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
@@ -148,8 +175,8 @@ def test_a_sigkilled_up_takes_its_children_with_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_a_dead_worker_is_restarted_and_one_that_keeps_dying_fails_up(tmp_path: Path) -> None:
-    up = _up(tmp_path, free_port(), "--no-demo", "--max-restarts", "1")
+def test_a_dead_worker_is_restarted_and_one_that_keeps_dying_fails_up(start_up: StartUp) -> None:
+    up = start_up(free_port(), "--no-demo", "--max-restarts", "1")
     lines: list[str] = []
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
@@ -194,13 +221,13 @@ def leftover_port() -> Iterator[int]:
 
 @pytest.mark.timeout(180)
 def test_leftovers_on_a_port_do_not_fool_readiness_and_console_logs_stay_short(
-    tmp_path: Path, leftover_port: int
+    tmp_path: Path, start_up: StartUp, leftover_port: int
 ) -> None:
     """The first worker's port is held by something answering /readyz: `up` binds its own port instead and
     never asks the leftover. With --log-format console the terminal gets readable lines, the file all JSON."""
     _Leftover.requests.clear()
     args = ("--no-demo", "--exit-after-demo", "--log-format", "console")
-    up = _up(tmp_path, free_port(), *args, base_port=leftover_port)
+    up = start_up(free_port(), *args, base_port=leftover_port)
     output, _ = up.communicate(timeout=150)
     assert up.returncode == 0, output[-4000:]
     assert f"port {leftover_port} on 127.0.0.1 is taken" in output, output[-4000:]
