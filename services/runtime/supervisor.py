@@ -183,15 +183,16 @@ class Supervisor:
     async def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every child answers ``/readyz``; a child that exits first fails the start-up."""
         deadline = time.monotonic() + timeout_s
-        while not all(child.ready for child in self.children):
-            for child in self.children:
-                if child.ready:
-                    continue
+        while waiting := [child for child in self.children if not child.ready]:
+            for child in waiting:
                 if not child.alive():
                     assert child.process is not None
                     msg = f"worker {child.label} exited with code {child.process.returncode} before it was ready"
                     raise SupervisionFailed(msg)
-                child.ready = await http_ok(*child.address, self.ready_path)
+            # Together: a probe of a worker not serving yet waits in the socket's backlog until it times out.
+            answers = await asyncio.gather(*(http_ok(*child.address, self.ready_path) for child in waiting))
+            for child, ready in zip(waiting, answers, strict=True):
+                child.ready = ready
             if time.monotonic() > deadline:
                 late = ", ".join(child.label for child in self.children if not child.ready)
                 msg = f"worker(s) {late} not ready after {timeout_s:g}s"
