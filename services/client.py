@@ -1,8 +1,7 @@
 """Python client SDK: publish to a session, await its next API request, follow its events.
 
     async with AgentbusClient.connect("redis://localhost:6379/0") as bus:
-        await bus.send_prompt("s1", "list the files")
-        request = await bus.next_request("s1", after_seq=0, timeout_s=30)
+        request = await bus.send_prompt_and_wait("s1", "list the files", timeout_s=30)
 
 Every publish carries an idempotency key (a fresh one unless given), so a producer may retry safely.
 """
@@ -22,6 +21,7 @@ import redis.asyncio as aioredis
 
 from services.runtime import redis_client
 from services.runtime.codec import DATA_FIELD, entry_fields
+from services.runtime.entries import id_text
 from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
@@ -99,14 +99,15 @@ class AgentbusClient:
         entry_id = await self.redis.xadd(self.topology.ingress_for(session_id), entry_fields(envelope))  # type: ignore[arg-type]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
-    async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> None:
-        """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs."""
+    async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> list[str]:
+        """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs; returns
+        their entry ids."""
         stream = self.topology.ingress_for(session_id)
         pipe = self.redis.pipeline(transaction=False)
         for key, payload in payloads:
             envelope = IngressEnvelope(session_id=session_id, idempotency_key=key, payload=payload)
             pipe.xadd(stream, entry_fields(envelope))  # type: ignore[arg-type]
-        await pipe.execute()
+        return [id_text(entry_id) for entry_id in await pipe.execute()]
 
     async def send_prompt(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> str:
         return await self.publish(session_id, UserPrompt(content=content, **options))
@@ -144,12 +145,26 @@ class AgentbusClient:
         body = orjson.loads(raw)
         return PublishedRequest(session_id, int(body["seq"]), body["request"], dict(body.get("repairs", {})))
 
-    async def next_request(self, session_id: str, *, after_seq: int = 0, timeout_s: float = 30.0) -> PublishedRequest:
-        """Wait until the normalizer publishes a request of ``session_id`` newer than ``after_seq``."""
+    async def next_request(
+        self, session_id: str, *, after_seq: int | None = None, timeout_s: float = 30.0
+    ) -> PublishedRequest:
+        """Wait for the session's next API request and return it; never one older than the call or ``after_seq``.
+
+        "Next" means: with ``after_seq=None`` (the default) the first request the normalizer publishes for
+        ``session_id`` after this call started (a reused session's earlier requests are never returned);
+        with ``after_seq=N``, the first with ``seq > N`` (``seq`` is the session's log position the
+        request covers; take it from :meth:`latest_request` before publishing, or from an earlier
+        request). Only the newest body of a session is kept, so if several requests were published before
+        this call looked, the newest of them is returned. To send a prompt and get the request it leads
+        to without racing the normalizer, use :meth:`send_prompt_and_wait`. Raises ``TimeoutError``
+        after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         requests = self.topology.requests_for(session_id)
         last: Any = await self.redis.xrevrange(requests, count=1)
         cursor: bytes = last[0][0] if last else b"0-0"
+        if after_seq is None:
+            before = await self.latest_request(session_id)
+            after_seq = before.seq if before is not None else 0
         while True:
             current = await self.latest_request(session_id)
             if current is not None and current.seq > after_seq:
@@ -163,6 +178,16 @@ class AgentbusClient:
                 if entries:
                     cursor = entries[-1][0]
 
+    async def send_prompt_and_wait(
+        self, session_id: str, content: str | list[ContentBlock], *, timeout_s: float = 30.0, **options: Any
+    ) -> PublishedRequest:
+        """Publish a prompt and return the first request published after it (the one it leads to, or a
+        later one): the session's position is read before the prompt is sent, so a fast normalizer cannot
+        be missed."""
+        before = await self.latest_request(session_id)
+        await self.send_prompt(session_id, content, **options)
+        return await self.next_request(session_id, after_seq=before.seq if before else 0, timeout_s=timeout_s)
+
     async def history(self, session_id: str) -> list[LogEntry]:
         """Every log entry of the session so far."""
         rows: Any = await self.redis.xrange(self.topology.session_events(session_id))
@@ -171,7 +196,9 @@ class AgentbusClient:
     async def follow(
         self, session_id: str, *, from_start: bool = True, block_ms: int = 1000
     ) -> AsyncIterator[LogEntry]:
-        """Yield the session's log entries as they are written (forever; cancel to stop)."""
+        """Yield the session's log entries as they are written. It never ends by itself, even when the
+        session is idle: ``break`` out of the loop, or bound it with ``asyncio.timeout(...)``
+        (``TimeoutError``) or by cancelling the task that iterates."""
         cursor: bytes | str = "0-0" if from_start else "$"
         stream = self.topology.session_events(session_id)
         while True:

@@ -2,76 +2,187 @@
 
 The recorded history is resumed the way ``agentbus normalize`` resumes it (R7.14–R7.20: main chain,
 parallel results recovered, interrupted turns closed), then every message is published in order as a
-``recorded_message`` (assistant replies carry their recorded tool results, so no tool runs). The
-command waits until ingestion and the transcript worker have settled everything, so normalizing the
-persisted transcript gives the same request as normalizing the original file.
+``recorded_message`` (assistant replies carry their recorded tool results, so no tool runs). Lines that
+do not become part of that history are counted by reason (:class:`ReplayPlan`). The command waits until
+ingestion and the transcript worker (with ``wait_all``: every group reading the session's log shard)
+have settled everything published, so normalizing the persisted transcript gives the same request as
+normalizing the original file. "Settled" is decided from entry ids (:mod:`services.runtime.drain`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from services.client import AgentbusClient
-from services.runtime.entries import id_text
+from services.runtime.drain import StreamProgress, stream_progress
 from services.runtime.settings import Settings
 from services.runtime.topology import INGESTION_GROUP, TRANSCRIPTS_GROUP
-from services.transcripts.api_view import resume_subagent
+from services.transcripts.api_view import require_conversation, resume_subagent
 from services.transcripts.layout import session_file
 from shared.clock import utc_now
 from shared.events import IngressPayload, RecordedMessage
 from shared.ids import random_uuid
-from shared.messages import Message
-from shared.transcript import resume_session
+from shared.transcript import ResumeResult, TranscriptMessage, read_transcript, resume_session, skipped_lines
 
 PUBLISH_CHUNK = 500
 
 
-def recorded_history(data: bytes) -> list[Message]:
-    """The messages a resume of ``data`` starts from (a sub-agent file: the agent's own chain)."""
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """What a replay of one file publishes, and what it leaves out and why."""
+
+    history: list[TranscriptMessage]
+    lines_read: int
+    """Non-blank lines of the file."""
+    skipped: dict[str, int]
+    """Lines that are not in ``history``, by reason (malformed, metadata, progress, off the chain…)."""
+    added_on_resume: int = 0
+    """Messages of ``history`` that are not lines of the file (R7.20: e.g. the continuation prompt of an
+    interrupted turn)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """A finished replay: where the transcript is, and what was published."""
+
+    session_id: str
+    transcript: Path
+    plan: ReplayPlan
+
+    def summary(self) -> str:
+        """``replayed 7 lines: 1 event published; skipped 6 off the resumed chain (R7.18)``."""
+        skipped = ", ".join(f"{count} {reason}" for reason, count in sorted(self.plan.skipped.items()))
+        published = len(self.plan.history)
+        added = f" ({self.plan.added_on_resume} added by the resume, R7.20)" if self.plan.added_on_resume else ""
+        line = f"replayed {self.plan.lines_read} line(s): {published} event(s) published{added}"
+        return line + (f"; skipped {skipped}" if skipped else "")
+
+
+ProgressCallback = Callable[[str, int, int], None]
+"""``(phase, done, total)``: ``publish`` per chunk published; ``ingress:<groups>`` and ``log:<groups>`` (the
+groups waited for) when the wait on that stream starts and each time one of its groups settles."""
+
+
+def _resume(data: bytes) -> ResumeResult:
     resumed = resume_session(data, clock=utc_now, ids=random_uuid)
     if not resumed.messages:
         resumed = resume_subagent(data, clock=utc_now, ids=random_uuid) or resumed
-    return list(resumed.messages)
+    return resumed
+
+
+def plan_replay(data: bytes) -> ReplayPlan:
+    """The history a resume of ``data`` starts from (a sub-agent file: the agent's own chain) and the
+    accounting of every other line. Raises :class:`shared.errors.UnusableTranscript` for an empty,
+    binary or non-JSONL file or one without a conversation."""
+    resumed = _resume(data)
+    require_conversation(data, resumed)
+    parse = read_transcript(data)
+    kept = {message.uuid for message in resumed.messages}
+    skipped = skipped_lines(parse, chain_uuids=resumed.chain_uuids, kept_uuids=kept)
+    in_file = {getattr(numbered.line, "uuid", None) for numbered in parse.lines}
+    added = sum(1 for message in resumed.messages if message.uuid not in in_file)
+    return ReplayPlan(list(resumed.messages), len(parse.lines) + len(parse.errors), dict(skipped), added)
 
 
 async def replay_transcript(
-    bus: AgentbusClient, data: bytes, *, session_id: str, settings: Settings, timeout_s: float
-) -> Path:
-    """Publish the recorded history of ``data`` into ``session_id`` and wait until it is persisted."""
+    bus: AgentbusClient,
+    source: bytes | ReplayPlan,
+    *,
+    session_id: str,
+    settings: Settings,
+    timeout_s: float,
+    wait_all: bool = False,
+    progress: ProgressCallback | None = None,
+) -> ReplayReport:
+    """Publish the recorded history of ``source`` (a file's bytes, or its :func:`plan_replay`) into
+    ``session_id`` and wait until it is persisted (with ``wait_all``, until every group on the session's
+    log shard has settled it). Raises :class:`shared.errors.UnusableTranscript` for a file that is no
+    transcript and ``TimeoutError`` when the groups have not settled within ``timeout_s``."""
+    plan = source if isinstance(source, ReplayPlan) else plan_replay(source)
     payloads: list[tuple[str, IngressPayload]] = [
-        (f"replay:{getattr(message, 'uuid', index)}", RecordedMessage(message=message))
-        for index, message in enumerate(recorded_history(data))
+        (f"replay:{message.uuid}", RecordedMessage(message=message)) for message in plan.history
     ]
+    last_id = "0-0"
     for start in range(0, len(payloads), PUBLISH_CHUNK):
-        await bus.publish_many(session_id, payloads[start : start + PUBLISH_CHUNK])
-    return await wait_until_persisted(bus, session_id, settings=settings, timeout_s=timeout_s)
+        ids = await bus.publish_many(session_id, payloads[start : start + PUBLISH_CHUNK])
+        last_id = ids[-1] if ids else last_id
+        if progress is not None:
+            progress("publish", min(start + PUBLISH_CHUNK, len(payloads)), len(payloads))
+    path = await wait_until_persisted(
+        bus,
+        session_id,
+        settings=settings,
+        timeout_s=timeout_s,
+        ingress_id=last_id,
+        wait_all=wait_all,
+        progress=progress,
+    )
+    return ReplayReport(session_id, path, plan)
 
 
-async def wait_until_persisted(bus: AgentbusClient, session_id: str, *, settings: Settings, timeout_s: float) -> Path:
-    """Wait until ingestion and the transcript worker have settled everything published so far for
-    ``session_id``'s shards; returns the session's transcript path."""
+async def wait_until_persisted(
+    bus: AgentbusClient,
+    session_id: str,
+    *,
+    settings: Settings,
+    timeout_s: float,
+    ingress_id: str | None = None,
+    wait_all: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Path:
+    """Wait until ingestion has settled ``session_id``'s ingress shard up to ``ingress_id`` (default: all it
+    holds now), then until
+    the transcript worker (``wait_all``: every group of the log shard) has settled everything ingestion
+    had logged by then; returns the session's transcript path."""
     topology = bus.topology
     deadline = time.monotonic() + timeout_s
-    await _settled(bus, topology.ingress_for(session_id), INGESTION_GROUP, deadline)
-    await _settled(bus, topology.log_for(session_id), TRANSCRIPTS_GROUP, deadline)
+    ingress = topology.ingress_for(session_id)
+    if ingress_id is None:
+        current = await stream_progress(bus.redis, ingress)
+        ingress_id = current.last_generated if current is not None else "0-0"
+    await _settled(bus, ingress, [INGESTION_GROUP], ingress_id, deadline, _phase(progress, "ingress"))
+    log = topology.log_for(session_id)
+    logged = await stream_progress(bus.redis, log)
+    if logged is not None:
+        groups = list(logged.groups) if wait_all else [TRANSCRIPTS_GROUP]
+        await _settled(bus, log, groups, logged.last_generated, deadline, _phase(progress, "log"))
     return session_file(settings.data_dir, settings.cwd, session_id)
 
 
-async def _settled(bus: AgentbusClient, stream: str, group: str, deadline: float) -> None:
-    """Wait until ``group`` has read and acked everything in ``stream`` (lag 0, nothing pending)."""
-    while True:
-        groups: list[dict[Any, Any]] = []
-        try:
-            groups = await bus.redis.xinfo_groups(stream)
-        except Exception:
-            groups = []
-        for info in groups:
-            if id_text(info["name"]) == group and info.get("lag") == 0 and int(info["pending"]) == 0:
-                return
+def _phase(progress: ProgressCallback | None, phase: str) -> Callable[[list[str], int], None] | None:
+    """``(groups, how many settled)`` → ``progress("<phase>:<groups>", settled, len(groups))``."""
+    if progress is None:
+        return None
+    return lambda groups, settled: progress(f"{phase}:{', '.join(groups)}", settled, len(groups))
+
+
+async def _settled(
+    bus: AgentbusClient,
+    stream: str,
+    groups: list[str],
+    upto: str,
+    deadline: float,
+    report: Callable[[list[str], int], None] | None,
+) -> None:
+    """Wait until each of ``groups`` has been delivered and has acked every entry of ``stream`` up to ``upto``."""
+    waiting = list(groups)
+    if report is not None:
+        report(groups, 0)
+    while waiting:
+        state: StreamProgress | None = await stream_progress(bus.redis, stream)
+        settled = [group for group in waiting if state is not None and state.drained(group, upto=upto)]
+        if settled:
+            waiting = [group for group in waiting if group not in settled]
+            if report is not None:
+                report(groups, len(groups) - len(waiting))
+        if not waiting:
+            return
         if time.monotonic() > deadline:
-            msg = f"{group} has not settled {stream} in time (are the workers running? `agentbus up`)"
+            names = ", ".join(waiting)
+            msg = f"{names} has not settled {stream} up to {upto} in time (are the workers running? `agentbus up`)"
             raise TimeoutError(msg)
         await asyncio.sleep(0.05)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import os
+import socket
 
 import uvicorn
 
@@ -10,6 +12,7 @@ from services.ingestion import app as ingestion_app
 from services.normalization import app as normalization_app
 from services.observability.wiring import configure_process
 from services.runtime.settings import Settings
+from services.runtime.supervisor import LISTEN_FD_ENV
 from services.runtime.worker_app import WorkerFactory, WorkerProcess, build_app
 from services.tool_execution import app as tools_app
 from services.transcripts import app as transcripts_app
@@ -41,7 +44,7 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
     app, _ = build_worker(name, resolved)
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
-        host="0.0.0.0",
+        host=resolved.http_host,
         port=resolved.http_port if port is None else port,
         log_level=resolved.log_level.lower(),
         access_log=False,
@@ -49,9 +52,21 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
         lifespan="on",
         loop="uvloop" if _has_uvloop() else "asyncio",
     )
+    sockets = inherited_listener()
     freeze_startup_heap()
     # Server.run honours the loop factory; asyncio.run(server.serve()) would silently run the stdlib loop.
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=sockets)
+
+
+def inherited_listener() -> list[socket.socket] | None:
+    """The listening socket ``agentbus up`` bound and passed down (:data:`LISTEN_FD_ENV`; so its ``/readyz``
+    answers for this process, whoever else holds ports, and a restart serves the same port), None when run
+    on its own.
+
+    The variable is removed so that the commands a tool worker runs do not inherit it.
+    """
+    fd = os.environ.pop(LISTEN_FD_ENV, None)
+    return None if fd is None else [socket.socket(fileno=int(fd))]
 
 
 def freeze_startup_heap() -> None:

@@ -7,7 +7,8 @@
     ├── PairingRepairRequired      strict pairing mode found something to repair (R4.30)
     └── TranscriptError
         ├── TranscriptLineError    one bad JSONL line (``.line_number``, ``.raw``)
-        └── BrokenTranscriptChain  a parent chain that cannot be walked (``.uuid``)
+        ├── BrokenTranscriptChain  a parent chain that cannot be walked (``.uuid``)
+        └── UnusableTranscript     a file that is no transcript, or holds no conversation (``.kind``)
 
 Helpers add their own subclasses here, one per failure kind, each carrying the offending ids.
 """
@@ -117,6 +118,20 @@ class BrokenTranscriptChain(TranscriptError):
     def __init__(self, uuid: str, message: str) -> None:
         self.uuid = uuid
         super().__init__(message)
+
+
+class UnusableTranscript(TranscriptError):
+    """A file that cannot stand for a session: ``kind`` is ``empty`` (no line at all), ``binary`` (its
+    first line is not UTF-8 text), ``not_jsonl`` (no line is a JSON object with a ``type``) or
+    ``no_conversation`` (valid lines, but no user or assistant message to resume). ``line_number`` is
+    the 1-based line that shows it (None for ``empty``/``no_conversation``), ``reason`` says why in
+    words. Commands that would otherwise print an empty result refuse such a file with this error."""
+
+    def __init__(self, kind: str, reason: str, *, line_number: int | None = None) -> None:
+        self.kind = kind
+        self.reason = reason
+        self.line_number = line_number
+        super().__init__(f"line {line_number}: {reason}" if line_number is not None else reason)
 
 
 class StreamAccumulationError(AgentbusError):

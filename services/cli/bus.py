@@ -7,7 +7,7 @@ import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +18,9 @@ from services.runtime.settings import Settings
 from services.runtime.stream_admin import init_streams, stream_report
 from services.runtime.topology import Topology
 from services.workers import WORKER_FACTORIES, run_worker
+
+if TYPE_CHECKING:
+    from services.replay import ReplayReport
 
 streams_app = typer.Typer(
     name="streams", help="Create and inspect the pipeline's streams and groups.", no_args_is_help=True
@@ -114,25 +117,48 @@ def replay_command(
     file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript.")],
     session: Annotated[str | None, typer.Option("--session", help="Session id on the bus (default: new).")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait until it is persisted.")] = 120.0,
+    wait_all: Annotated[
+        bool, typer.Option("--wait", help="Also wait until every group of the session's log shard has settled it.")
+    ] = False,
 ) -> None:
     """Push a recorded session through the bus as its producers would (recorded tool results included),
-    wait until the transcript worker has persisted it, and print the session id and transcript path."""
-    from services.replay import replay_transcript
+    wait until the transcript worker has persisted it (--wait: every group, the normalizer too), and
+    print the session id and transcript path. A summary on stderr says how many lines were read, how
+    many events published and which lines were skipped and why. An empty, binary or non-JSONL file, or
+    one without a conversation, is refused (file, line, reason; exit 1)."""
+    from services.cli.progress import phase_progress
+    from services.replay import plan_replay, replay_transcript
+    from shared.errors import UnusableTranscript
 
     data = read_input(file)
+    try:
+        plan = plan_replay(data)
+    except UnusableTranscript as error:
+        fail(f"{file}: {error}")
     settings = Settings()
     session_id = session or str(uuid.uuid4())
+    labels = {"publish": "events published", "ingress": "settled by {detail}", "log": "settled by {detail}"}
 
-    async def run() -> Path:
+    async def run() -> ReplayReport:
         async with AgentbusClient.connect(settings.redis_url) as bus:
-            return await replay_transcript(bus, data, session_id=session_id, settings=settings, timeout_s=timeout_s)
+            with phase_progress(labels) as progress:
+                return await replay_transcript(
+                    bus,
+                    plan,
+                    session_id=session_id,
+                    settings=settings,
+                    timeout_s=timeout_s,
+                    wait_all=wait_all,
+                    progress=progress,
+                )
 
     try:
-        path = asyncio.run(run())
+        report = asyncio.run(run())
     except TimeoutError as error:
         fail(str(error))
+    typer.echo(f"agentbus: {file}: {report.summary()}", err=True)
     typer.echo(session_id)
-    typer.echo(str(path))
+    typer.echo(str(report.transcript))
 
 
 @streams_app.command("init")

@@ -1,4 +1,4 @@
-"""``agentbus normalize FILE.jsonl [--prompt TEXT] [--leaf UUID]``: a transcript → an API request."""
+"""``agentbus normalize FILE.jsonl [--prompt TEXT] [--leaf UUID] [--check]``: a transcript → an API request."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 
 from services.cli.common import fail, read_input
-from services.transcripts.api_view import api_view_of_transcript
-from shared.api_validation import validate_api_request
-from shared.errors import AgentbusError
+from services.transcripts.api_view import api_view_of_transcript, require_conversation
+from shared.api_validation import ApiViolation, validate_api_request
+from shared.errors import AgentbusError, UnusableTranscript
 
 
 def normalize_command(
@@ -23,26 +23,43 @@ def normalize_command(
     leaf: Annotated[
         str | None, typer.Option("--leaf", help="Resume the chain ending at this uuid instead of the main one.")
     ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 when the history could not be sent to the API as it stands.")
+    ] = False,
 ) -> None:
     """Resume FILE's main chain (or the chain ending at --leaf), normalize it for the Messages API and
-    print {"messages": [...]} as JSON on stdout. Malformed lines are skipped (listed on stderr)."""
+    print {"messages": [...]} as JSON on stdout. Malformed lines are skipped (listed on stderr).
+
+    Without --prompt the resumed history is printed as it is (exit 0); when it could not be sent as it
+    stands (e.g. it ends with the assistant's reply) one line on stderr says why, and --check makes that
+    exit 1. With --prompt the request must be sendable: otherwise exit 1. An empty file needs --prompt;
+    a binary or non-JSONL file is refused (file, line, reason; exit 1)."""
     data = read_input(file)
     try:
         view = api_view_of_transcript(data, leaf=leaf, prompt=prompt)
+        require_conversation(data, view.resumed, fresh_start=prompt is not None)
     except AgentbusError as error:
-        fail(f"{file}: {error}")
+        startable = isinstance(error, UnusableTranscript) and error.kind in {"empty", "no_conversation"}
+        hint = "; pass --prompt to start a conversation" if startable else ""
+        fail(f"{file}: {error}{hint}")
     if view.resumed.line_errors:
         numbers = ", ".join(str(error.line_number) for error in view.resumed.line_errors)
         typer.echo(f"agentbus: {file}: skipped malformed line(s) {numbers}", err=True)
     body = view.messages_body
-    if not view.resumed.messages and prompt is None:
-        fail(f"{file}: no conversation to normalize (no user or assistant message); pass --prompt to start one")
     sys.stdout.write(json.dumps(body, ensure_ascii=False) + "\n")
     violations = validate_api_request(body)
     if violations:
-        for violation in violations:
-            where = "" if violation.message_index is None else f" at messages[{violation.message_index}]"
-            if violation.block_index is not None:
-                where += f".content[{violation.block_index}]"
-            typer.echo(f"agentbus: {file}: API rule {violation.rule} broken{where}: {violation.detail}", err=True)
-        raise typer.Exit(1)
+        hint = "" if prompt is not None else "; pass --prompt TEXT to append a turn"
+        typer.echo(f"agentbus: {file}: {unsendable_reason(violations)}{hint}", err=True)
+        if prompt is not None or check:
+            raise typer.Exit(1)
+
+
+def unsendable_reason(violations: list[ApiViolation]) -> str:
+    """One line: the first broken API rule with its location, and how many more there are."""
+    first = violations[0]
+    where = "" if first.message_index is None else f" at messages[{first.message_index}]"
+    if first.block_index is not None:
+        where += f".content[{first.block_index}]"
+    more = f" (+{len(violations) - 1} more)" if len(violations) > 1 else ""
+    return f"not sendable as it stands: API rule {first.rule} broken{where}: {first.detail.rstrip('.')}{more}"

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from services.cli.common import USAGE_ERROR, fail, read_input, same_file
-from services.transcripts.api_view import api_view_of_transcript, placeholder_locations
+from services.transcripts.api_view import api_view_of_transcript, placeholder_locations, require_conversation
 from services.transcripts.files import write_file_atomically
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.errors import AgentbusError
@@ -112,13 +112,19 @@ def export(
     out: Annotated[Path | None, typer.Option("--out", help="Write the JSON here instead of stdout.")] = None,
     leaf: Annotated[str | None, typer.Option("--leaf", help="Export the chain ending at this uuid.")] = None,
 ) -> None:
-    """Export the session's API view (the resumed chain, normalized) as {"messages": [...]} JSON."""
+    """Export the session's API view (the resumed chain, normalized) as {"messages": [...]} JSON. An empty,
+    binary or non-JSONL file, or one without a conversation, is refused (file, line, reason; exit 1)."""
     if out is not None and same_file(file, out):
         fail(f"refusing to write the export over the transcript {file}", code=USAGE_ERROR)
+    data = read_input(file)
     try:
-        view = api_view_of_transcript(read_input(file), leaf=leaf)
+        view = api_view_of_transcript(data, leaf=leaf)
+        require_conversation(data, view.resumed)
     except AgentbusError as error:
         fail(f"{file}: {error}")
+    if view.resumed.line_errors:
+        numbers = _where(tuple(error.line_number for error in view.resumed.line_errors))
+        typer.echo(f"agentbus: {file}: skipped malformed {numbers}", err=True)
     places = placeholder_locations(view.messages_body)
     if places:
         where = ", ".join(places[:5]) + (f" (+{len(places) - 5} more)" if len(places) > 5 else "")

@@ -1,78 +1,142 @@
-"""``agentbus up``: every worker as its own process, a private Redis when none is reachable, and the
-demo session on an empty system."""
+"""``agentbus up``: every worker as its own supervised process, a private Redis when none is reachable,
+and the demo session on an empty system.
+
+It stops everything on SIGINT, SIGTERM and SIGHUP (a closed terminal) — workers first, gracefully, then
+the private Redis they write to — restarts a worker that dies (``services/runtime/supervisor.py``) and
+exits non-zero on any failure.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Annotated
+from types import FrameType
+from typing import Annotated, Final
 from urllib.parse import urlparse
 
 import typer
 
+from services.cli.up_logs import LogFormat, WorkerLogs, console_wanted, log_file_path
 from services.client import AgentbusClient
 from services.demo import run_demo
 from services.runtime import redis_client
-from services.runtime.local_redis import LocalRedis, free_port, is_reachable, start_local_redis
+from services.runtime.local_redis import LocalRedis, RedisServerUnavailable, free_port, is_reachable, start_local_redis
 from services.runtime.settings import Settings
 from services.runtime.stream_admin import init_streams
+from services.runtime.supervisor import (
+    Child,
+    RestartPolicy,
+    SupervisionFailed,
+    Supervisor,
+    bind_listener_near,
+)
 from services.runtime.topology import Topology
 
 DEMO_PERMISSIONS = '["Read", "Glob", "Grep", "Write", "Bash(ls:*)"]'
 """What `up` lets its tool workers do unless AGENTBUS_TOOLS__ALLOW says otherwise (Bash only `ls …`)."""
+
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_signals() -> list[signal.Signals]:
+    """:data:`STOP_SIGNALS`, but SIGHUP only when not ignored: ``nohup agentbus up`` survives a hang-up,
+    as it asked. (A shell starts background jobs with SIGINT ignored; Ctrl-C does not reach them anyway,
+    and a ``kill -INT`` should still stop ``up``.)"""
+    return [sig for sig in STOP_SIGNALS if sig != signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN]
+
+
+class StopRequested(BaseException):
+    """One of :data:`STOP_SIGNALS` arrived before the event loop took them over."""
 
 
 def up_command(
     tools: Annotated[int, typer.Option("--tools", help="Number of tool-execution workers.")] = 2,
     demo: Annotated[bool, typer.Option("--demo/--no-demo", help="Run the demo session on an empty system.")] = True,
     exit_after_demo: Annotated[
-        bool, typer.Option("--exit-after-demo", help="Stop everything once the demo is done (for CI and smoke tests).")
+        bool,
+        typer.Option(
+            "--exit-after-demo", help="Stop everything once the demo is done, or once ready with --no-demo (CI)."
+        ),
     ] = False,
     base_port: Annotated[
-        int, typer.Option("--base-port", help="First HTTP port (/metrics, /healthz, /readyz).")
+        int,
+        typer.Option("--base-port", help="First HTTP port (/metrics, /healthz, /readyz); a taken one is replaced."),
     ] = 9400,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            help="Workers' logs shown here: auto (console on a terminal, else json), console or json; "
+            "all of them go to <data dir>/logs/up.log.",
+        ),
+    ] = "auto",
+    max_restarts: Annotated[
+        int, typer.Option("--max-restarts", min=0, help="Restarts of a worker that keeps dying before giving up.")
+    ] = RestartPolicy.max_restarts,
 ) -> None:
     """Start the four worker types (tools scaled to --tools) and, if needed, a private Redis."""
-    settings = Settings()
+    signals = stop_signals()
+    signal_handlers = {sig: signal.signal(sig, _raise_stop) for sig in signals}
     redis_server: LocalRedis | None = None
-    env = dict(os.environ)
-    if not is_reachable(settings.redis_url):
-        redis_server = _start_private_redis(settings)
-        env["REDIS_URL"] = redis_server.url
-        settings = Settings(redis_url=redis_server.url)
-        typer.echo(f"no Redis reachable: started a private one at {redis_server.url} (AOF in {redis_server.directory})")
-    env.setdefault("AGENTBUS_TOOLS__ALLOW", DEMO_PERMISSIONS)
-    asyncio.run(_init(settings))
-    layout = [("ingestion", 1), ("normalization", 1), ("transcripts", 1), ("tools", tools)]
-    children: list[tuple[str, subprocess.Popen[bytes], int]] = []
-    port = base_port
+    code = 0
     try:
-        for name, count in layout:
-            for _ in range(count):
-                command = [sys.executable, "-m", "services.cli.main", "worker", name, "--port", str(port)]
-                # Own session: Ctrl-C reaches only this process, which stops the workers (gracefully,
-                # SIGTERM) before the private Redis they are still writing to.
-                children.append((name, subprocess.Popen(command, env=env, start_new_session=True), port))
-                port += 1
-        _wait_ready(children)
-        for name, child, child_port in children:
-            typer.echo(f"{name:<14} pid {child.pid:<7} http://127.0.0.1:{child_port}/metrics")
-        if demo:
-            asyncio.run(_maybe_demo(settings))
-        if exit_after_demo:
-            return
-        _wait_for_signal(children)
+        settings, env = _settings_and_env()
+        if not is_reachable(settings.redis_url):
+            redis_server = _start_private_redis(settings)
+            env["REDIS_URL"] = redis_server.url
+            settings = settings.model_copy(update={"redis_url": redis_server.url})
+            typer.echo(
+                f"no Redis reachable: started a private one at {redis_server.url} "
+                f"(pid {redis_server.pid}, AOF in {redis_server.directory})"
+            )
+        logs = WorkerLogs(
+            log_file_path(settings.data_dir), console=console_wanted(log_format, sys.stdout), out=sys.stdout
+        )
+        try:
+            policy = RestartPolicy(max_restarts)
+            plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
+            code = asyncio.run(plan.run(logs))
+        finally:
+            logs.close()
+    except StopRequested:
+        code = 0
+    except (RedisServerUnavailable, SupervisionFailed) as exc:
+        typer.echo(f"agentbus up: {exc}", err=True)
+        code = 1
     finally:
-        _stop(children)
+        for sig in signals:  # nothing interrupts the clean-up below
+            signal.signal(sig, signal.SIG_IGN)
         if redis_server is not None:
             redis_server.stop()
+        for sig, handler in signal_handlers.items():
+            signal.signal(sig, handler)
+    raise typer.Exit(code)
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise StopRequested(signum)
+
+
+def _settings_and_env() -> tuple[Settings, dict[str, str]]:
+    """Settings with absolute paths (the workers and printed paths agree wherever they run), the demo
+    workspace under the data directory unless one is configured, and the workers' environment."""
+    settings = Settings()
+    data_dir = settings.data_dir.resolve()
+    tools = settings.tools
+    if "workspace" not in tools.model_fields_set:
+        tools = tools.model_copy(update={"workspace": data_dir / "workspace"})
+    settings = settings.model_copy(update={"data_dir": data_dir, "tools": tools})
+    env = {
+        **os.environ,
+        "AGENTBUS_DATA_DIR": str(data_dir),
+        "AGENTBUS_TOOLS__WORKSPACE": str(tools.workspace.resolve()),
+    }
+    env.setdefault("AGENTBUS_TOOLS__ALLOW", DEMO_PERMISSIONS)
+    return settings, env
 
 
 def _start_private_redis(settings: Settings) -> LocalRedis:
@@ -80,7 +144,115 @@ def _start_private_redis(settings: Settings) -> LocalRedis:
     local = parsed.hostname in {"127.0.0.1", "localhost", "::1"}
     port = parsed.port or 6379
     directory = Path(settings.data_dir) / "redis"
-    return start_local_redis(directory, port=port if local else free_port(), appendonly=True)
+    return start_local_redis(directory, port=port if local else free_port(), appendonly=True, die_with_parent=True)
+
+
+class UpPlan:
+    """What one ``agentbus up`` runs inside its event loop."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        env: dict[str, str],
+        tools: int,
+        demo: bool,
+        exit_after_demo: bool,
+        base_port: int,
+        policy: RestartPolicy,
+        signals: list[signal.Signals],
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.demo = demo
+        self.exit_after_demo = exit_after_demo
+        self.base_port = base_port
+        self.policy = policy
+        self.signals = signals
+        names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools
+        self.workers = [(name if name != "tools" else f"tools-{i - 2}", name) for i, name in enumerate(names)]
+        self.stop = asyncio.Event()
+
+    async def run(self, logs: WorkerLogs) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in self.signals:
+            loop.add_signal_handler(sig, self.stop.set)
+        await _init(self.settings)
+        supervisor = Supervisor(
+            self._children(), on_line=lambda c, line: logs.line(c.label, line), echo=typer.echo, policy=self.policy
+        )
+        code = 0
+        try:
+            await supervisor.start()
+            if await self._until_stop(supervisor.wait_ready()):
+                self._announce(supervisor, logs)
+                code = await self._serve(supervisor)
+        except SupervisionFailed as exc:
+            typer.echo(f"agentbus up: {exc}", err=True)
+            code = 1
+        finally:
+            problems = await supervisor.stop()
+            for problem in problems:
+                typer.echo(f"agentbus up: {problem}", err=True)
+            for sig in self.signals:
+                loop.remove_signal_handler(sig)  # which restores the default action: ignore until up is done
+                signal.signal(sig, signal.SIG_IGN)
+        return 1 if problems else code
+
+    async def _serve(self, supervisor: Supervisor) -> int:
+        """The demo, then (unless --exit-after-demo) wait for a stop signal, all while the supervisor
+        restarts dead workers; 1 when the demo failed."""
+        watch = asyncio.create_task(supervisor.watch())
+        try:
+            if self.demo:
+                try:
+                    if not await self._until_stop(_maybe_demo(self.settings), watch):
+                        return 0
+                except SupervisionFailed:
+                    raise
+                except Exception as exc:
+                    typer.echo(f"agentbus up: demo failed: {exc}", err=True)
+                    return 1
+            if not self.exit_after_demo:
+                await self._until_stop(asyncio.Event().wait(), watch)
+            return 0
+        finally:
+            watch.cancel()
+
+    def _children(self) -> list[Child]:
+        children = []
+        host = self.settings.http_host
+        for index, (label, name) in enumerate(self.workers):
+            wanted = self.base_port + index if self.base_port else 0
+            listener, as_wanted = bind_listener_near(host, wanted)
+            if not as_wanted:
+                actual = listener.getsockname()[1]
+                typer.echo(f"port {wanted} on {host} is taken (another `agentbus up`?): {label} serves on {actual}")
+            command = [sys.executable, "-m", "services.cli.main", "worker", name]
+            children.append(Child(label, command, self.env, listener))
+        return children
+
+    def _announce(self, supervisor: Supervisor, logs: WorkerLogs) -> None:
+        for child in supervisor.children:
+            host, port = child.listener.getsockname()[:2]
+            typer.echo(f"{child.label:<14} pid {child.pid:<7} http://{host}:{port}/metrics")
+        typer.echo(f"worker logs: {logs.path}")
+        typer.echo("agentbus is up; Ctrl-C stops it")
+
+    async def _until_stop(self, work: Awaitable[object], watch: asyncio.Task[None] | None = None) -> bool:
+        """Run ``work``; True once it is done, False when a stop signal came first (``work`` is cancelled).
+        A ``watch`` that ends first raises its failure (:class:`SupervisionFailed`)."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({task, stopped} | ({watch} if watch else set()), return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if watch is not None and watch.done():
+            task.cancel()
+            watch.result()
+        if not task.done():
+            task.cancel()
+            return False
+        task.result()
+        return True
 
 
 async def _init(settings: Settings) -> None:
@@ -99,50 +271,3 @@ async def _maybe_demo(settings: Settings) -> None:
         session, path, request = await run_demo(bus, settings, echo=typer.echo)
         typer.echo(f"final request of {session}: {len(request.request['messages'])} messages; transcript {path}")
         typer.echo(f"see it again with: agentbus tail {session}")
-
-
-def _wait_ready(children: list[tuple[str, subprocess.Popen[bytes], int]], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    for name, child, port in children:
-        while True:
-            if child.poll() is not None:
-                raise typer.Exit(f"worker {name} exited with {child.returncode}")  # type: ignore[arg-type]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise typer.Exit(f"worker {name} not ready after {timeout_s}s")  # type: ignore[arg-type]
-            time.sleep(0.1)
-
-
-def _wait_for_signal(children: list[tuple[str, subprocess.Popen[bytes], int]]) -> None:
-    stop = False
-
-    def request_stop(signum: int, frame: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    typer.echo("agentbus is up; Ctrl-C stops it")  # only now: a Ctrl-C from here on is a graceful stop
-    while not stop:
-        for name, child, _ in children:
-            if child.poll() is not None:
-                typer.echo(f"worker {name} (pid {child.pid}) exited with {child.returncode}", err=True)
-                return
-        time.sleep(0.5)
-
-
-def _stop(children: list[tuple[str, subprocess.Popen[bytes], int]]) -> None:
-    """SIGTERM every worker (graceful: each finishes and acks its batch), then wait."""
-    for _, child, _ in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    for _, child, _ in children:
-        try:
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            child.kill()

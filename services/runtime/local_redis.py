@@ -19,6 +19,7 @@ from pathlib import Path
 import redis
 
 from services.runtime.redis_client import cluster_node_url, is_cluster_url
+from services.runtime.supervisor import die_with_parent
 
 
 class RedisServerUnavailable(RuntimeError):
@@ -53,7 +54,13 @@ class LocalRedis:
     port: int
     directory: Path
     appendonly: bool = False
+    die_with_parent: bool = False
+    """SIGTERM the server when this process dies, even by SIGKILL (Linux; ``agentbus up``)."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     @property
     def url(self) -> str:
@@ -88,7 +95,11 @@ class LocalRedis:
         ]
         # Own session: a Ctrl-C meant for the parent must not take Redis down before what writes to it.
         self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent() if self.die_with_parent else None,  # before any thread exists (fork-safe)
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -122,8 +133,11 @@ class LocalRedis:
 
 
 def start_local_redis(
-    directory: Path | None = None, *, port: int | None = None, appendonly: bool = False
+    directory: Path | None = None, *, port: int | None = None, appendonly: bool = False, die_with_parent: bool = False
 ) -> LocalRedis:
     """Start a private Redis on a free port in ``directory`` (a fresh temp dir by default)."""
     root = directory if directory is not None else Path(tempfile.mkdtemp(prefix="agentbus-redis-"))
-    return LocalRedis(port=port or free_port(), directory=root, appendonly=appendonly).start()
+    server = LocalRedis(
+        port=port or free_port(), directory=root, appendonly=appendonly, die_with_parent=die_with_parent
+    )
+    return server.start()

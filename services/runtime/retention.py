@@ -27,19 +27,12 @@ import redis.asyncio as aioredis
 import structlog
 
 from services.observability import metrics
+from services.runtime.drain import GroupPosition, group_positions, stream_id_key
 from services.runtime.entries import id_text
 from services.runtime.periodic import PeriodicTask
 from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP, Topology
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupPosition:
-    """Where one consumer group is on a stream."""
-
-    last_delivered: str
-    oldest_pending: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +43,8 @@ class TrimTarget:
     groups: tuple[str, ...]
 
 
-def _id_key(entry_id: str) -> tuple[int, int]:
-    millis, _, sequence = entry_id.partition("-")
-    return int(millis), int(sequence or 0)
-
-
 def _next_id(entry_id: str) -> str:
-    millis, sequence = _id_key(entry_id)
+    millis, sequence = stream_id_key(entry_id)
     return f"{millis}-{sequence + 1}"
 
 
@@ -68,8 +56,8 @@ def trim_point(
         return None
     candidates = [f"{max(now_ms - keep_acked_ms, 0)}-0"]
     candidates += [position.oldest_pending or _next_id(position.last_delivered) for position in positions.values()]
-    threshold = min(candidates, key=_id_key)
-    return None if _id_key(threshold) <= (0, 1) else threshold
+    threshold = min(candidates, key=stream_id_key)
+    return None if stream_id_key(threshold) <= (0, 1) else threshold
 
 
 def work_streams(topology: Topology) -> list[TrimTarget]:
@@ -80,19 +68,6 @@ def work_streams(topology: Topology) -> list[TrimTarget]:
     ]
     tool_jobs = [TrimTarget(stream, (TOOLS_GROUP,)) for stream in topology.tool_job_streams()]
     return [*ingress, *log_streams, *tool_jobs]
-
-
-def _positions(groups_reply: Any, pending: Mapping[str, Any]) -> dict[str, GroupPosition]:
-    positions: dict[str, GroupPosition] = {}
-    for row in groups_reply:
-        name = id_text(row["name"])
-        summary = pending.get(name)
-        oldest = summary.get("min") if isinstance(summary, Mapping) else None
-        positions[name] = GroupPosition(
-            last_delivered=id_text(row["last-delivered-id"]),
-            oldest_pending=id_text(oldest) if oldest is not None and int(row["pending"] or 0) else None,
-        )
-    return positions
 
 
 class StreamTrimmer(PeriodicTask):
@@ -145,7 +120,7 @@ class StreamTrimmer(PeriodicTask):
         for target in self.targets:
             if target.stream not in infos:
                 continue
-            positions = _positions(infos[target.stream], pending.get(target.stream, {}))
+            positions = group_positions(infos[target.stream], pending.get(target.stream, {}))
             threshold = trim_point(positions, target.groups, now_ms=now, keep_acked_ms=self.keep_acked_ms)
             if threshold is not None:
                 thresholds.append((target.stream, threshold))

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     lane: LaneSettings = Field(default_factory=LaneSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    http_host: str = Field(
+        "127.0.0.1",
+        description="address of /metrics, /healthz and /readyz: loopback unless asked (containers set 0.0.0.0)",
+    )
     http_port: int = Field(0, ge=0, description="port of /metrics, /healthz and /readyz; 0 picks a free one")
     normalizer_max_sessions: int = Field(
         10_000, ge=1, description="session histories a normalizer keeps in memory (least recent dropped)"

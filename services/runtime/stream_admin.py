@@ -7,6 +7,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from services.runtime.drain import stream_id_key, stream_progress
 from services.runtime.entries import id_text
 from services.runtime.lane_worker import ensure_groups
 from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP, Topology
@@ -32,7 +33,11 @@ async def init_streams(redis: aioredis.Redis, topology: Topology) -> int:
 
 
 async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[str, Any]]:
-    """Length, and per group lag / pending / oldest pending age, of every stream of the pipeline."""
+    """Length, and per group lag / pending / oldest pending age, of every stream of the pipeline.
+
+    ``lag`` is 0 for a group that has drained the stream (`services.runtime.drain.group_drained`, from ids) whatever
+    ``XINFO GROUPS`` says (Redis 7.0's phantom lag after an AOF rewrite and a restart); ``redis_lag`` is
+    Redis' own figure."""
     rows: list[dict[str, Any]] = []
     streams = sorted({stream for stream, _ in all_groups(topology)} | set(topology.request_streams()))
     now_ms = int(time.time() * 1000)
@@ -42,27 +47,37 @@ async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[
             groups: list[dict[Any, Any]] = await redis.xinfo_groups(stream)
         except aioredis.ResponseError:
             groups = []
-        if not groups:
+        progress = await stream_progress(redis, stream) if groups else None
+        if not groups or progress is None:
             rows.append(
-                {"stream": stream, "group": None, "length": length, "lag": None, "pending": 0, "oldest_pending_s": None}
+                {
+                    "stream": stream,
+                    "group": None,
+                    "length": length,
+                    "lag": None,
+                    "redis_lag": None,
+                    "drained": None,
+                    "pending": 0,
+                    "oldest_pending_s": None,
+                }
             )
+            continue
         for group in groups:
             name = id_text(group["name"])
-            pending = int(group["pending"])
-            oldest = None
-            if pending:
-                summary: Any = await redis.xpending(stream, name)
-                lowest = summary.get("min")
-                if lowest:
-                    oldest = max(0.0, (now_ms - int(id_text(lowest).split("-")[0])) / 1000)
-            lag = group.get("lag")
+            oldest_id = progress.groups[name].oldest_pending if name in progress.groups else None
+            oldest = None if oldest_id is None else max(0.0, (now_ms - stream_id_key(oldest_id)[0]) / 1000)
+            redis_lag = group.get("lag")
+            drained = progress.drained(name)
+            lag = 0 if drained else (int(redis_lag) if redis_lag is not None else None)
             rows.append(
                 {
                     "stream": stream,
                     "group": name,
                     "length": length,
-                    "lag": int(lag) if lag is not None else None,
-                    "pending": pending,
+                    "lag": lag,
+                    "redis_lag": int(redis_lag) if redis_lag is not None else None,
+                    "drained": drained,
+                    "pending": int(group["pending"]),
                     "oldest_pending_s": oldest,
                 }
             )

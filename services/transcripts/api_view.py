@@ -15,6 +15,7 @@ from shared.transcript import (
     ResumeResult,
     build_transcript,
     deserialize_for_resume,
+    diagnose_no_conversation,
     read_transcript,
     remove_chain_fields,
     resume_session,
@@ -63,6 +64,17 @@ def api_view_of_transcript(
     return ApiView(resumed=resumed, normalized=normalized)
 
 
+def require_conversation(data: bytes, resumed: ResumeResult, *, fresh_start: bool = False) -> None:
+    """Raise :class:`shared.errors.UnusableTranscript` (kind, line, reason) when ``data`` resumed to no
+    message. With ``fresh_start`` (a prompt will start the conversation) an empty or metadata-only file
+    is accepted, but a binary or non-JSONL one never is."""
+    if resumed.messages:
+        return
+    problem = diagnose_no_conversation(read_transcript(data))
+    if not (fresh_start and problem.kind in {"empty", "no_conversation"}):
+        raise problem
+
+
 def resume_subagent(data: bytes, *, clock: Clock, ids: IdSource) -> ResumeResult | None:
     """A sub-agent transcript resumed like Claude Code's ``getAgentTranscript`` (its latest sidechain
     leaf), then deserialized as a resume would (R7.20). ``None`` when the file has no sidechain chain."""
@@ -72,7 +84,11 @@ def resume_subagent(data: bytes, *, clock: Clock, ids: IdSource) -> ResumeResult
         return None
     result = deserialize_for_resume(remove_chain_fields(chain), clock=clock, ids=ids)
     return dataclasses.replace(
-        result, leaf_uuid=chain[-1].uuid, session_id=chain[-1].session_id, line_errors=parse.errors
+        result,
+        leaf_uuid=chain[-1].uuid,
+        session_id=chain[-1].session_id,
+        line_errors=parse.errors,
+        chain_uuids=frozenset(message.uuid for message in chain),
     )
 
 

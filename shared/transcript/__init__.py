@@ -4,7 +4,8 @@ values; reading and writing files is the services' job."""
 
 from __future__ import annotations
 
-from shared.errors import BrokenTranscriptChain, TranscriptError, TranscriptLineError
+from shared.errors import BrokenTranscriptChain, TranscriptError, TranscriptLineError, UnusableTranscript
+from shared.transcript.accounting import diagnose_no_conversation, skipped_lines
 from shared.transcript.chain import (
     LeafMode,
     SessionMetadata,
@@ -118,6 +119,7 @@ __all__ = [
     "TranscriptMessageLine",
     "TranscriptParse",
     "UnknownLine",
+    "UnusableTranscript",
     "WorktreeStateLine",
     "apply_preserved_segment_relinks",
     "apply_snip_removals",
@@ -126,6 +128,7 @@ __all__ = [
     "compute_leaf_uuids",
     "deserialize_for_resume",
     "detect_turn_interruption",
+    "diagnose_no_conversation",
     "dump_line",
     "filter_unresolved_tool_uses",
     "is_message_line",
@@ -139,6 +142,7 @@ __all__ = [
     "resume_session",
     "select_leaf",
     "session_metadata",
+    "skipped_lines",
     "subagent_chain",
     "timestamp_ms",
     "verify_transcript",

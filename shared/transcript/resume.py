@@ -58,6 +58,8 @@ class ResumeResult:
     """The leaf's sessionId: the key for the session's metadata (R7.21)."""
     line_errors: tuple[TranscriptLineError, ...] = ()
     """Malformed lines of the file (Claude Code skips them; listed here so they can be reported)."""
+    chain_uuids: frozenset[str] = frozenset()
+    """The uuids of the chain walked from the leaf (R7.18), before the resume's clean-up (R7.20)."""
 
 
 def _relative_path(start: str, target: str) -> str:
@@ -259,4 +261,5 @@ def resume_session(
         leaf_uuid=leaf_message.uuid,
         session_id=leaf_message.session_id,
         line_errors=parse.errors,
+        chain_uuids=frozenset(message.uuid for message in chain),
     )

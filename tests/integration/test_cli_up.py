@@ -1,48 +1,129 @@
 """``agentbus up``, the README's first command, on a machine where no Redis is reachable: it starts a
 private Redis (AOF, under the default relative data dir), every worker type as its own process, runs
-the demo session (real tool calls, a transcript, API requests), and a Ctrl-C stops everything cleanly —
-workers first (graceful SIGTERM), then the Redis they were writing to."""
+the demo session (real tool calls, a transcript, API requests), and supervises what it started
+(issue 16): a Ctrl-C or a closed terminal (SIGHUP) stops everything — workers first (graceful SIGTERM),
+then the Redis they were writing to — and so does a SIGKILL of `up` itself (the kernel's parent-death
+signal); a worker that dies is restarted, one that keeps dying makes `up` exit non-zero; readiness is
+checked on ports `up` bound itself, so leftovers holding a port cannot fool it.
+
+All through real processes: `up` as a subprocess, its workers, its private `redis-server`.
+"""
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
+import orjson
 import pytest
 
 from services.runtime.local_redis import free_port, is_reachable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+REPO = Path(__file__).resolve().parents[2]
 
-def _up(cwd: Path, redis_port: int, *args: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-        "AGENTBUS_DATA_DIR": "data",  # the default, relative to where `up` runs
-        "AGENTBUS_TOOLS__WORKSPACE": "workspace",
-    }
-    command = [sys.executable, "-m", "services.cli.main", "up", "--base-port", str(free_port()), *args]
-    # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
-    return subprocess.Popen(
-        command,
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+
+StartUp = Callable[..., "subprocess.Popen[str]"]
+
+
+@pytest.fixture
+def start_up(tmp_path: Path) -> Iterator[StartUp]:
+    """Starts ``agentbus up --tools 1`` in ``tmp_path`` against a Redis port nobody answers on (so it starts
+    its private one); any `up` still running at the end is stopped (SIGTERM: it stops what it started)."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(redis_port: int, *args: str, base_port: int | None = None) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "AGENTBUS_DATA_DIR": "data",  # the default, relative to where `up` runs
+            "PYTHONPATH": str(REPO),
+        }
+        env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
+        port = free_port() if base_port is None else base_port
+        command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port), *args]
+        # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
+        up = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(up)
+        return up
+
+    yield start
+    for up in started:
+        if up.poll() is None:
+            up.terminate()
+            try:
+                up.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                up.communicate()
+
+
+def _read_until(up: subprocess.Popen[str], marker: str, lines: list[str], timeout_s: float = 120) -> str:
+    """Read `up`'s output into ``lines`` until a line contains ``marker``; returns that line."""
+    assert up.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = up.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if marker in line:
+            return line
+    pytest.fail(f"no {marker!r} in the output of up:\n" + "".join(lines)[-4000:])
+
+
+def _pids(lines: list[str]) -> dict[str, int]:
+    """Each worker's pid from `up`'s table (``tools-1        pid 1234    http://…``) and the private Redis'."""
+    pids: dict[str, int] = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 3 and fields[1] == "pid":
+            pids[fields[0]] = int(fields[2])
+        if "started a private one at" in line:
+            pids["redis"] = int(line.split("(pid ")[1].split(",")[0])
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie nobody reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_gone(pids: dict[str, int], timeout_s: float = 60) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = {name: pid for name, pid in pids.items() if _running(pid)}
+        if not left:
+            return {}
+        time.sleep(0.1)
+    return left
 
 
 @pytest.mark.timeout(180)
-def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path) -> None:
+def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path, start_up: StartUp) -> None:
     redis_port = free_port()
-    up = _up(tmp_path, redis_port, "--tools", "1", "--exit-after-demo")
+    up = start_up(redis_port, "--exit-after-demo")
     output, _ = up.communicate(timeout=150)
     assert up.returncode == 0, output[-4000:]
     assert f"started a private one at redis://127.0.0.1:{redis_port}/0" in output
@@ -50,30 +131,112 @@ def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path) -> No
     transcripts = list((tmp_path / "data" / "projects").rglob("demo-*.jsonl"))
     assert len(transcripts) == 1
     assert transcripts[0].read_text().count("\n") >= 5
+    assert f"transcript {transcripts[0]}" in output  # absolute
+    assert (tmp_path / "data" / "workspace" / "NOTES.md").exists()  # the demo's workspace: under the data dir
+    assert not (tmp_path / "workspace").exists()
     assert (tmp_path / "data" / "redis" / "redis.log").exists()  # --dir and --logfile resolved together
     assert not is_reachable(f"redis://127.0.0.1:{redis_port}/0")  # stopped with everything else
 
 
 @pytest.mark.timeout(180)
-def test_ctrl_c_stops_workers_before_the_private_redis(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
+    start_up: StartUp, stop_signal: signal.Signals
+) -> None:
+    """SIGINT is Ctrl-C; SIGHUP is the terminal closing (it used to kill `up` alone, leaving 5 workers
+    and Redis running)."""
     redis_port = free_port()
-    up = _up(tmp_path, redis_port, "--tools", "1", "--no-demo")
-    assert up.stdout is not None
+    up = start_up(redis_port, "--no-demo")
     lines: list[str] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = up.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "agentbus is up" in line:
-            break
-    assert any("agentbus is up" in line for line in lines), "".join(lines)[-4000:]
-    os.killpg(up.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    _read_until(up, "agentbus is up", lines)
+    pids = _pids(lines)
+    assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1"}, pids
+    os.killpg(up.pid, stop_signal)  # what the terminal does: the whole foreground group
     rest, _ = up.communicate(timeout=90)
     output = "".join(lines) + rest
     assert up.returncode == 0, output[-4000:]
     assert "shutdown failed" not in output, output[-4000:]
     assert "redis_unavailable" not in output, output[-4000:]  # no worker outlived its Redis
     assert output.count("Application shutdown complete") == 4
+    assert _wait_gone(pids, timeout_s=5) == {}
     assert not is_reachable(f"redis://127.0.0.1:{redis_port}/0")
+
+
+@pytest.mark.timeout(180)
+def test_a_sigkilled_up_takes_its_children_with_it(start_up: StartUp) -> None:
+    """No clean-up runs in a SIGKILLed `up`: the kernel's parent-death signal (Linux) stops its children."""
+    up = start_up(free_port(), "--no-demo")
+    lines: list[str] = []
+    _read_until(up, "agentbus is up", lines)
+    pids = _pids(lines)
+    up.kill()
+    up.communicate(timeout=30)
+    assert _wait_gone(pids) == {}
+
+
+@pytest.mark.timeout(180)
+def test_a_dead_worker_is_restarted_and_one_that_keeps_dying_fails_up(start_up: StartUp) -> None:
+    up = start_up(free_port(), "--no-demo", "--max-restarts", "1")
+    lines: list[str] = []
+    _read_until(up, "agentbus is up", lines)
+    pids = _pids(lines)
+    os.kill(pids["tools-1"], signal.SIGKILL)
+    restarted = _read_until(up, "worker tools-1 restarted", lines)
+    new_pid = int(restarted.rsplit("pid ", 1)[1])
+    assert new_pid != pids["tools-1"]
+    _read_until(up, "worker tools-1 (pid", lines)  # ready again: /readyz on the same port
+    os.kill(new_pid, signal.SIGKILL)  # a second failure in a row: more than --max-restarts 1
+    rest, _ = up.communicate(timeout=90)
+    output = "".join(lines) + rest
+    assert up.returncode == 1, output[-4000:]
+    assert "worker tools-1 died 2 times in a row (last exit code -9): giving up" in output
+    assert _wait_gone(pids) == {}
+
+
+class _Leftover(http.server.BaseHTTPRequestHandler):
+    """A process still holding the port from an earlier run: answers 200 to everything."""
+
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.requests.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def leftover_port() -> Iterator[int]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Leftover)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.timeout(180)
+def test_leftovers_on_a_port_do_not_fool_readiness_and_console_logs_stay_short(
+    tmp_path: Path, start_up: StartUp, leftover_port: int
+) -> None:
+    """The first worker's port is held by something answering /readyz: `up` binds its own port instead and
+    never asks the leftover. With --log-format console the terminal gets readable lines, the file all JSON."""
+    _Leftover.requests.clear()
+    args = ("--no-demo", "--exit-after-demo", "--log-format", "console")
+    up = start_up(free_port(), *args, base_port=leftover_port)
+    output, _ = up.communicate(timeout=150)
+    assert up.returncode == 0, output[-4000:]
+    assert f"port {leftover_port} on 127.0.0.1 is taken" in output, output[-4000:]
+    assert _Leftover.requests == []
+    assert "agentbus is up" in output
+    assert not [line for line in output.splitlines() if line.startswith("{")], output[-4000:]
+    assert output.count("worker_started") == 4, output[-4000:]
+    log_file = tmp_path / "data" / "logs" / "up.log"
+    assert f"worker logs: {log_file}" in output
+    records = [orjson.loads(line) for line in log_file.read_bytes().splitlines()]
+    assert {record["worker"] for record in records} == {"ingestion", "normalization", "transcripts", "tools"}
+    assert sum(record["event"] == "Application shutdown complete." for record in records) == 4

@@ -65,10 +65,8 @@ def test_corpus_has_the_claude_code_sessions() -> None:
 
 
 async def assert_replay_equivalent(original: bytes, session: str, cluster: WorkerCluster, bus: AgentbusClient) -> None:
-    persisted_path = await replay_transcript(
-        bus, original, session_id=session, settings=settings_of(cluster), timeout_s=30
-    )
-    persisted = persisted_path.read_bytes()
+    report = await replay_transcript(bus, original, session_id=session, settings=settings_of(cluster), timeout_s=30)
+    persisted = report.transcript.read_bytes()
     uuids = [json.loads(line)["uuid"] for line in persisted.splitlines() if line.strip()]
     assert len(uuids) == len(set(uuids)) > 0  # effectively-once per message uuid
     expected = api_messages(original)

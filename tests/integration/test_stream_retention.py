@@ -29,7 +29,8 @@ async def test_work_streams_trimmed_while_sessions_flow_and_nothing_lost(cluster
         for name in SESSIONS:
             original = GENERATED_SESSIONS[name]()
             session = f"retention-{name}"
-            persisted = await replay_transcript(bus, original, session_id=session, settings=settings, timeout_s=60)
+            report = await replay_transcript(bus, original, session_id=session, settings=settings, timeout_s=60)
+            persisted = report.transcript
             replayed = api_view_of_transcript(persisted.read_bytes(), prompt="continue").request["messages"]
             assert replayed == api_view_of_transcript(original, prompt="continue").request["messages"], name
             history = await bus.history(session)

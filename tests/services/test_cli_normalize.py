@@ -170,7 +170,8 @@ def test_empty_file_without_prompt_is_an_error(tmp_path: Path) -> None:
     code, body, stderr = normalize(str(empty))
     assert code == 1
     assert body is None
-    assert "no conversation" in stderr
+    assert "empty file" in stderr
+    assert "--prompt" in stderr
 
 
 def test_installed_agentbus_script_runs_normalize(corpus_root: Path) -> None:
@@ -192,3 +193,18 @@ def test_agentbus_root_app_registers_normalize_and_transcript() -> None:
     groups = {group.name for group in root.registered_groups}
     assert "normalize" in names
     assert "transcript" in groups
+
+
+@pytest.mark.parametrize("source", CORPUS_FILES, ids=_name)
+def test_normalize_without_prompt_prints_the_history_for_every_corpus_file(source: Path, corpus_root: Path) -> None:
+    """Issue 16: without --prompt the resumed history is printed (exit 0); a history that could not be sent
+    as it stands is said in one line on stderr, and --check turns that into exit 1."""
+    code, body, stderr = normalize(str(source))
+    assert code == 0, stderr
+    assert body is not None
+    assert list(body) == ["messages"]
+    assert body["messages"]
+    unsendable = [line for line in stderr.splitlines() if "not sendable as it stands" in line]
+    assert len(unsendable) == (1 if validate_api_request(body["messages"]) else 0)
+    checked, _, _ = normalize(str(source), "--check")
+    assert checked == (1 if unsendable else 0)

@@ -268,6 +268,7 @@ def test_compose_env_exists_and_validates(compose: dict[str, Any], monkeypatch: 
         assert_env_known(env, f"compose service {name}")
         settings = settings_from(env, monkeypatch)
         assert settings.http_port == 8000
+        assert settings.http_host == "0.0.0.0", "Prometheus scrapes from another container (issue 15)"
         user = assert_url_matches_acl(env["REDIS_URL"], f"compose service {name}")
         if svc["command"][0] == "worker":
             assert user == svc["command"][1], f"{name} connects as {user!r}, not as its own ACL user"
@@ -341,6 +342,7 @@ def test_dockerfile_runs_the_cli_and_sets_known_env() -> None:
     assert_env_known(env, "Dockerfile")
     exposed = {rest for keyword, rest in rows if keyword == "EXPOSE"}
     assert exposed == {env["AGENTBUS_HTTP_PORT"]}
+    assert env["AGENTBUS_HTTP_HOST"] == "0.0.0.0"  # an exposed port must listen beyond loopback (issue 15)
     assert any(keyword == "FROM" and "python:3.11-slim" in rest for keyword, rest in rows) or any(
         keyword == "ARG" and rest == "PYTHON_IMAGE=python:3.11-slim" for keyword, rest in rows
     )
@@ -418,6 +420,7 @@ def test_k8s_config_is_settings(k8s: list[dict[str, Any]], monkeypatch: pytest.M
     assert_env_known(env, "ConfigMap agentbus-config")
     settings = settings_from({**env, "REDIS_URL": "redis://x:y@agentbus-redis:6379/0"}, monkeypatch)
     assert settings.http_port == 8000
+    assert settings.http_host == "0.0.0.0", "probes and Prometheus reach the pod's IP (issue 15)"
     for key, url in by_kind(k8s, "Secret")["agentbus-redis"]["stringData"].items():
         if key.endswith("-url"):
             assert assert_url_matches_acl(url, f"Secret key {key}") == key.removesuffix("-url")

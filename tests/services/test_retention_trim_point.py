@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from services.runtime.retention import GroupPosition, TrimTarget, trim_point, work_streams
+from services.runtime.drain import GroupPosition
+from services.runtime.retention import TrimTarget, trim_point, work_streams
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
 
