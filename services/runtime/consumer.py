@@ -32,9 +32,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import BusyLoadingError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError
 
 from services.runtime import connection_calls, failure_counts, fenced_reads
 from services.runtime.batch import (
@@ -58,11 +56,12 @@ from services.runtime.deadletter import (
 )
 from services.runtime.entries import RawEntry, StreamEntry, decode_entries, id_text, stream_reply_entries
 from services.runtime.key_calls import Fenced, KeyCalls
+from services.runtime.redis_client import TRANSIENT_ERRORS, lane_client
 from services.runtime.streams import dead_letter_stream
 
 log = structlog.get_logger(__name__)
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+_TRANSIENT = TRANSIENT_ERRORS
 
 __all__ = [
     "BatchConsumer",
@@ -100,10 +99,12 @@ class BatchConsumer:
         config: ConsumerConfig | None = None,
         may_read: Callable[[], bool] | None = None,
     ) -> None:
-        self.redis = redis.client()
+        self.redis = lane_client(redis, stream)
         """One dedicated connection from ``redis``'s pool: the loop sends one command at a time, and checking
         a connection out of the pool per command (lock, liveness probe, accounting) cost ~100 µs each on
-        this VM, a visible share of a small batch. Returned to the pool when the loop ends."""
+        this VM, a visible share of a small batch. Returned to the pool when the loop ends. On a Redis
+        Cluster, pinned to the node serving the stream's slot (``redis_client.py``): every command of the
+        loop names the stream's shard keys only."""
         self.may_read = may_read
         """Asked before every read: False pauses the loop (a shard lane whose lease may have lapsed, e.g.
         after this process was paused, reads nothing until the lease loop renews or gives the shard up)."""

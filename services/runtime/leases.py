@@ -28,17 +28,15 @@ from typing import Any, Protocol
 
 import redis.asyncio as aioredis
 import structlog
-from redis.exceptions import BusyLoadingError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.runtime.batch import raise_if_cancelling
 from services.runtime.entries import id_text
+from services.runtime.redis_client import TRANSIENT_ERRORS
 from services.runtime.streams import StreamNames
 
 log = structlog.get_logger(__name__)
 
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+_TRANSIENT = TRANSIENT_ERRORS
 
 _ACQUIRE = """
 local current = redis.call('GET', KEYS[1])

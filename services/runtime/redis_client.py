@@ -33,13 +33,35 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
-from redis.exceptions import AskError, ClusterDownError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    BusyLoadingError,
+    ClusterDownError,
+    ClusterError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 HEALTH_CHECK_INTERVAL_S = 30
 DEAD_PEER_TIMEOUT_MS = 10_000
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 """URL schemes that name a Redis Cluster, and the plain scheme of each of its nodes."""
+
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    BusyLoadingError,
+    OSError,
+    ClusterDownError,  # a master failed and no replica took over yet (or the cluster lost its majority)
+    TryAgainError,  # a multi-key command during a slot migration
+    AskError,  # MOVED or ASK seen by a client that does not follow them (a pinned connection: SlotMoved)
+    SlotNotCoveredError,
+    ClusterError,  # RedisCluster gave up following redirections for now
+)
+"""Errors of a Redis (or Cluster) that is unavailable for now: wait and retry, nothing is wrong with the data."""
 
 
 class SlotMoved(RedisConnectionError):
@@ -77,6 +99,12 @@ def cluster_node_url(url: str) -> tuple[str, list[tuple[str, int]]]:
             host, _, port = seed.rpartition(":")
             seeds.append((host, int(port)))
     return urlunsplit((CLUSTER_SCHEMES[parts.scheme], parts.netloc, "", "", "")), seeds
+
+
+def pubsub_url(url: str) -> str:
+    """The URL of the pub/sub connection (FastStream's broker, the interrupt channel): on a cluster, its first
+    node — a cluster forwards every ``PUBLISH`` to all nodes, so any node's subscribers hear it."""
+    return cluster_node_url(url)[0] if is_cluster_url(url) else url
 
 
 def connect(url: str, **options: Any) -> aioredis.Redis:

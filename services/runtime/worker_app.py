@@ -20,7 +20,7 @@ from faststream.redis import RedisBroker
 
 from services.runtime.consumer import BatchConsumer, ConsumerConfig
 from services.runtime.leases import LeaseConfig
-from services.runtime.redis_client import worker_redis
+from services.runtime.redis_client import pubsub_url, worker_redis
 from services.runtime.retention import StreamTrimmer, work_streams
 from services.runtime.settings import Settings
 from services.runtime.topology import Topology
@@ -139,7 +139,7 @@ def build_app(
     """The ASGI app of worker ``name`` (run it with uvicorn, or ``faststream run``)."""
     resolved = settings if settings is not None else Settings()
     # logger=None: FastStream's per-message INFO logging costs ~100 µs a message (baseline §5).
-    broker = RedisBroker(resolved.redis_url, logger=None)  # type: ignore[arg-type]
+    broker = RedisBroker(pubsub_url(resolved.redis_url), logger=None)  # type: ignore[arg-type]
     process = WorkerProcess(name=name, settings=resolved, factory=factory, broker=broker, owner=process_owner(name))
     from services.observability.wiring import WorkerObservability
 
