@@ -8,7 +8,7 @@ for ``redis_url`` gets a flushed logical database of that private server.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,39 @@ def redis_target(request: pytest.FixtureRequest) -> str:
 ON_EVERY_TARGET = pytest.mark.parametrize("redis_target", REDIS_TARGETS, indirect=True, scope="module")
 """Runs a test (module) once on a single Redis and once on the cluster; ``cluster`` and ``module_cluster``
 then point their workers at that target."""
+
+
+def on_targets(
+    argname: str, cases: list[Any], *, cluster_cases: list[Any] | None = None, ids: Callable[[Any], str] = str
+) -> pytest.MarkDecorator:
+    """Parametrise ``argname`` over ``cases`` on one Redis and over ``cluster_cases`` (all of ``cases`` by
+    default) on the cluster: the cluster variants of a long module may run a subset."""
+    on_cluster = cases if cluster_cases is None else cluster_cases
+    params = [_with_target(case, "single", ids) for case in cases]
+    params += [_with_target(case, "cluster", ids) for case in on_cluster]
+    return pytest.mark.parametrize((argname, "redis_target"), params, indirect=["redis_target"], scope="module")
+
+
+def _with_target(case: Any, target: str, ids: Callable[[Any], str]) -> Any:
+    if isinstance(case, type(pytest.param(None))):  # e.g. the skipped "corpus missing" case
+        return pytest.param(*case.values, target, marks=case.marks, id=f"{case.id}-{target}")
+    return pytest.param(case, target, id=f"{ids(case)}-{target}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within each module, every single-Redis test before every cluster test (stable otherwise), so a
+    module-scoped deployment per target is started once, not each time the target alternates."""
+    modules: dict[str, int] = {}
+    for item in items:
+        modules.setdefault(item.module.__name__ if hasattr(item, "module") and item.module else "", len(modules))
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        callspec = getattr(item, "callspec", None)
+        target = callspec.params.get("redis_target", "single") if callspec is not None else "single"
+        module = item.module.__name__ if hasattr(item, "module") and item.module else ""
+        return modules[module], REDIS_TARGETS.index(target)
+
+    items.sort(key=key)
 
 
 def flushed_target_url(request: pytest.FixtureRequest, target: str) -> str:

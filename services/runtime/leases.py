@@ -250,13 +250,15 @@ class ShardLeases:
     async def _renew_owned(self, started: float) -> None:
         if not self._owned:
             return
-        pipe = self.redis.pipeline(transaction=False)
         shards = list(self._owned)
-        for shard in shards:
-            await self._renew(
-                keys=[self.names.lease_key(self.lane, shard)], args=[self.owner, self.config.ttl_ms], client=pipe
+        # Concurrent calls, not a pipeline: a Cluster pipeline refuses scripts, and each lease may live on
+        # another node.
+        results: list[Any] = await asyncio.gather(
+            *(
+                self._renew(keys=[self.names.lease_key(self.lane, shard)], args=[self.owner, self.config.ttl_ms])
+                for shard in shards
             )
-        results: list[Any] = await pipe.execute()
+        )
         valid_until = started + self.config.ttl_ms / 1000
         for shard, renewed in zip(shards, results, strict=True):
             lease = self._owned.get(shard)

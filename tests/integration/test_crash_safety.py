@@ -50,6 +50,7 @@ from shared.events import UserPrompt, parse_log_entry
 from shared.factories import create_assistant_message
 from shared.messages import AssistantMessage, ProgressMessage, UserMessage
 from shared.normalize import to_api_request
+from tests.conftest import on_targets
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -391,7 +392,7 @@ async def dead_letters(bus: AgentbusClient) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("kind", ["ingestion", "tools", "normalization", "transcripts"])
+@on_targets("kind", ["ingestion", "tools", "normalization", "transcripts"], cluster_cases=["ingestion", "tools"])
 async def test_sigkill_mid_batch_loses_nothing_and_duplicates_nothing(cluster: WorkerCluster, kind: str) -> None:
     """Issue 4 "Done when": SIGKILL of a worker of each type mid-batch (at-least-once delivery with
     reclaim + idempotent consumers = effectively-once, R7.7 transcript de-dup, R8.1 one result per call)."""
@@ -399,7 +400,7 @@ async def test_sigkill_mid_batch_loses_nothing_and_duplicates_nothing(cluster: W
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("kind", ["ingestion", "normalization", "transcripts"])
+@on_targets("kind", ["ingestion", "normalization", "transcripts"], cluster_cases=["normalization"])
 async def test_owner_paused_past_its_lease_mid_batch_is_fenced_out(cluster: WorkerCluster, kind: str) -> None:
     """Fencing (ecosystem.md §5.3 point 3): an ordered-lane owner frozen (SIGSTOP) with a batch in hand
     until another instance owns its shards, then thawed, finishes that batch into a refused write — the

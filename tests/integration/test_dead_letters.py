@@ -29,9 +29,10 @@ from shared.events import SCHEMA_VERSION
 from shared.factories import create_assistant_message, create_user_message
 from shared.messages import AssistantMessage, UserMessage
 from shared.normalize import to_api_request
+from tests.conftest import ON_EVERY_TARGET
 from tests.integration.cluster import WorkerCluster, eventually
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, ON_EVERY_TARGET]
 
 RELAXED_TOOL_LIMITS = {"AGENTBUS_TOOLS__TIMEOUT_S": "30", "AGENTBUS_TOOLS__DEADLINE_S": "120"}
 

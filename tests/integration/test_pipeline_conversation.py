@@ -22,9 +22,10 @@ from shared.content import TextBlock, ToolUseBlock
 from shared.factories import create_assistant_message
 from shared.messages import Message, TombstoneMessage
 from shared.normalize import to_api_request
+from tests.conftest import ON_EVERY_TARGET
 from tests.integration.cluster import WorkerCluster, eventually
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, ON_EVERY_TARGET]
 
 SESSION = "conversation-1"
 

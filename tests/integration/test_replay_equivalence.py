@@ -21,7 +21,7 @@ from services.transcripts.api_view import api_view_of_transcript
 from services.transcripts.layout import session_file
 from shared.api_types import MessageParam
 from shared.api_validation import validate_api_request
-from tests.conftest import CORPUS_ROOT, corpus_cases, requires_corpus
+from tests.conftest import CORPUS_ROOT, ON_EVERY_TARGET, corpus_cases, on_targets, requires_corpus
 from tests.integration.cluster import WorkerCluster
 from tests.shared.generated_sessions import GENERATED_SESSIONS, tool_rounds_session
 
@@ -77,7 +77,7 @@ async def assert_replay_equivalent(original: bytes, session: str, cluster: Worke
     assert dead == 0
 
 
-@pytest.mark.parametrize("path", CORPUS_FILES, ids=lambda p: p.relative_to(CORPUS_ROOT).as_posix())
+@on_targets("path", CORPUS_FILES, cluster_cases=CORPUS_FILES[::4], ids=lambda p: p.relative_to(CORPUS_ROOT).as_posix())
 async def test_replayed_session_normalizes_like_the_original(
     path: Path, replay_cluster: WorkerCluster, bus: AgentbusClient
 ) -> None:
@@ -85,7 +85,7 @@ async def test_replayed_session_normalizes_like_the_original(
     await assert_replay_equivalent(path.read_bytes(), session_for(path), replay_cluster, bus)
 
 
-@pytest.mark.parametrize("name", sorted(GENERATED_SESSIONS))
+@on_targets("name", sorted(GENERATED_SESSIONS))
 async def test_replayed_generated_session_normalizes_like_the_original(
     name: str, replay_cluster: WorkerCluster, bus: AgentbusClient
 ) -> None:
@@ -94,6 +94,7 @@ async def test_replayed_generated_session_normalizes_like_the_original(
     await assert_replay_equivalent(GENERATED_SESSIONS[name](), f"replay-generated-{name}", replay_cluster, bus)
 
 
+@ON_EVERY_TARGET
 def test_cli_replay_prints_the_session_and_its_transcript(replay_cluster: WorkerCluster, tmp_path: Path) -> None:
     """``agentbus replay FILE --session ID`` prints the session id and the transcript path it waited for."""
     path = tmp_path / "tool_rounds.jsonl"
