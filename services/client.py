@@ -55,18 +55,38 @@ class PublishedRequest:
     repairs: dict[str, int]
 
 
+class NotReplicated(Exception):
+    """A publish reached the master but not ``AGENTBUS_REDIS_WAIT_REPLICAS`` replicas in time: a failover now
+    could lose it. Publish again (the same idempotency key keeps it applied once)."""
+
+    def __init__(self, stream: str, replicas: int, wanted: int) -> None:
+        super().__init__(f"{stream}: entries on {replicas} replicas, {wanted} wanted")
+        self.stream = stream
+
+
 class AgentbusClient:
     """A producer/observer of one agentbus deployment."""
 
-    def __init__(self, redis: aioredis.Redis, topology: Topology) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, topology: Topology, *, wait_replicas: int = 0, wait_timeout_ms: int = 1000
+    ) -> None:
         self.redis = redis
         self.topology = topology
+        self.wait_replicas = wait_replicas
+        """Publishes return once this many replicas hold the entries (``WAIT``), else raise :class:`NotReplicated`."""
+        self.wait_timeout_ms = wait_timeout_ms
+        self._ingress_clients: dict[str, aioredis.Redis] = {}
 
     @classmethod
     def connect(cls, redis_url: str | None = None, *, names: StreamNames | None = None) -> AgentbusClient:
         settings = Settings()
         url = redis_url if redis_url is not None else settings.redis_url
-        return cls(redis_client.connect(url), Topology(names if names is not None else settings.names))
+        return cls(
+            redis_client.connect(url),
+            Topology(names if names is not None else settings.names),
+            wait_replicas=settings.redis_wait_replicas,
+            wait_timeout_ms=settings.redis_wait_timeout_ms,
+        )
 
     async def __aenter__(self) -> AgentbusClient:
         return self
@@ -77,6 +97,9 @@ class AgentbusClient:
         await self.close()
 
     async def close(self) -> None:
+        for client in self._ingress_clients.values():
+            if client is not self.redis:
+                await client.aclose()
         await self.redis.aclose()
 
     # -- publishing --------------------------------------------------------------------------
@@ -96,18 +119,35 @@ class AgentbusClient:
             payload=payload,
             traceparent=traceparent,
         )
-        entry_id = await self.redis.xadd(self.topology.ingress_for(session_id), entry_fields(envelope))  # type: ignore[arg-type]
-        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+        (entry_id,) = await self._append(self.topology.ingress_for(session_id), [entry_fields(envelope)])
+        return entry_id
 
     async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> list[str]:
         """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs; returns
         their entry ids."""
-        stream = self.topology.ingress_for(session_id)
-        pipe = self.redis.pipeline(transaction=False)
-        for key, payload in payloads:
-            envelope = IngressEnvelope(session_id=session_id, idempotency_key=key, payload=payload)
-            pipe.xadd(stream, entry_fields(envelope))  # type: ignore[arg-type]
-        return [id_text(entry_id) for entry_id in await pipe.execute()]
+        envelopes = [IngressEnvelope(session_id=session_id, idempotency_key=key, payload=p) for key, p in payloads]
+        return await self._append(self.topology.ingress_for(session_id), [entry_fields(e) for e in envelopes])
+
+    async def _append(self, stream: str, entries: list[dict[str, bytes]]) -> list[str]:
+        """XADD ``entries`` to ``stream`` in one pipeline; with ``wait_replicas``, then ``WAIT`` on the same
+        connection (so it covers these writes), pinned to the stream's node on a cluster."""
+        if not self.wait_replicas:
+            if len(entries) == 1:
+                return [id_text(await self.redis.xadd(stream, entries[0]))]  # type: ignore[arg-type]
+            pipe = self.redis.pipeline(transaction=False)
+        else:
+            if stream not in self._ingress_clients:
+                self._ingress_clients[stream] = redis_client.pinned_pool_client(self.redis, stream)
+            pipe = self._ingress_clients[stream].pipeline(transaction=False)
+        for fields in entries:
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
+        if self.wait_replicas:
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        replies = await pipe.execute()
+        replicas = int(replies.pop()) if self.wait_replicas else 0
+        if replicas < self.wait_replicas:
+            raise NotReplicated(stream, replicas, self.wait_replicas)
+        return [id_text(entry_id) for entry_id in replies]
 
     async def send_prompt(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> str:
         return await self.publish(session_id, UserPrompt(content=content, **options))

@@ -127,22 +127,30 @@ def worker_redis(url: str) -> aioredis.Redis:
     return connect(url, **_options())
 
 
-def is_cluster(redis: Any) -> bool:
-    return isinstance(redis, RedisCluster)
-
-
 def lane_client(redis: aioredis.Redis, key: str) -> aioredis.Redis:
     """A client with one connection of its own, for the commands of one slot (``key``'s): ``Redis.client()``
     on one Redis; on a cluster, a connection pinned to the node serving ``key``'s slot (module docstring)."""
     if not isinstance(redis, RedisCluster):
         return redis.client()
+    return _pinned(redis, key, single_connection=True)
+
+
+def pinned_pool_client(redis: aioredis.Redis, key: str) -> aioredis.Redis:
+    """A client whose connections (a pipeline's, a ``WAIT`` after writes) reach the node of ``key``'s slot:
+    ``redis`` itself on one Redis; on a cluster, a pool of connections pinned like :func:`lane_client`'s."""
+    if not isinstance(redis, RedisCluster):
+        return redis
+    return _pinned(redis, key, single_connection=False)
+
+
+def _pinned(redis: RedisCluster, key: str, *, single_connection: bool) -> aioredis.Redis:
     kwargs = dict(redis.nodes_manager.connection_kwargs)
     kwargs.pop("max_connections", None)
     kwargs.pop("response_callbacks", None)  # a ClusterNode keeps these; the Redis client below has its own
     plain = kwargs.pop("connection_class", Connection)
     pinned = SlotSSLConnection if issubclass(plain, SSLConnection) else SlotConnection
     pool = ConnectionPool(connection_class=pinned, cluster=redis, key=key, **kwargs)
-    client = aioredis.Redis(connection_pool=pool, single_connection_client=True)
+    client = aioredis.Redis(connection_pool=pool, single_connection_client=single_connection)
     client.auto_close_connection_pool = True
     return client
 

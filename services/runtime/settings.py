@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     )
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "AGENTBUS_REDIS_URL"))
+    redis_wait_replicas: int = Field(
+        0,
+        ge=0,
+        description="a producer's publish returns once this many replicas have the entry (WAIT); 0: once the "
+        "master has it",
+    )
+    redis_wait_timeout_ms: int = Field(
+        1000, ge=1, description="how long a publish waits for redis_wait_replicas before it fails (NotReplicated)"
+    )
     data_dir: Path = Field(Path("data"), description="transcript root (Claude Code layout below projects/)")
     prefix: str = Field("agentbus:", description="prefix of every stream and key")
     shards: int = Field(8, ge=1, description="session shards of the ordered lanes; fixed at install time")
