@@ -176,7 +176,7 @@ def streams_init() -> None:
 
 @streams_app.command("info")
 def streams_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Length, lag, pending and oldest pending age of every stream and group."""
+    """Length, lag, pending and oldest pending age of every stream and group (on a cluster, the node of each)."""
     settings = Settings()
 
     async def run() -> list[dict[str, Any]]:
@@ -187,10 +187,13 @@ def streams_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    typer.echo(f"{'stream':<40} {'group':<16} {'length':>8} {'lag':>8} {'pending':>8}")
+    node = any(row["node"] for row in rows)  # a cluster: say which node serves each shard
+    where = f" {'node':<21}" if node else ""
+    typer.echo(f"{'stream':<40}{where} {'group':<16} {'length':>8} {'lag':>8} {'pending':>8}")
     for row in rows:
         lag = row["lag"] if row["lag"] is not None else "-"
-        typer.echo(f"{row['stream']:<40} {row['group'] or '-':<16} {row['length']:>8} {lag:>8} {row['pending']:>8}")
+        at = f" {row['node']:<21}" if node else ""
+        typer.echo(f"{row['stream']:<40}{at} {row['group'] or '-':<16} {row['length']:>8} {lag:>8} {row['pending']:>8}")
 
 
 @dlq_app.command("ls")

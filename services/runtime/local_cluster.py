@@ -60,6 +60,10 @@ class ClusterNodeProcess:
             str(self.directory / "nodes.conf"),
             "--cluster-node-timeout",
             str(NODE_TIMEOUT_MS),
+            # A replica may always take over: with a 1 s node timeout the default factor (10) would call an
+            # idle replica's data too old to fail over ("Disconnected from master for longer than allowed").
+            "--cluster-replica-validity-factor",
+            "0",
             "--save",
             "",
             "--appendonly",
@@ -192,6 +196,14 @@ class LocalRedisCluster:
                 with node.client() as client, contextlib.suppress(redis.ResponseError):
                     client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         return moved
+
+    def restart(self, node: ClusterNodeProcess) -> None:
+        """Start a stopped node again on its port and directory: it rejoins (a failed-over master comes back
+        as a replica of its successor)."""
+        server = shutil.which("redis-server")
+        assert server is not None
+        node.start(server)
+        self.wait_ok()
 
     def masters_now(self) -> list[ClusterNodeProcess]:
         """The running nodes that are masters now."""

@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from services.runtime.drain import stream_id_key, stream_progress
 from services.runtime.entries import id_text
 from services.runtime.lane_worker import ensure_groups
+from services.runtime.redis_client import node_of
 from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP, Topology
 
 TOOLS_ABANDONED_GROUP = "tools-abandoned"
@@ -33,7 +34,8 @@ async def init_streams(redis: aioredis.Redis, topology: Topology) -> int:
 
 
 async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[str, Any]]:
-    """Length, and per group lag / pending / oldest pending age, of every stream of the pipeline.
+    """Length, and per group lag / pending / oldest pending age, of every stream of the pipeline; ``node`` is the
+    ``host:port`` of the cluster node serving the stream's slot (None on one Redis).
 
     ``lag`` is 0 for a group that has drained the stream (`services.runtime.drain.group_drained`, from ids) whatever
     ``XINFO GROUPS`` says (Redis 7.0's phantom lag after an AOF rewrite and a restart); ``redis_lag`` is
@@ -42,6 +44,7 @@ async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[
     streams = sorted({stream for stream, _ in all_groups(topology)} | set(topology.request_streams()))
     now_ms = int(time.time() * 1000)
     for stream in streams:
+        node = await node_of(redis, stream)
         length = int(await redis.xlen(stream))
         try:
             groups: list[dict[Any, Any]] = await redis.xinfo_groups(stream)
@@ -52,6 +55,7 @@ async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[
             rows.append(
                 {
                     "stream": stream,
+                    "node": node,
                     "group": None,
                     "length": length,
                     "lag": None,
@@ -72,6 +76,7 @@ async def stream_report(redis: aioredis.Redis, topology: Topology) -> list[dict[
             rows.append(
                 {
                     "stream": stream,
+                    "node": node,
                     "group": name,
                     "length": length,
                     "lag": lag,

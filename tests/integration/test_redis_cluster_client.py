@@ -11,7 +11,9 @@ from redis.asyncio.cluster import RedisCluster
 from services.runtime.key_calls import KeyCalls
 from services.runtime.local_cluster import LocalRedisCluster
 from services.runtime.redis_client import SlotMoved, is_cluster_url, lane_client, node_of, worker_redis
+from services.runtime.stream_admin import init_streams, stream_report
 from services.runtime.streams import StreamNames, key_slot
+from services.runtime.topology import Topology
 
 
 def test_a_cluster_is_named_by_its_url_scheme() -> None:
@@ -79,3 +81,19 @@ async def test_a_pinned_connection_follows_its_slot_when_it_moves(redis_cluster:
     finally:
         await lane.aclose()
         await redis.aclose()
+
+
+async def test_streams_info_names_the_node_of_each_shard(redis_cluster: LocalRedisCluster) -> None:
+    """``agentbus streams info`` on a cluster: every row says which node serves its stream's slot."""
+    topology = Topology(StreamNames(shards=4))
+    redis = worker_redis(redis_cluster.url)
+    try:
+        await init_streams(redis, topology)
+        rows = await stream_report(redis, topology)
+    finally:
+        await redis.aclose()
+    assert rows
+    for row in rows:
+        stream = row["stream"]
+        owner = redis_cluster.master_of_slot(key_slot(stream[stream.index("{") + 1 : stream.index("}")]))
+        assert row["node"] == owner.address
