@@ -64,6 +64,8 @@ class ClusterNodeProcess:
             # idle replica's data too old to fail over ("Disconnected from master for longer than allowed").
             "--cluster-replica-validity-factor",
             "0",
+            "--repl-diskless-sync-delay",
+            "0",  # a replica's first full sync at once, not after the default 5 s
             "--save",
             "",
             "--appendonly",
@@ -136,7 +138,24 @@ class LocalRedisCluster:
         end = deadline if deadline is not None else time.monotonic() + timeout_s
         _wait(self._settled, end, None)
 
-    def _settled(self) -> bool:
+    def wait_failed_over(self, node: ClusterNodeProcess, *, timeout_s: float = 60.0) -> None:
+        """Until the stopped ``node`` serves no slot any more (its replica took over) and the cluster is ok
+        again. (Right after a kill the cluster still says ok: failure detection takes a node timeout.)"""
+        end = time.monotonic() + timeout_s
+        _wait(lambda: self._settled(without=node.port), end, None)
+
+    def _replicas_in_sync(self) -> bool:
+        for node in self.nodes:
+            if node.running:
+                with node.client() as client:
+                    info = client.info("replication")
+                if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                    return False
+        return True
+
+    def _settled(self, *, without: int | None = None) -> bool:
+        if not self._replicas_in_sync():
+            return False
         maps = set()
         for node in self.nodes:
             if not node.running:
@@ -150,7 +169,10 @@ class LocalRedisCluster:
             text = info.decode() if isinstance(info, bytes) else str(info)
             if "cluster_state:ok" not in text:
                 return False
-            maps.add(tuple(sorted((int(row[0]), int(row[1]), int(row[2][1])) for row in slots)))
+            owners = tuple(sorted((int(row[0]), int(row[1]), int(row[2][1])) for row in slots))
+            if any(port == without for _, _, port in owners):
+                return False
+            maps.add(owners)
         return len(maps) == 1
 
     def master_of_slot(self, slot: int) -> ClusterNodeProcess:

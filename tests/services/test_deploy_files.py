@@ -609,6 +609,10 @@ def test_acl_each_worker_owns_its_group_streams_and_leases(acl_redis: int) -> No
             assert int(script(keys=[lease, f"agentbus:lease_epoch:{group}:{{s05}}"], args=[worker])) >= 1
             with pytest.raises(redis.exceptions.NoPermissionError):
                 script(keys=["agentbus:lease:tools-not-mine:{s05}", lease], args=[worker])
+        # Issue 20: a cluster client discovers the slot map and the commands' key positions (not a NOPERM).
+        assert user.command_count() > 0
+        with pytest.raises(redis.exceptions.ResponseError, match="cluster support disabled"):
+            user.execute_command("CLUSTER", "SLOTS")
 
 
 def test_acl_only_ingestion_writes_the_log(acl_redis: int) -> None:
