@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from services.cli.main import app as cli_app
 from services.observability.endpoints import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
 from services.observability.metrics import exported_sample_names
+from services.runtime.redis_client import is_cluster_url
 from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import (
@@ -642,3 +643,34 @@ def _has_group(client_: redis.Redis, stream: str, group: str) -> bool:
         return any(g["name"].decode() == group for g in client_.xinfo_groups(stream))
     except redis.ResponseError:
         return False
+
+
+# ------------------------------------------------------------------------------------ compose: cluster
+def test_compose_cluster_override_runs_the_workers_on_a_3x2_cluster(compose: dict[str, Any]) -> None:
+    """Issue 20: docker-compose.cluster.yml (an override of docker-compose.yml) runs six cluster nodes (AOF,
+    the ACL file, replicas authenticating as an ACL user), forms a 3-master, 1-replica cluster once, and
+    points every agentbus service at it with a redis+cluster:// URL as its own ACL user."""
+    override: dict[str, Any] = yaml.safe_load((REPO_ROOT / "docker-compose.cluster.yml").read_text(encoding="utf-8"))
+    services = override["services"]
+    nodes = {name: svc for name, svc in services.items() if name.startswith("redis-node-")}
+    assert len(nodes) == 6
+    for name, node in nodes.items():
+        command = node["command"]
+        assert command[command.index("--cluster-enabled") + 1] == "yes", name
+        assert command[command.index("--appendonly") + 1] == "yes", name
+        acl_path = command[command.index("--aclfile") + 1]
+        mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in node["volumes"]}
+        assert (REPO_ROOT / mounts[acl_path]).resolve() == ACL_FILE
+        user, password = command[command.index("--masteruser") + 1], command[command.index("--masterauth") + 1]
+        rules = acl_users()[user]
+        assert f"#{hashlib.sha256(password.encode()).hexdigest()}" in rules
+        assert {"+psync", "+replconf"} <= set(rules), "replicas must be allowed to sync"
+    create = " ".join(services["redis-cluster-create"]["command"])
+    assert "--cluster create" in create
+    assert "--cluster-replicas 1" in create
+    for name in agentbus_services(compose):
+        url = services[name]["environment"]["REDIS_URL"]
+        assert is_cluster_url(url), name
+        user = assert_url_matches_acl(url, f"cluster compose service {name}")
+        command = compose["services"][name]["command"]
+        assert user == (command[1] if command[0] == "worker" else "operator")
