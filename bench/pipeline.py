@@ -20,6 +20,10 @@ What is measured (issue 4):
   machine single runs of either side vary by ±30%;
 - **metrics cost** (``--metrics-rounds N``, issue 5): N alternating saturation rounds with
   ``AGENTBUS_METRICS`` on and off; medians of throughput and of CPU µs per event.
+- **cluster cost** (``--cluster``, issue 20): instead of the raw chain, one Redis against a private 3-master
+  Redis Cluster (``redis+cluster://``) in the same run: alternating saturation rounds (medians), latency at
+  ``--rate`` on each, and the Redis CPU per event (all redis-server processes) — the basis of a per-node
+  capacity projection. On one 2-core machine no scaling is expected: it prices cluster mode (goal ≥ 0.8×).
 """
 
 from __future__ import annotations
@@ -41,13 +45,15 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.raw_chain import run_raw_chain
 from services.client import AgentbusClient
 from services.demo import stream_events_for
-from services.runtime.key_calls import ServerScript
+from services.runtime.key_calls import Arg, ServerScript
+from services.runtime.local_cluster import LocalRedisCluster, start_local_cluster
 from services.runtime.local_redis import LocalRedis, free_port, start_local_redis
 from services.runtime.streams import StreamNames
 from services.runtime.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
@@ -232,8 +238,13 @@ async def settled(redis: aioredis.Redis, topology: Topology) -> bool:
     This poll runs on the same two cores as the workers it waits for: sixteen ``XINFO GROUPS`` replies parsed
     by redis-py cost ~0.4 ms of CPU per poll (~7% of a core at one poll per 5 ms, ≈ 6 µs per event taken
     from the system under test), a cost the raw chain's end signal does not have."""
+    if isinstance(redis, RedisCluster):  # one call per shard: a script's keys must share a slot
+        shards = range(topology.shards)
+        per_shard: list[Arg] = [1, NORMALIZATION_GROUP, TRANSCRIPTS_GROUP]
+        calls = [SETTLED_SCRIPT.run(redis, [topology.log(s), topology.ingress(s)], per_shard) for s in shards]
+        return all(await asyncio.gather(*calls))
     keys = [*topology.names.shard_streams("log"), *topology.names.shard_streams("ingress")]
-    args = [len(topology.names.shard_streams("log")), NORMALIZATION_GROUP, TRANSCRIPTS_GROUP]
+    args: list[Arg] = [len(topology.names.shard_streams("log")), NORMALIZATION_GROUP, TRANSCRIPTS_GROUP]
     return bool(await SETTLED_SCRIPT.run(redis, keys, args))
 
 
@@ -310,20 +321,116 @@ def window_quantiles(before: list[tuple[float, float]], after: list[tuple[float,
     return result
 
 
+@dataclass
+class Target:
+    """What the workers run against: one Redis or a cluster (its URL, how to empty it, its server processes)."""
+
+    url: str
+    flush: Callable[[], None]
+    server_pids: list[int]
+
+    def redis_cpu_s(self) -> float:
+        return sum(_cpu_s(pid) for pid in self.server_pids)
+
+
+def single_target(server: LocalRedis) -> Target:
+    assert server.process is not None
+    return Target(server.url, lambda: asyncio.run(_flush(server.url)), [server.process.pid])
+
+
+def cluster_target(nodes: LocalRedisCluster) -> Target:
+    return Target(nodes.url, nodes.flushall, [node.process.pid for node in nodes.nodes if node.process is not None])
+
+
 def saturation_round(
-    server: LocalRedis, root: Path, batch: list[tuple[str, IngressEnvelope]], *, metrics: bool
+    server: LocalRedis | Target, root: Path, batch: list[tuple[str, IngressEnvelope]], *, metrics: bool
 ) -> dict[str, float]:
-    """One saturation run on fresh workers and an empty Redis: events/s and CPU µs/event of all workers."""
-    asyncio.run(_flush(server.url))
+    """One saturation run on fresh workers and an empty Redis: events/s and CPU µs/event of all workers (and of
+    the Redis server processes, ``redis_cpu_us_per_event``)."""
+    target = server if isinstance(server, Target) else single_target(server)
+    target.flush()
     # A fresh data dir too: files left by an earlier round would turn this round's appends into de-dup skips.
-    workers = start_workers(server.url, Path(tempfile.mkdtemp(prefix="round-", dir=root)), metrics=metrics)
+    workers = start_workers(target.url, Path(tempfile.mkdtemp(prefix="round-", dir=root)), metrics=metrics)
     try:
         cpu_before = {name: _cpu_s(pid) for name, pid in workers.pids().items()}
-        rate = asyncio.run(saturate(batch, server.url))
+        redis_before = target.redis_cpu_s()
+        rate = asyncio.run(saturate(batch, target.url))
         cpu = {name: (_cpu_s(pid) - cpu_before[name]) * 1e6 / len(batch) for name, pid in workers.pids().items()}
+        redis_cpu = (target.redis_cpu_s() - redis_before) * 1e6 / len(batch)
     finally:
         workers.stop()
-    return {"events_per_s": rate, "cpu_us_per_event": sum(cpu.values()), **{f"cpu_us_{n}": v for n, v in cpu.items()}}
+    return {
+        "events_per_s": rate,
+        "cpu_us_per_event": sum(cpu.values()),
+        "redis_cpu_us_per_event": redis_cpu,
+        **{f"cpu_us_{n}": v for n, v in cpu.items()},
+    }
+
+
+def paced_round(
+    target: Target, root: Path, pacing: list[tuple[str, IngressEnvelope]], warmup: list[Any], rate: float
+) -> dict[str, Any]:
+    """Latency at ``rate`` on fresh workers after warm-up traffic: the transcript worker's histogram window."""
+    target.flush()
+    workers = start_workers(target.url, Path(tempfile.mkdtemp(prefix="paced-", dir=root)))
+    try:
+        if warmup:
+            asyncio.run(paced(warmup, target.url, rate))
+        before = latency_buckets(workers.ports["transcripts"])
+        redis_before = target.redis_cpu_s()
+        asyncio.run(paced(pacing, target.url, rate))
+        return {
+            "latency": window_quantiles(before, latency_buckets(workers.ports["transcripts"])),
+            "redis_cpu_us_per_event": (target.redis_cpu_s() - redis_before) * 1e6 / len(pacing),
+        }
+    finally:
+        workers.stop()
+
+
+def cluster_comparison(args: argparse.Namespace, root: Path) -> None:
+    """``--cluster``: one Redis vs a 3-master cluster, same workload, same run (see the module docstring)."""
+    saturation = WORKLOADS[args.mix](args.events, args.sessions)
+    pacing = paced_workload(args.mix, int(args.rate * args.seconds), args.paced_sessions, prefix="paced")
+    warmup = paced_workload(args.mix, int(args.rate * args.warmup_seconds), args.paced_sessions, prefix="warmup")
+    server = start_local_redis(root / "redis", appendonly=args.aof)
+    nodes = start_local_cluster(root / "cluster")
+    targets = {"single": single_target(server), "cluster": cluster_target(nodes)}
+    results: dict[str, Any] = {"events": len(saturation), "sessions": args.sessions, "mix": args.mix, "shards": SHARDS}
+    try:
+        rounds: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            single = saturation_round(targets["single"], root, saturation, metrics=True)
+            cluster = saturation_round(targets["cluster"], root, saturation, metrics=True)
+            rounds.append(
+                {"single": single, "cluster": cluster, "ratio": cluster["events_per_s"] / single["events_per_s"]}
+            )
+        results["rounds"] = rounds
+        for name in targets:
+            results[f"{name}_events_per_s"] = statistics.median(r[name]["events_per_s"] for r in rounds)
+            results[f"{name}_redis_cpu_us_per_event"] = statistics.median(
+                r[name]["redis_cpu_us_per_event"] for r in rounds
+            )
+            results[f"{name}_worker_cpu_us_per_event"] = statistics.median(r[name]["cpu_us_per_event"] for r in rounds)
+        results["throughput_ratio"] = statistics.median(r["ratio"] for r in rounds)
+        for name, target in targets.items():
+            results[f"{name}_paced"] = paced_round(target, root, pacing, warmup, args.rate)
+    finally:
+        server.stop()
+        nodes.stop()
+    print(json.dumps(results, indent=2))
+    print(
+        f"\nthroughput: cluster {results['cluster_events_per_s']:,.0f} ev/s vs single "
+        f"{results['single_events_per_s']:,.0f} ev/s (medians of {args.rounds} alternating rounds) → ratio "
+        f"{results['throughput_ratio']:.2f} (goal ≥ 0.8)"
+    )
+    for name in targets:
+        latency = results[f"{name}_paced"]["latency"]
+        print(
+            f"{name}: latency at {args.rate:,.0f} ev/s p50 {latency.get('p50_ms', float('nan')):.1f} ms, "
+            f"p99 {latency.get('p99_ms', float('nan')):.1f} ms; Redis CPU "
+            f"{results[f'{name}_redis_cpu_us_per_event']:.1f} µs/event at saturation, "
+            f"{results[f'{name}_paced']['redis_cpu_us_per_event']:.1f} µs/event paced"
+        )
 
 
 def metrics_cost(
@@ -380,8 +487,14 @@ def main() -> None:
         default=0,
         help="also price the metrics: N alternating saturation rounds with AGENTBUS_METRICS on / off",
     )
+    parser.add_argument(
+        "--cluster", action="store_true", help="one Redis vs a 3-master Redis Cluster instead of the raw chain"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentbus-bench-"))
+    if args.cluster:
+        cluster_comparison(args, root)
+        return
     server: LocalRedis = start_local_redis(root / "redis", appendonly=args.aof)
     saturation = WORKLOADS[args.mix](args.events, args.sessions)
     pacing = paced_workload(args.mix, int(args.rate * args.seconds), args.paced_sessions, prefix="paced")
