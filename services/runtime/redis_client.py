@@ -118,6 +118,9 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
         return aioredis.Redis.from_url(url, **options)
     node_url, seeds = cluster_node_url(url)
     startup = [ClusterNode(host, port) for host, port in seeds]
+    # reinitialize_steps=0: on every 5th MOVED redis-py 8.1 closes the whole client, connections other tasks are
+    # using included (they then fail with AttributeError mid-command); a MOVED patches the slot map instead.
+    options.setdefault("reinitialize_steps", 0)
     cluster = RedisCluster.from_url(node_url, startup_nodes=startup or None, **options)
     return cast("aioredis.Redis", cluster)
 
