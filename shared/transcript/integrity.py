@@ -14,9 +14,9 @@ from typing import Literal
 
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.messages import AssistantMessage, ProgressMessage, UserMessage
+from shared.messages import AssistantMessage, UserMessage
 from shared.system_messages import CompactBoundarySystemMessage
-from shared.transcript.lines import is_message_line
+from shared.transcript.lines import OtherMessageLine, is_message_line, is_progress_line, model_refusal
 from shared.transcript.reader import NumberedLine, TranscriptParse
 
 Severity = Literal["error", "warning"]
@@ -29,6 +29,7 @@ IssueKind = Literal[
     "orphan_tool_result",
     "placeholder_result",
     "multiple_roots",
+    "other_shape",
 ]
 RepairKind = Literal["dropped_malformed", "dropped_duplicate", "reparented", "cycle_broken"]
 
@@ -109,7 +110,7 @@ def _node(numbered: NumberedLine) -> _Node | None:
         uuid=uuid,
         parent=parent,
         lane=(bool(getattr(line, "is_sidechain", False)), getattr(line, "agent_id", None)),
-        participant=not isinstance(line, ProgressMessage),
+        participant=not is_progress_line(line),
         boundary=isinstance(line, CompactBoundarySystemMessage),
     )
 
@@ -216,9 +217,22 @@ def _root_issue(nodes: Sequence[_Node]) -> IntegrityIssue | None:
     return IntegrityIssue("multiple_roots", "warning", tuple(roots), f"{len(roots)} main-chain roots (parentUuid null)")
 
 
+def _other_shape_issues(lines: Iterable[NumberedLine]) -> list[IntegrityIssue]:
+    """Message lines no model accepts: kept and walked through (R7.14), but never sent to the API."""
+    issues: list[IntegrityIssue] = []
+    for numbered in lines:
+        line = numbered.line
+        if isinstance(line, OtherMessageLine):
+            where = ", ".join(model_refusal(line)) or "<line>"
+            detail = f"{line.type} line its model refuses at {where}: kept in the chain, left out of the API view"
+            issues.append(IntegrityIssue("other_shape", "warning", (numbered.line_number,), detail, line.uuid))
+    return issues
+
+
 def verify_transcript(parse: TranscriptParse) -> IntegrityReport:
     """Every structural problem of a parsed file, with the line numbers involved."""
     issues = [IntegrityIssue("malformed_line", "error", (error.line_number,), str(error)) for error in parse.errors]
+    issues.extend(_other_shape_issues(parse.lines))
     nodes, duplicates = _first_occurrences(parse)
     by_number = {numbered.line_number: numbered.line for numbered in parse.lines} if duplicates else {}
     for kept, duplicate in duplicates:

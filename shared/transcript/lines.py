@@ -4,6 +4,10 @@ Every line is one JSON object with a string ``type``:
 
 * message lines (``user``, ``assistant``, ``system``, ``progress``, ``attachment``) are the stored
   :mod:`shared.messages` models, which already carry the transcript envelope;
+* a message line its model refuses (an older or newer shape: a missing ``timestamp``, a ``message``
+  that is not an object…) but that has a string ``uuid`` is an :class:`OtherMessageLine` of its
+  ``type``: kept verbatim and walked through by the chain (R7.14 stores every transcript message by
+  uuid, whatever its shape), never sent to the API;
 * metadata lines (R7.4) are the small models below, one per kind;
 * any other ``type`` (newer Claude Code builds, third-party tools) is an :class:`UnknownLine`, kept
   verbatim.
@@ -35,7 +39,8 @@ from shared.system_messages import SYSTEM_SUBTYPE_TAGS, SystemMessage, SystemMes
 from shared.wire import ROUTED_ELSEWHERE, CamelModel, only_routed_to
 
 TranscriptMessageLine = UserMessage | AssistantMessage | SystemMessage | ProgressMessage | AttachmentMessage
-"""A message line: the stored kinds of R1.1 (progress only in files written before its removal, R7.16)."""
+"""A message line: the stored kinds of R1.1 (progress only in files written before its removal, R7.16).
+A message line its model refuses is an :class:`OtherMessageLine`."""
 
 
 class SummaryLine(CamelModel):
@@ -179,6 +184,48 @@ class ContextCollapseSnapshotLine(CamelModel):
     session_id: str | None = None
 
 
+class OtherMessageLine(CamelModel):
+    """A ``user``/``assistant``/``system``/``progress``/``attachment`` line whose model refuses it, kept
+    verbatim as a link of the parent chain (R7.14: Claude Code maps every transcript message by uuid,
+    whatever its shape, so its children still reach the root through it).
+
+    Only what the chain needs is modelled: ``uuid`` and ``parentUuid`` (a line whose own link is not a
+    string stays malformed: it cannot be walked). The envelope read by leaf selection (``timestamp``,
+    ``isSidechain``, ``agentId``, ``sessionId``) is read from the extras, ``None`` when absent or of
+    another JSON type. Resume drops these lines from the history it returns, as Claude Code's
+    normalization drops what the API does not understand; :func:`model_refusal` says why the model
+    refused one."""
+
+    type: str
+    uuid: str
+    parent_uuid: str | None = None
+
+    def _extra_string(self, key: str) -> str | None:
+        value = (self.model_extra or {}).get(key)
+        return value if isinstance(value, str) else None
+
+    @property
+    def timestamp(self) -> str | None:
+        return self._extra_string("timestamp")
+
+    @property
+    def logical_parent_uuid(self) -> str | None:
+        return self._extra_string("logicalParentUuid")
+
+    @property
+    def agent_id(self) -> str | None:
+        return self._extra_string("agentId")
+
+    @property
+    def session_id(self) -> str | None:
+        return self._extra_string("sessionId")
+
+    @property
+    def is_sidechain(self) -> bool | None:
+        value = (self.model_extra or {}).get("isSidechain")
+        return value if isinstance(value, bool) else None
+
+
 class UnknownLine(CamelModel):
     """A line whose ``type`` agentbus does not model; kept verbatim."""
 
@@ -234,6 +281,12 @@ METADATA_TYPES: frozenset[str] = frozenset(str(model.model_fields["type"].defaul
 """The ``type`` values of R7.4."""
 
 
+def _other_message_tag(value: Any) -> str:
+    """Route a line of a message kind to :class:`OtherMessageLine` (tried only after its model failed)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "other_message" if kind in STORED_TYPES else "not_a_message"
+
+
 def _line_tag(value: Any) -> str:
     """Route a line to its model: message kinds by ``type`` (and system ``subtype``), metadata kinds by
     ``type``, anything else with a string ``type`` to :class:`UnknownLine`."""
@@ -278,14 +331,17 @@ _KnownLine = Annotated[
     Field(discriminator="type"),
 ]
 
-# The literal ``type`` is looked up in Rust; UnknownLine takes exactly what ``_line_tag`` routes to it
-# (a string ``type`` agentbus does not model), so a known kind that fails its model stays an error.
+# The literal ``type`` is looked up in Rust; OtherMessageLine takes a message kind its model refused,
+# UnknownLine exactly what ``_line_tag`` routes to it (a string ``type`` agentbus does not model), so a
+# metadata kind that fails its model stays an error.
 TranscriptLine = Annotated[
-    _KnownLine | Annotated[UnknownLine, BeforeValidator(only_routed_to("unknown", _line_tag))],
+    _KnownLine
+    | Annotated[OtherMessageLine, BeforeValidator(only_routed_to("other_message", _other_message_tag))]
+    | Annotated[UnknownLine, BeforeValidator(only_routed_to("unknown", _line_tag))],
     Field(union_mode="left_to_right"),
     SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]
-"""Any transcript line: a stored message, a metadata entry, or an unknown kind."""
+"""Any transcript line: a stored message, an other-shaped message line, a metadata entry, or an unknown kind."""
 
 TRANSCRIPT_LINE_ADAPTER: TypeAdapter[TranscriptLine] = TypeAdapter(TranscriptLine)
 _validate_line_json = TRANSCRIPT_LINE_ADAPTER.validator.validate_json
@@ -297,8 +353,26 @@ _OWN_FIELDS_FIRST = ("type", "subtype", "message", "uuid", "timestamp")
 
 
 def is_message_line(line: TranscriptLine) -> bool:
-    """True for user/assistant/system/progress/attachment lines (they carry uuid and parentUuid)."""
-    return isinstance(line, UserMessage | AssistantMessage | SystemMessageBase | ProgressMessage | AttachmentMessage)
+    """True for user/assistant/system/progress/attachment lines, other-shaped ones included (they carry
+    uuid and parentUuid)."""
+    return isinstance(
+        line,
+        UserMessage | AssistantMessage | SystemMessageBase | ProgressMessage | AttachmentMessage | OtherMessageLine,
+    )
+
+
+def is_progress_line(line: TranscriptLine) -> bool:
+    """A ``progress`` line, well-formed or not: bridged by R7.16, never a chain participant (R7.6)."""
+    return isinstance(line, ProgressMessage) or (isinstance(line, OtherMessageLine) and line.type == "progress")
+
+
+def model_refusal(line: OtherMessageLine) -> list[str]:
+    """The field paths the line's own model refuses (``timestamp``, ``message.content``…), for reports."""
+    try:
+        parse_message(line.to_wire())
+    except ValidationError as exc:
+        return _error_locations(exc)
+    return []
 
 
 _BRANCH_LABELS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
@@ -369,8 +443,10 @@ def _reject_constant(name: str) -> JsonValue:
 def parse_line(text: str, line_number: int) -> TranscriptLine:
     """R7.14 for one line: parse ``text`` (one JSONL line, surrounding whitespace allowed).
 
-    Raises :class:`TranscriptLineError` (kinds ``bad_json``, ``not_an_object``, ``missing_type``,
-    ``invalid_message``, ``invalid_entry``) carrying ``line_number`` and the raw text.
+    A message line its model refuses is an :class:`OtherMessageLine` when it has a string ``uuid`` (and
+    a string or null ``parentUuid``): it stays a link of the chain. Raises :class:`TranscriptLineError`
+    (kinds ``bad_json``, ``not_an_object``, ``missing_type``, ``invalid_message`` for a message line
+    without a usable link, ``invalid_entry``) carrying ``line_number`` and the raw text.
     """
     # Fast path: pydantic parses and validates the line in one pass (in Rust). Its JSON parser accepts
     # NaN and Infinity, which JSON.parse (and this reader) reject, so such lines take the checked path;
@@ -394,7 +470,10 @@ def parse_line(text: str, line_number: int) -> TranscriptLine:
         try:
             message = parse_message(obj)
         except ValidationError as exc:
-            raise _invalid(line_number, "invalid_message", text, exc) from exc
+            try:
+                return OtherMessageLine.model_validate(obj, by_alias=True, by_name=False)
+            except ValidationError:
+                raise _invalid(line_number, "invalid_message", text, exc) from exc
         # STORED_TYPES only route to the stored kinds, all members of TranscriptLine.
         return cast("TranscriptLine", message)
     try:

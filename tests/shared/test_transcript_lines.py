@@ -127,7 +127,9 @@ def test_message_kinds_route_to_message_models() -> None:
         ("[1]", "not_an_object"),
         ('{"silly":"this"}', "missing_type"),
         ('{"type":5}', "missing_type"),
-        ('{"type":"user","uuid":"u","timestamp":"t","message":"error"}', "invalid_message"),
+        ('{"type":"user","timestamp":"t","message":"error"}', "invalid_message"),
+        ('{"type":"user","uuid":5,"message":"error"}', "invalid_message"),
+        ('{"type":"user","uuid":"u","parentUuid":7,"message":"error"}', "invalid_message"),
         ('{"type":"custom-title","sessionId":"s","customTitle":{"not":"a string"}}', "invalid_entry"),
     ],
 )
@@ -141,10 +143,10 @@ def test_r7_14_malformed_lines_raise_typed_errors(raw: str, kind: str) -> None:
 
 
 def test_invalid_message_error_names_the_failing_fields() -> None:
-    raw = '{"type":"user","uuid":"u","message":{"role":"user","contenst":[]}}'
+    raw = '{"type":"user","message":{"role":"user","contenst":[]}}'
     with pytest.raises(TranscriptLineError) as caught:
         parse_line(raw, 2)
-    assert set(caught.value.locations) == {"timestamp", "message.content"}
+    assert set(caught.value.locations) == {"uuid", "timestamp", "message.content"}
 
 
 def test_snake_case_keys_stay_extras_and_round_trip() -> None:

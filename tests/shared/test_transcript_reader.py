@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from shared.messages import UserMessage
-from shared.transcript import SummaryLine, read_transcript
+from shared.transcript import OtherMessageLine, SummaryLine, model_refusal, read_transcript
 from tests.shared.transcript_builders import CLAUDE_CODE_CORPUS, jsonl, user
 
 GOOD = jsonl(user("u1", None, "one"), user("u2", "u1", "two"))
@@ -72,20 +72,22 @@ def test_raw_text_of_good_lines_is_kept() -> None:
 
 
 def test_r7_14_edge_cases_corpus_names_every_malformed_line(corpus_root: Path) -> None:
-    """daaain edge_cases.jsonl: `"contenst"` typo (10), `"message":"error"` + `timesstamp` (11), a JSON
-    string (13), an object without `type` (14), a number (15), an array (16), content `["wow error"]` (18)."""
+    """daaain edge_cases.jsonl: a JSON string (13), an object without `type` (14), a number (15), an
+    array (16) are malformed. The user lines with the `"contenst"` typo (10), `"message":"error"` +
+    `timesstamp` (11) and content `["wow error"]` (18) carry a uuid: other-shaped lines (issue 15)."""
     data = (corpus_root / CLAUDE_CODE_CORPUS / "daaain__claude-code-log/edge_cases.jsonl").read_bytes()
     parse = read_transcript(data)
     assert [(error.line_number, error.kind) for error in parse.errors] == [
-        (10, "invalid_message"),
-        (11, "invalid_message"),
         (13, "not_an_object"),
         (14, "missing_type"),
         (15, "not_an_object"),
         (16, "not_an_object"),
-        (18, "invalid_message"),
     ]
-    assert parse.errors[1].locations == ("timestamp", "message")
+    others = {
+        numbered.line_number: numbered.line for numbered in parse.lines if isinstance(numbered.line, OtherMessageLine)
+    }
+    assert sorted(others) == [10, 11, 18]
+    assert model_refusal(others[11]) == ["timestamp", "message"]
     assert parse.torn_tail is False  # the file ends without a newline, but its last line parses
     assert isinstance(parse.lines[-1].line, SummaryLine)
-    assert [numbered.line_number for numbered in parse.lines] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 17, 19]
+    assert [numbered.line_number for numbered in parse.lines] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 17, 18, 19]
