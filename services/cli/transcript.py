@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from services.cli.common import USAGE_ERROR, fail, read_input, same_file
-from services.transcripts.api_view import api_view_of_transcript, placeholder_locations
+from services.transcripts.api_view import api_view_of_transcript, encoded_body, placeholder_locations, read_notices
 from services.transcripts.files import write_file_atomically
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.errors import AgentbusError
@@ -130,7 +130,12 @@ def export(
         if training:
             fail(f"refusing training export: {message}")
         typer.echo(f"agentbus: warning: {message}", err=True)
-    text = json.dumps(view.messages_body, ensure_ascii=False) + "\n"
+    for notice in read_notices(file, view.resumed):
+        typer.echo(notice, err=True)
+    text, surrogate_notice = encoded_body(file, view)
+    if surrogate_notice:
+        typer.echo(surrogate_notice, err=True)
+    text += "\n"
     if out is None:
         sys.stdout.write(text)
     else:

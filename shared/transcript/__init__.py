@@ -67,7 +67,13 @@ from shared.transcript.lines import (
     parse_line,
 )
 from shared.transcript.loader import Transcript, build_transcript, compute_leaf_uuids
-from shared.transcript.reader import NumberedLine, TranscriptParse, read_transcript
+from shared.transcript.reader import (
+    LineWarningKind,
+    NumberedLine,
+    TranscriptLineWarning,
+    TranscriptParse,
+    read_transcript,
+)
 from shared.transcript.resume import (
     KAIROS_TERMINAL_TOOLS,
     PERMISSION_MODES,
@@ -77,6 +83,12 @@ from shared.transcript.resume import (
     detect_turn_interruption,
     filter_unresolved_tool_uses,
     resume_session,
+)
+from shared.transcript.unicode_text import (
+    decode_utf8_replacing,
+    escape_lone_surrogates,
+    replace_lone_surrogates,
+    well_formed_json,
 )
 
 __all__ = [
@@ -100,6 +112,7 @@ __all__ = [
     "Interruption",
     "LastPromptLine",
     "LeafMode",
+    "LineWarningKind",
     "MetadataLine",
     "ModeLine",
     "NumberedLine",
@@ -120,6 +133,7 @@ __all__ = [
     "TranscriptError",
     "TranscriptLine",
     "TranscriptLineError",
+    "TranscriptLineWarning",
     "TranscriptMessage",
     "TranscriptMessageLine",
     "TranscriptParse",
@@ -130,9 +144,11 @@ __all__ = [
     "build_conversation_chain",
     "build_transcript",
     "compute_leaf_uuids",
+    "decode_utf8_replacing",
     "deserialize_for_resume",
     "detect_turn_interruption",
     "dump_line",
+    "escape_lone_surrogates",
     "filter_unresolved_tool_uses",
     "is_message_line",
     "is_progress_line",
@@ -144,10 +160,12 @@ __all__ = [
     "recover_orphaned_parallel_tool_results",
     "remove_chain_fields",
     "repair_transcript",
+    "replace_lone_surrogates",
     "resume_session",
     "select_leaf",
     "session_metadata",
     "subagent_chain",
     "timestamp_ms",
     "verify_transcript",
+    "well_formed_json",
 ]

@@ -18,6 +18,7 @@ from shared.messages import AssistantMessage, UserMessage
 from shared.system_messages import CompactBoundarySystemMessage
 from shared.transcript.lines import OtherMessageLine, is_message_line, is_progress_line, model_refusal
 from shared.transcript.reader import NumberedLine, TranscriptParse
+from shared.transcript.unicode_text import escape_lone_surrogates
 
 Severity = Literal["error", "warning"]
 IssueKind = Literal[
@@ -30,6 +31,8 @@ IssueKind = Literal[
     "placeholder_result",
     "multiple_roots",
     "other_shape",
+    "invalid_utf8",
+    "lone_surrogate",
 ]
 RepairKind = Literal["dropped_malformed", "dropped_duplicate", "reparented", "cycle_broken"]
 
@@ -232,6 +235,9 @@ def _other_shape_issues(lines: Iterable[NumberedLine]) -> list[IntegrityIssue]:
 def verify_transcript(parse: TranscriptParse) -> IntegrityReport:
     """Every structural problem of a parsed file, with the line numbers involved."""
     issues = [IntegrityIssue("malformed_line", "error", (error.line_number,), str(error)) for error in parse.errors]
+    issues.extend(
+        IntegrityIssue(warning.kind, "warning", (warning.line_number,), warning.detail) for warning in parse.warnings
+    )
     issues.extend(_other_shape_issues(parse.lines))
     nodes, duplicates = _first_occurrences(parse)
     by_number = {numbered.line_number: numbered.line for numbered in parse.lines} if duplicates else {}
@@ -272,7 +278,7 @@ def _reparented(raw: str, parent: str | None) -> str:
     """The line with ``parentUuid`` replaced in place (key order kept; compact JSON)."""
     value = json.loads(raw)
     value = value | {"parentUuid": parent} if "parentUuid" in value else {"parentUuid": parent, **value}
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _reaches(parents: dict[str, str | None], start: str | None, target: str) -> bool:

@@ -29,7 +29,7 @@ from shared.transcript.chain import LeafMode, build_conversation_chain, remove_c
 from shared.transcript.fixups import ResumedMessage, TranscriptMessage, js_truthy
 from shared.transcript.lines import OtherMessageLine
 from shared.transcript.loader import build_transcript
-from shared.transcript.reader import read_transcript
+from shared.transcript.reader import TranscriptLineWarning, read_transcript
 from shared.wire import without_fields
 
 Interruption = Literal["none", "interrupted_prompt", "interrupted_turn"]
@@ -59,6 +59,8 @@ class ResumeResult:
     """The leaf's sessionId: the key for the session's metadata (R7.21)."""
     line_errors: tuple[TranscriptLineError, ...] = ()
     """Malformed lines of the file (Claude Code skips them; listed here so they can be reported)."""
+    line_warnings: tuple[TranscriptLineWarning, ...] = ()
+    """Lines read, but not exactly as written (invalid UTF-8 bytes, lone surrogates)."""
     skipped_lines: tuple[OtherMessageLine, ...] = ()
     """Lines of the chain whose shape no model accepts: walked through, left out of ``messages``."""
 
@@ -261,7 +263,7 @@ def resume_session(
     if leaf is not None and leaf_message is None:
         build_conversation_chain(transcript, leaf)  # raises BrokenTranscriptChain naming the uuid
     if leaf_message is None:
-        return ResumeResult(messages=[], line_errors=parse.errors)
+        return ResumeResult(messages=[], line_errors=parse.errors, line_warnings=parse.warnings)
     chain = build_conversation_chain(transcript, leaf_message.uuid)
     if strip_chain_fields:
         chain = remove_chain_fields(chain)
@@ -274,4 +276,5 @@ def resume_session(
         leaf_uuid=leaf_message.uuid,
         session_id=leaf_message.session_id,
         line_errors=parse.errors,
+        line_warnings=parse.warnings,
     )
