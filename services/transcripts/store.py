@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from services.transcripts.removal import (
     uuid_needle,
 )
 from services.transcripts.session_lock import DEFAULT_LOCK_TIMEOUT_S, SessionLock
-from services.transcripts.tail_recovery import TornTail
+from services.transcripts.tail_recovery import TornTail, report_torn_tail
 from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, FSYNC_POOL, DurableJsonlFile
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, Message, UserMessage
@@ -150,19 +151,25 @@ class TranscriptStore:
         self._filesystem_sync = FilesystemSync(FSYNC_POOL) if use_syncfs else None
 
     # ------------------------------------------------------------------ files and sessions
-    def _file(self, path: Path) -> DurableJsonlFile:
+    def _file(self, path: Path, session_id: str | None) -> DurableJsonlFile:
         return DurableJsonlFile(
             path,
             min_sync_interval_s=self.config.min_sync_interval_s,
-            on_torn_tail=self._on_torn_tail,
+            on_torn_tail=functools.partial(self._torn_tail, session_id),
             filesystem_sync=self._filesystem_sync,
         )
 
-    def _path_file(self, path: Path) -> DurableJsonlFile:
+    def _torn_tail(self, session_id: str | None, torn: TornTail) -> None:
+        """Every torn tail is logged and counted; the constructor's callback (tests) sees it too."""
+        report_torn_tail(torn, session_id=session_id)
+        if self._on_torn_tail is not None:
+            self._on_torn_tail(torn)
+
+    def _path_file(self, path: Path, session_id: str | None) -> DurableJsonlFile:
         """The appender of a file that is not a main session file (sub-agent files, written-back files)."""
         file = self._other_files.get(path)
         if file is None:
-            file = self._other_files[path] = self._file(path)
+            file = self._other_files[path] = self._file(path, session_id)
         return file
 
     def _locate_session_file(self, session_id: str, cwd: str) -> Path:
@@ -201,7 +208,7 @@ class TranscriptStore:
         writer_lock = SessionLock.acquire(self.root, session_id, timeout_s=self.config.lock_timeout_s)
         try:
             path = self._locate_session_file(session_id, cwd)
-            file = self._file(path)
+            file = self._file(path, session_id)
             file.recover()
             uuids, last = _scan_session_file(path)
         except BaseException:
@@ -353,7 +360,7 @@ class TranscriptStore:
         (``isSidechain: true``, ``agentId``); no uuid de-dup, and the main set is untouched."""
         cleaned = clean_messages_for_logging(messages, self.config.cleaning)
         path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
-        file = self._path_file(path)
+        file = self._path_file(path, session_id)
         stamp = self.config.stamp.values(cwd=cwd, session_id=session_id)
         team = TeamInfo(team_name, agent_name)
         chain = build_chain_lines(cleaned, starting_parent, stamp=stamp, team=team, agent_id=agent_id)
@@ -383,7 +390,7 @@ class TranscriptStore:
         unmaterialized buffer (the [OBS] fix: a just-recorded target is never missed), then from disk."""
         if agent_id is not None:
             path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
-            return await self._remove_from_file(self._path_file(path), uuid)
+            return await self._remove_from_file(self._path_file(path, session_id), uuid)
         state = await self._session(session_id, cwd)
         async with state.lock:
             if uuid in state.buffered_uuids:
@@ -409,7 +416,7 @@ class TranscriptStore:
         """Append already-built transcript lines verbatim (no restamping, no de-dup) to ``path`` — e.g. a
         loaded file written back, or an imported session. Returns the number of lines; durable on return."""
         if lines:
-            await self._path_file(path).append([dump_line(line) for line in lines])
+            await self._path_file(path, None).append([dump_line(line) for line in lines])
         return len(lines)
 
     # ------------------------------------------------------------------ lifecycle
