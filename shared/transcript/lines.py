@@ -36,6 +36,7 @@ from shared.messages import (
     parse_message,
 )
 from shared.system_messages import SYSTEM_SUBTYPE_TAGS, SystemMessage, SystemMessageBase
+from shared.transcript.unicode_text import escape_lone_surrogates
 from shared.wire import ROUTED_ELSEWHERE, CamelModel, only_routed_to
 
 TranscriptMessageLine = UserMessage | AssistantMessage | SystemMessage | ProgressMessage | AttachmentMessage
@@ -500,5 +501,7 @@ def line_to_wire(line: TranscriptLine) -> JsonObject:
 
 
 def dump_line(line: TranscriptLine) -> str:
-    """Compact JSON of one line (no spaces, non-ASCII kept, like ``JSON.stringify``), without newline."""
-    return json.dumps(line_to_wire(line), ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON of one line (no spaces, non-ASCII kept, like ``JSON.stringify``), without newline.
+    Lone surrogates read from ``\\udXXX`` escapes are written back as escapes, so the line encodes as
+    UTF-8 (as ``JSON.stringify`` writes them)."""
+    return escape_lone_surrogates(json.dumps(line_to_wire(line), ensure_ascii=False, separators=(",", ":")))

@@ -189,3 +189,18 @@ def test_issue15_no_corpus_line_with_a_uuid_is_malformed(corpus_root: Path) -> N
             assert not (isinstance(value, dict) and isinstance(value.get("uuid"), str)), where
         checked += len(parse.lines)
     assert checked > 2500
+
+
+def test_issue15_r1_8_an_image_without_source_does_not_cost_its_message_the_api() -> None:
+    """Only the block is unusable: it is kept verbatim (UnknownBlock), the message stays a UserMessage."""
+    data = jsonl(
+        user("u1", None, [text("look at this"), {"type": "image"}], second=0),
+        assistant("a1", "u1", [text("I see no image")], second=1),
+    )
+    parse = read_transcript(data)
+    assert isinstance(parse.lines[0].line, UserMessage)
+    assert parse.lines[0].line.to_wire()["message"]["content"][1] == {"type": "image"}
+    result = resume(data)
+    body = to_api_request(result.messages, prompt="next", clock=FixedClock(), ids=SequentialIds()).request
+    assert validate_api_request(body) == []
+    assert body["messages"][0]["content"] == [{"type": "text", "text": "look at this"}]

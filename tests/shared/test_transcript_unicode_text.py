@@ -7,7 +7,9 @@ import json
 
 from shared.transcript import (
     decode_utf8_replacing,
+    dump_line,
     escape_lone_surrogates,
+    parse_line,
     read_transcript,
     repair_transcript,
     replace_lone_surrogates,
@@ -57,3 +59,12 @@ def test_repair_reparenting_a_line_with_a_lone_surrogate_writes_encodable_text()
     result.text.encode("utf-8")
     assert "\\ud83d" in result.lines[1]
     assert json.loads(result.lines[1])["parentUuid"] == "u1"
+
+
+def test_dump_line_writes_lone_surrogates_back_as_escapes() -> None:
+    raw = jsonl(user("u1", None, "x")).strip().replace('"x"', '"cut \\ud83d"')
+    line = parse_line(raw, 1)
+    dumped = dump_line(line)
+    dumped.encode("utf-8")
+    assert "\\ud83d" in dumped
+    assert json.loads(dumped) == json.loads(raw)
