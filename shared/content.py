@@ -141,8 +141,9 @@ _REQUIRED_OBJECTS: dict[str, tuple[str, ...]] = {"image": ("source",), "document
 
 def _block_tag(value: Any) -> str:
     """Route a block to its model; a known type missing a required string field (real transcripts
-    drift, hand-made fixtures omit ids) or an image/document without its ``source`` object is kept verbatim as :class:`UnknownBlock` instead of failing
-    the whole message, and :func:`is_malformed` lets the normalizer keep it away from the API."""
+    drift, hand-made fixtures omit ids) or an image/document without its ``source`` object is kept
+    verbatim as :class:`UnknownBlock` instead of failing the whole message, and :func:`is_malformed`
+    lets the normalizer keep it away from the API."""
     if isinstance(value, UnknownBlock):
         return "unknown"
     if isinstance(value, WireModel):
