@@ -16,7 +16,13 @@ from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.messages import AssistantMessage, UserMessage
 from shared.system_messages import CompactBoundarySystemMessage
-from shared.transcript.lines import OtherMessageLine, is_message_line, is_progress_line, model_refusal
+from shared.transcript.lines import (
+    OtherEntryLine,
+    OtherMessageLine,
+    is_message_line,
+    is_progress_line,
+    model_refusal,
+)
 from shared.transcript.reader import NumberedLine, TranscriptParse
 from shared.transcript.unicode_text import escape_lone_surrogates
 
@@ -221,14 +227,21 @@ def _root_issue(nodes: Sequence[_Node]) -> IntegrityIssue | None:
 
 
 def _other_shape_issues(lines: Iterable[NumberedLine]) -> list[IntegrityIssue]:
-    """Message lines no model accepts: kept and walked through (R7.14), but never sent to the API."""
+    """Lines their model refuses: message lines are kept and walked through (R7.14) but never sent to
+    the API; metadata lines are kept but not loaded."""
     issues: list[IntegrityIssue] = []
     for numbered in lines:
         line = numbered.line
-        if isinstance(line, OtherMessageLine):
+        if isinstance(line, OtherMessageLine | OtherEntryLine):
             where = ", ".join(model_refusal(line)) or "<line>"
-            detail = f"{line.type} line its model refuses at {where}: kept in the chain, left out of the API view"
-            issues.append(IntegrityIssue("other_shape", "warning", (numbered.line_number,), detail, line.uuid))
+            kept = (
+                "kept in the chain, left out of the API view"
+                if isinstance(line, OtherMessageLine)
+                else "kept, not loaded"
+            )
+            detail = f"{line.type} line its model refuses at {where}: {kept}"
+            uuid = line.uuid if isinstance(line, OtherMessageLine) else None
+            issues.append(IntegrityIssue("other_shape", "warning", (numbered.line_number,), detail, uuid))
     return issues
 
 

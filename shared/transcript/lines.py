@@ -8,7 +8,8 @@ Every line is one JSON object with a string ``type``:
   that is not an object…) but that has a string ``uuid`` is an :class:`OtherMessageLine` of its
   ``type``: kept verbatim and walked through by the chain (R7.14 stores every transcript message by
   uuid, whatever its shape), never sent to the API;
-* metadata lines (R7.4) are the small models below, one per kind;
+* metadata lines (R7.4) are the small models below, one per kind (one whose fields have other JSON
+  types is an :class:`OtherEntryLine`, kept verbatim);
 * any other ``type`` (newer Claude Code builds, third-party tools) is an :class:`UnknownLine`, kept
   verbatim.
 
@@ -227,6 +228,14 @@ class OtherMessageLine(CamelModel):
         return value if isinstance(value, bool) else None
 
 
+class OtherEntryLine(CamelModel):
+    """A metadata line (R7.4) whose fields have other JSON types than its model expects (an older or
+    newer build's shape); kept verbatim (so repair never drops it), not loaded into the session maps.
+    :func:`model_refusal` says why its model refused it."""
+
+    type: str
+
+
 class UnknownLine(CamelModel):
     """A line whose ``type`` agentbus does not model; kept verbatim."""
 
@@ -278,14 +287,20 @@ _METADATA_MODELS: tuple[type[CamelModel], ...] = (
     ContextCollapseSnapshotLine,
 )
 
-METADATA_TYPES: frozenset[str] = frozenset(str(model.model_fields["type"].default) for model in _METADATA_MODELS)
+_METADATA_MODEL_OF_TYPE: dict[str, type[CamelModel]] = {
+    str(model.model_fields["type"].default): model for model in _METADATA_MODELS
+}
+METADATA_TYPES: frozenset[str] = frozenset(_METADATA_MODEL_OF_TYPE)
 """The ``type`` values of R7.4."""
 
 
-def _other_message_tag(value: Any) -> str:
-    """Route a line of a message kind to :class:`OtherMessageLine` (tried only after its model failed)."""
+def _other_shape_tag(value: Any) -> str:
+    """Route a line of a modelled kind to :class:`OtherMessageLine` or :class:`OtherEntryLine` (tried only
+    after its own model failed)."""
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "other_message" if kind in STORED_TYPES else "not_a_message"
+    if kind in STORED_TYPES:
+        return "other_message"
+    return "other_entry" if kind in METADATA_TYPES else "unmodelled"
 
 
 def _line_tag(value: Any) -> str:
@@ -332,12 +347,13 @@ _KnownLine = Annotated[
     Field(discriminator="type"),
 ]
 
-# The literal ``type`` is looked up in Rust; OtherMessageLine takes a message kind its model refused,
-# UnknownLine exactly what ``_line_tag`` routes to it (a string ``type`` agentbus does not model), so a
-# metadata kind that fails its model stays an error.
+# The literal ``type`` is looked up in Rust; OtherMessageLine and OtherEntryLine take a message or
+# metadata kind its own model refused, UnknownLine exactly what ``_line_tag`` routes to it (a string
+# ``type`` agentbus does not model).
 TranscriptLine = Annotated[
     _KnownLine
-    | Annotated[OtherMessageLine, BeforeValidator(only_routed_to("other_message", _other_message_tag))]
+    | Annotated[OtherMessageLine, BeforeValidator(only_routed_to("other_message", _other_shape_tag))]
+    | Annotated[OtherEntryLine, BeforeValidator(only_routed_to("other_entry", _other_shape_tag))]
     | Annotated[UnknownLine, BeforeValidator(only_routed_to("unknown", _line_tag))],
     Field(union_mode="left_to_right"),
     SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
@@ -367,10 +383,13 @@ def is_progress_line(line: TranscriptLine) -> bool:
     return isinstance(line, ProgressMessage) or (isinstance(line, OtherMessageLine) and line.type == "progress")
 
 
-def model_refusal(line: OtherMessageLine) -> list[str]:
+def model_refusal(line: OtherMessageLine | OtherEntryLine) -> list[str]:
     """The field paths the line's own model refuses (``timestamp``, ``message.content``…), for reports."""
     try:
-        parse_message(line.to_wire())
+        if isinstance(line, OtherMessageLine):
+            parse_message(line.to_wire())
+        else:
+            _METADATA_MODEL_OF_TYPE[line.type].model_validate(line.to_wire(), by_alias=True, by_name=False)
     except ValidationError as exc:
         return _error_locations(exc)
     return []
@@ -445,7 +464,8 @@ def parse_line(text: str, line_number: int) -> TranscriptLine:
     """R7.14 for one line: parse ``text`` (one JSONL line, surrounding whitespace allowed).
 
     A message line its model refuses is an :class:`OtherMessageLine` when it has a string ``uuid`` (and
-    a string or null ``parentUuid``): it stays a link of the chain. Raises :class:`TranscriptLineError`
+    a string or null ``parentUuid``): it stays a link of the chain; a metadata line its model refuses
+    is an :class:`OtherEntryLine`. Raises :class:`TranscriptLineError`
     (kinds ``bad_json``, ``not_an_object``, ``missing_type``, ``invalid_message`` for a message line
     without a usable link, ``invalid_entry``) carrying ``line_number`` and the raw text.
     """
