@@ -185,8 +185,10 @@ _CHAIN_KEYS = ("parentUuid", "isSidechain")
 def _without_chain_fields(message: TranscriptMessage) -> TranscriptMessage:
     if isinstance(message, OtherMessageLine):
         # Only ``parentUuid`` is a field of an other-shaped line; ``isSidechain`` is one of its extras.
-        wire = {key: value for key, value in message.to_wire().items() if key not in _CHAIN_KEYS}
-        return OtherMessageLine.model_validate(wire) if wire.keys() != message.to_wire().keys() else message
+        wire = message.to_wire()
+        if wire.keys().isdisjoint(_CHAIN_KEYS):
+            return message
+        return OtherMessageLine.model_validate({key: value for key, value in wire.items() if key not in _CHAIN_KEYS})
     if message.model_fields_set.isdisjoint(_CHAIN_FIELDS):
         return message
     return without_fields(message, *_CHAIN_FIELDS)

@@ -29,6 +29,7 @@ from shared.transcript import (
     model_refusal,
     parse_line,
     read_transcript,
+    remove_chain_fields,
     resume_session,
     verify_transcript,
 )
@@ -204,3 +205,12 @@ def test_issue15_r1_8_an_image_without_source_does_not_cost_its_message_the_api(
     body = to_api_request(result.messages, prompt="next", clock=FixedClock(), ids=SequentialIds()).request
     assert validate_api_request(body) == []
     assert body["messages"][0]["content"] == [{"type": "text", "text": "look at this"}]
+
+
+def test_issue15_r7_19_remove_chain_fields_on_an_other_shaped_line_drops_only_the_chain_keys() -> None:
+    raw = user("x1", "a1", "x", second=2) | {"message": "error"}
+    (line,) = read_transcript(jsonl(raw)).entries
+    assert isinstance(line, OtherMessageLine)
+    (stripped,) = remove_chain_fields([line])
+    assert stripped.to_wire() == {k: v for k, v in raw.items() if k not in {"parentUuid", "isSidechain"}}
+    assert line.to_wire() == raw  # the original is untouched
