@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, FSYNC_POOL,
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, Message, UserMessage
 from shared.transcript.lines import TranscriptLine, dump_line
+from shared.transcript.unicode_text import decode_utf8_replacing
 
 _CHAIN_TYPES = frozenset({"user", "assistant", "attachment", "system"})
 
@@ -105,6 +107,20 @@ class _SessionState:
                 self.writer_lock.release()
 
 
+def _json_value(raw: bytes) -> object:
+    """One line's JSON value, ``None`` when it is not JSON. orjson refuses what the reader accepts (an
+    invalid UTF-8 byte, a lone surrogate escape, issue 15), so those lines are read the reader's way:
+    bytes decoded with U+FFFD, then the standard parser; their uuid still counts for de-dup and chain."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(decode_utf8_replacing(raw)[0])
+    except ValueError:
+        return None
+
+
 def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
     """The uuids of every message line in ``path`` and the uuid of the last chain participant."""
     uuids: set[str] = set()
@@ -116,10 +132,7 @@ def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
     for raw in data.split(b"\n"):
         if b'"uuid"' not in raw:
             continue
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
+        value = _json_value(raw)
         if not isinstance(value, dict):
             continue
         uuid = value.get("uuid")
