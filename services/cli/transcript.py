@@ -96,6 +96,8 @@ def repair(
     write_file_atomically(out, result.text.encode("utf-8"))
     for action in result.actions:
         typer.echo(f"line {action.line_number}: {action.kind}: {action.detail}")
+    for issue in result.report.of_kind("invalid_utf8"):  # those bytes are written as U+FFFD
+        typer.echo(format_issue(issue))
     remaining = verify_lines(read_transcript(result.text))
     typer.echo(
         f"{file} → {out}: {len(result.lines)} lines written, {len(result.actions)} repair(s), "

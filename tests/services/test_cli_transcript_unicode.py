@@ -82,3 +82,15 @@ def test_issue15_invalid_byte_keeps_the_line_and_is_reported(tmp_path: Path) -> 
     verified = CliRunner().invoke(transcript_app, ["verify", str(source)])
     assert verified.exit_code == 0, verified.stdout
     assert "line 3: warning invalid_utf8: 1 invalid UTF-8 byte sequence(s) read as U+FFFD" in verified.stdout
+
+
+def test_issue15_repair_keeps_a_line_with_an_invalid_byte_and_says_it_is_written_as_u_fffd(tmp_path: Path) -> None:
+    source = tmp_path / "latin1.jsonl"
+    source.write_bytes(_session("cafe").encode().replace(b'"cafe"', b'"caf\xe9"'))
+    out = tmp_path / "repaired.jsonl"
+    result = CliRunner().invoke(transcript_app, ["repair", str(source), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "line 3: warning invalid_utf8: 1 invalid UTF-8 byte sequence(s) read as U+FFFD" in result.stdout
+    repaired = out.read_bytes().decode("utf-8").splitlines()
+    assert len(repaired) == 4  # before: line 3 was dropped as malformed
+    assert json.loads(repaired[2])["message"]["content"][0]["content"] == "caf\ufffd"
