@@ -211,10 +211,6 @@ class OtherMessageLine(CamelModel):
         return self._extra_string("timestamp")
 
     @property
-    def logical_parent_uuid(self) -> str | None:
-        return self._extra_string("logicalParentUuid")
-
-    @property
     def agent_id(self) -> str | None:
         return self._extra_string("agentId")
 
