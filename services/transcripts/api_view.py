@@ -82,13 +82,20 @@ def resume_subagent(data: bytes, *, clock: Clock, ids: IdSource) -> ResumeResult
 
 
 def read_notices(file: object, resumed: ResumeResult) -> list[str]:
-    """The stderr lines for what the resume could not take as written: malformed lines (skipped) and
-    lines whose invalid UTF-8 bytes were read as U+FFFD (kept). Lone surrogates are reported once, by
-    :func:`encoded_body`, only when they reach the output."""
+    """The stderr lines for what the resume could not take as written: malformed lines (skipped), chain
+    lines no model accepts (walked through, left out of the API view), and lines whose invalid UTF-8
+    bytes were read as U+FFFD (kept). Lone surrogates are reported once, by :func:`encoded_body`, only
+    when they reach the output."""
     notices: list[str] = []
     if resumed.line_errors:
         numbers = ", ".join(str(error.line_number) for error in resumed.line_errors)
         notices.append(f"agentbus: {file}: skipped malformed line(s) {numbers}")
+    if resumed.skipped_lines:
+        uuids = ", ".join(line.uuid for line in resumed.skipped_lines)
+        notices.append(
+            f"agentbus: {file}: left {len(resumed.skipped_lines)} chain line(s) no model accepts out of the "
+            f"API view (uuid {uuids}; `agentbus transcript verify` names them)"
+        )
     notices.extend(
         f"agentbus: {file}: warning: {warning}" for warning in resumed.line_warnings if warning.kind == "invalid_utf8"
     )
