@@ -129,6 +129,16 @@ TRANSCRIPT_LINES_REMOVED = Counter(
     "agentbus_transcript_lines_removed_total",
     "Transcript lines removed because their message was tombstoned.",
 )
+TRANSCRIPT_TORN_TAILS = Counter(
+    "agentbus_transcript_torn_tails_total",
+    "Transcript files found at open with bytes after their last newline, by what was done: 'truncated' "
+    "(a cut write, moved to <file>.torn) or 'terminated' (a complete line, newline added).",
+    ["kind"],
+)
+TRANSCRIPT_TORN_TAIL_BYTES = Counter(
+    "agentbus_transcript_torn_tail_bytes_total",
+    "Bytes moved from transcripts to their <file>.torn sidecar by torn-tail repair.",
+)
 DUPLICATES_DROPPED = Counter(
     "agentbus_duplicates_dropped_total",
     "Redelivered or repeated items skipped by an idempotency check, by worker and kind.",
@@ -172,6 +182,7 @@ _tool_duration = BoundChildren(TOOL_DURATION)
 _repairs = BoundChildren(NORMALIZATION_REPAIRS)
 _rejected = BoundChildren(REQUESTS_REJECTED)
 _duplicates = BoundChildren(DUPLICATES_DROPPED)
+_torn_tails = BoundChildren(TRANSCRIPT_TORN_TAILS)
 _trimmed = BoundChildren(STREAM_ENTRIES_TRIMMED)
 _end_to_end = BoundChildren(END_TO_END_LATENCY)
 _traceparent_invalid = BoundChildren(TRACEPARENT_INVALID)
@@ -323,6 +334,15 @@ def record_transcript_append(*, lines: int, durable_s: float, removed: int = 0) 
     if removed:
         TRANSCRIPT_LINES_REMOVED.inc(removed)
     TRANSCRIPT_APPEND_DURATION.observe(durable_s)
+
+
+def record_torn_tail(kind: Literal["truncated", "terminated"], size: int) -> None:
+    """One torn tail repaired at open: ``truncated`` moved ``size`` bytes to ``<file>.torn``."""
+    if not _recording:
+        return
+    _torn_tails(kind).inc()
+    if kind == "truncated":
+        TRANSCRIPT_TORN_TAIL_BYTES.inc(size)
 
 
 def observe_fsync(duration_s: float) -> None:
