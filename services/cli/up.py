@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def up_command(
         settings = Settings(redis_url=redis_server.url)
         typer.echo(f"no Redis reachable: started a private one at {redis_server.url} (AOF in {redis_server.directory})")
     env.setdefault("AGENTBUS_TOOLS__ALLOW", DEMO_PERMISSIONS)
+    # The worker secret of internal events, shared by the children only (never by producers).
+    env.setdefault("AGENTBUS_INTERNAL_KEY", secrets.token_hex(32))
     asyncio.run(_init(settings))
     layout = [("ingestion", 1), ("normalization", 1), ("transcripts", 1), ("tools", tools)]
     children: list[tuple[str, subprocess.Popen[bytes], int]] = []
