@@ -7,6 +7,10 @@ and writes in ONE atomic script together with the XACK: the log entries (shard l
 event stream), tool jobs, the ledgers, the applied keys and the sets tool workers consult (answered calls,
 retracted messages). A crash at any point therefore either applied a batch completely or not at all:
 nothing lost, nothing duplicated. The cache keeps a batch's ledgers only once that script succeeded.
+
+Before anything is applied, an entry passes the door: its size (``too_large``), its session id
+(``invalid_session_id``), its shard (``wrong_shard``) and, for what only workers may write, the workers'
+authenticator (``forged_internal_event``, shared/internal_events.py); each refusal is a dead letter.
 """
 
 from __future__ import annotations

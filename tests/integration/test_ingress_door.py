@@ -61,6 +61,12 @@ class AclCluster(WorkerCluster):
     def operator(self) -> aioredis.Redis:
         return aioredis.Redis.from_url(self.acl.url("operator"))
 
+    def start_lanes(self) -> None:
+        """The ordered workers only: calls dispatched now wait for a tool worker."""
+        for name in ("ingestion", "normalization", "transcripts"):
+            self.start(name)
+        self.wait_ready()
+
     def alive(self) -> bool:
         return all(worker.process.poll() is None for worker in self.workers)
 
@@ -231,15 +237,19 @@ def results_of(request: PublishedRequest) -> list[dict[str, Any]]:
     ]
 
 
+def assert_answered_by_the_placeholder(request: PublishedRequest, call: PendingCall) -> None:
+    assert [(r["tool_use_id"], r["content"]) for r in results_of(request)] == [
+        (call.call_id, SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
+    ]
+
+
 # -- the tests -------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(180)
 async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_cluster: AclCluster) -> None:
     cluster = acl_cluster
-    for name in ("ingestion", "normalization", "transcripts"):
-        cluster.start(name)
-    cluster.wait_ready()
+    cluster.start_lanes()
     good = [f"door-good-{index}" for index in range(3)]
     operator = cluster.operator()
     bus = cluster.producer()
@@ -264,7 +274,7 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
         for index, case in enumerate(cases):
             probe = f"{index}:{case.kind}"
             probes[probe] = case
-            await bus.redis.xadd(bus.topology.ingress_for(case.session), {**case.fields, "probe": probe.encode()})  # type: ignore[arg-type]
+            await bus.redis.xadd(bus.topology.ingress_for(case.session), {**case.fields, "probe": probe.encode()})  # type: ignore[dict-item]
 
         async def all_dead_lettered() -> bool:
             return len(await ingress_letters(operator, bus.topology)) >= len(cases)
@@ -301,7 +311,7 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
             settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
             path = await wait_until_persisted(bus, session, settings=settings, timeout_s=30)
             lines = [json.loads(line) for line in path.read_text().splitlines()]
-            persisted = [m.uuid for m in history if m.type in {"user", "assistant", "system"}]  # type: ignore[union-attr]
+            persisted = [m.uuid for m in history if m.type in {"user", "assistant", "system"}]
             assert [line["uuid"] for line in lines] == persisted
             assert len(persisted) == 3  # prompt, reply, real result
 
@@ -319,17 +329,13 @@ async def test_the_sweepers_own_deadline_sweep_still_answers_under_acl(acl_clust
     """The authenticated sweep works end to end: a call past its deadline gets the placeholder."""
     cluster = acl_cluster
     cluster.extra_env["AGENTBUS_TOOLS__DEADLINE_S"] = "1"
-    for name in ("ingestion", "normalization", "transcripts"):
-        cluster.start(name)
-    cluster.wait_ready()
+    cluster.start_lanes()
     bus = cluster.producer()
     try:
         # No tool worker runs, so the call's deadline passes and the sweeper answers it.
         swept, first = await start_turn(bus, "door-swept")
         request = await bus.next_request("door-swept", after_seq=first.seq, timeout_s=60)
-        assert [(r["tool_use_id"], r["content"]) for r in results_of(request)] == [
-            (swept.call_id, SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
-        ]
+        assert_answered_by_the_placeholder(request, swept)
         assert cluster.alive(), cluster.logs()
     finally:
         await bus.close()
@@ -339,9 +345,7 @@ async def test_the_sweepers_own_deadline_sweep_still_answers_under_acl(acl_clust
 async def test_a_tool_workers_abandon_answers_a_dead_lettered_job_under_acl(acl_cluster: AclCluster) -> None:
     """The authenticated abandon works end to end: the tool worker answers a dead-lettered job's calls."""
     cluster = acl_cluster
-    for name in ("ingestion", "normalization", "transcripts"):
-        cluster.start(name)
-    cluster.wait_ready()
+    cluster.start_lanes()
     operator = cluster.operator()
     bus = cluster.producer()
     tools_user = aioredis.Redis.from_url(cluster.acl.url("tools"))
@@ -369,9 +373,7 @@ async def test_a_tool_workers_abandon_answers_a_dead_lettered_job_under_acl(acl_
         cluster.start("tools")
         cluster.wait_ready()
         request = await bus.next_request("door-abandoned", after_seq=first.seq, timeout_s=60)
-        assert [(r["tool_use_id"], r["content"]) for r in results_of(request)] == [
-            (abandoned.call_id, SYNTHETIC_TOOL_RESULT_PLACEHOLDER)
-        ]
+        assert_answered_by_the_placeholder(request, abandoned)
         assert cluster.alive(), cluster.logs()
     finally:
         await bus.close()

@@ -71,7 +71,7 @@ def test_internal_only_payloads_without_proof_are_forged(ledger: SessionLedger, 
 
 def test_a_result_or_progress_for_a_dispatched_call_is_the_tool_workers(ledger: SessionLedger) -> None:
     progress = create_progress_message(tool_use_id="t_run", parent_tool_use_id="t_run", data={"type": "bash"})
-    forged = [
+    forged: list[IngressPayload] = [
         result_for("t_run"),
         RecordedMessage(message=result_for("t_run").message),
         ToolProgressReport(message=progress),
