@@ -4,6 +4,7 @@ by a store handed one directly (defense in depth)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,16 @@ from typer.testing import CliRunner
 
 from services.cli.main import app
 from services.client import AgentbusClient
+from services.runtime.codec import entry_fields
+from services.runtime.entries import StreamEntry
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
 from services.transcripts.layout import session_file, subagent_dir
 from services.transcripts.lines import SessionStamp
 from services.transcripts.session_lock import SessionLock, session_lock_path
 from services.transcripts.store import StoreConfig, TranscriptStore
+from services.transcripts.worker import TranscriptWorker
+from shared.events import LogEntry
 from shared.factories import create_user_message
 from shared.ingress_limits import IngressEntryTooLarge
 from shared.session_ids import InvalidSessionId
@@ -90,4 +95,21 @@ async def test_the_store_creates_no_lock_outside_the_data_dir(tmp_path: Path) ->
         await store.record("../../escape-test", [create_user_message("hi")], cwd="/agentbus", continue_chain=True)
     await store.close()
     assert [path for path in tmp_path.rglob("*") if root not in path.parents and path != root] == []
+    assert not (tmp_path / "escape-test.lock").exists()
+
+
+async def test_the_transcripts_worker_dead_letters_a_logged_bad_id_and_writes_the_rest(tmp_path: Path) -> None:
+    """A log written before ingestion checked ids must not fail the transcripts batch forever."""
+    root = tmp_path / "data"
+    store = TranscriptStore(root, StoreConfig(stamp=SessionStamp(entrypoint="cli", git_branch=None)))
+    worker = TranscriptWorker(store, cwd="/agentbus")
+    good = create_user_message("fine")
+    entries = [
+        StreamEntry("agentbus:{s00}:log", f"1-{index}", entry_fields(LogEntry(session_id=session, seq=1, message=m)), 1)
+        for index, (session, m) in enumerate([("../../escape-test", create_user_message("bad")), ("door-ok", good)])
+    ]
+    outcome = await worker.handle(entries)
+    await store.close()
+    assert {entry_id: letter.reason for entry_id, letter in outcome.poison.items()} == {"1-0": "invalid_session_id"}
+    assert json.loads(session_file(root, "/agentbus", "door-ok").read_text())["uuid"] == good.uuid
     assert not (tmp_path / "escape-test.lock").exists()
