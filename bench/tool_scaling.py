@@ -13,7 +13,9 @@ What is measured (issue 15):
 - **slot use** = throughput ÷ (N × slots ÷ mean sleep): the share of the slots' time spent sleeping in a
   job (1.0 would be every slot busy all the time; Bash start-up and the tail of the last long calls
   keep it below);
-- **jobs per worker**: min–max of the calls each worker ran (``agentbus_tool_executions_total``).
+- **jobs per worker**: min–max of the calls each worker ran (``agentbus_tool_executions_total``);
+- **CPU**: cores the workers and their commands used during the run (``/proc``: the workers' own CPU
+  and their reaped children's) — well below the box's cores means the figure is not CPU-bound by them.
 
 Redis is a private one started here; every N runs on fresh workers and an empty Redis.
 """
@@ -80,7 +82,11 @@ def start_tool_workers(redis_url: str, root: Path, count: int, slots: int) -> Wo
         command = [sys.executable, "-m", "services.cli.main", "worker", "tools", "--port", str(port)]
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     workers = Workers(processes, ports)
-    workers.wait_ready()
+    try:
+        workers.wait_ready(timeout_s=120)  # eight processes starting at once on a busy 2-core box
+    except BaseException:
+        workers.stop()
+        raise
     return workers
 
 
@@ -110,7 +116,7 @@ async def drained(redis: aioredis.Redis, topology: Topology, total: int) -> bool
 
 
 async def run_jobs(redis_url: str, jobs: list[ToolJob]) -> float:
-    """Jobs per second from the first XADD until all are acked."""
+    """Seconds from the first XADD until every job is acked."""
     topology = Topology(StreamNames(prefix="agentbus:", shards=SHARDS))
     async with aioredis.Redis.from_url(redis_url) as redis:
         started = time.perf_counter()
@@ -120,7 +126,13 @@ async def run_jobs(redis_url: str, jobs: list[ToolJob]) -> float:
         await pipe.execute()
         while not await drained(redis, topology, len(jobs)):
             await asyncio.sleep(0.02)
-        return len(jobs) / (time.perf_counter() - started)
+        return time.perf_counter() - started
+
+
+def cpu_with_children_s(pid: int) -> float:
+    """User + system CPU seconds of a process and of its children it has waited for (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def calls_run(port: int) -> int:
@@ -139,12 +151,15 @@ def calls_run(port: int) -> int:
 def measure(redis_url: str, root: Path, workers: int, args: argparse.Namespace, mix: Mix) -> dict[str, Any]:
     asyncio.run(_flush(redis_url))
     pool = start_tool_workers(redis_url, Path(tempfile.mkdtemp(prefix=f"n{workers}-", dir=root)), workers, args.slots)
+    jobs = jobs_of(workers * args.jobs_per_worker, mix)
     try:
-        rate = asyncio.run(run_jobs(redis_url, jobs_of(workers * args.jobs_per_worker, mix)))
+        cpu_before = sum(cpu_with_children_s(pid) for pid in pool.pids().values())
+        seconds = asyncio.run(run_jobs(redis_url, jobs))
+        cpu = sum(cpu_with_children_s(pid) for pid in pool.pids().values()) - cpu_before
         per_worker = [calls_run(port) for port in pool.ports.values()]
     finally:
         pool.stop()
-    return {"workers": workers, "jobs_per_s": rate, "per_worker": per_worker}
+    return {"workers": workers, "jobs_per_s": len(jobs) / seconds, "per_worker": per_worker, "cores": cpu / seconds}
 
 
 def main() -> None:
@@ -168,14 +183,19 @@ def main() -> None:
     finally:
         server.stop()
     single = next((row["jobs_per_s"] for row in rows if row["workers"] == 1), None)
-    print(f"{'N':>3} {'jobs/s':>8} {'efficiency':>10} {'slot use':>8}  jobs per worker (min-max)")
+    print(f"{'N':>3} {'jobs/s':>8} {'efficiency':>10} {'slot use':>8} {'CPU':>6}  jobs per worker (min-max)")
     for row in rows:
         n = row["workers"]
         efficiency = f"{row['jobs_per_s'] / (n * single):.2f}" if single else "-"
         slot_use = row["jobs_per_s"] / (n * args.slots / mix.mean_s())
         spread = f"{min(row['per_worker'])}-{max(row['per_worker'])}"
-        print(f"{n:>3} {row['jobs_per_s']:>8.2f} {efficiency:>10} {slot_use:>8.2f}  {spread}")
+        print(f"{n:>3} {row['jobs_per_s']:>8.2f} {efficiency:>10} {slot_use:>8.2f} {row['cores']:>6.2f}  {spread}")
     print("efficiency = throughput / (N x one worker's throughput, same run); goal >= 0.85")
+    print(
+        f"CPU: cores used by the workers and their commands (this machine has {os.cpu_count()}); load average now",
+        end="",
+    )
+    print(f" {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
