@@ -16,7 +16,8 @@ What is measured (issue 15):
 - **slot use** = throughput ÷ (N × slots ÷ mean sleep): the share of the slots' time spent sleeping in a
   job (1.0 would be every slot busy all the time; Bash start-up and the tail of the last long calls
   keep it below);
-- **jobs per worker**: min–max of the calls each worker ran (``agentbus_tool_executions_total``);
+- **per worker**: min–max of the calls each worker ran and of the seconds they ran (a worker whose slots
+  drew more long calls takes fewer: the stream hands a job to whichever slot frees first);
 - **CPU**: cores the workers and their commands used during the run (``/proc``: the workers' own CPU
   and their reaped children's) — well below the box's cores means the figure is not CPU-bound by them.
 
@@ -138,17 +139,16 @@ def cpu_with_children_s(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def calls_run(port: int) -> int:
-    """Tool calls this worker answered (its ``agentbus_tool_executions_total``, all outcomes)."""
+def work_done(port: int) -> tuple[int, float]:
+    """Tool calls this worker answered and the seconds they ran (``agentbus_tool_executions_total`` and
+    ``agentbus_tool_execution_duration_seconds_sum``, all outcomes)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    return round(
-        sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("agentbus_tool_executions_total{")
-        )
-    )
+        lines = reply.read().decode().splitlines()
+
+    def total(prefix: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix + "{"))
+
+    return round(total("agentbus_tool_executions_total")), total("agentbus_tool_execution_duration_seconds_sum")
 
 
 def measure(redis_url: str, root: Path, workers: int, args: argparse.Namespace, mix: Mix) -> dict[str, Any]:
@@ -159,7 +159,7 @@ def measure(redis_url: str, root: Path, workers: int, args: argparse.Namespace, 
         cpu_before = sum(cpu_with_children_s(pid) for pid in pool.pids().values())
         seconds = asyncio.run(run_jobs(redis_url, jobs))
         cpu = sum(cpu_with_children_s(pid) for pid in pool.pids().values()) - cpu_before
-        per_worker = [calls_run(port) for port in pool.ports.values()]
+        per_worker = [work_done(port) for port in pool.ports.values()]
     finally:
         pool.stop()
     return {"workers": workers, "jobs_per_s": len(jobs) / seconds, "per_worker": per_worker, "cores": cpu / seconds}
@@ -186,12 +186,15 @@ def main() -> None:
     finally:
         server.stop()
     single = next((row["jobs_per_s"] for row in rows if row["workers"] == 1), None)
-    print(f"{'N':>3} {'jobs/s':>8} {'efficiency':>10} {'slot use':>8} {'CPU':>6}  jobs per worker (min-max)")
+    header = f"{'N':>3} {'jobs/s':>8} {'efficiency':>10} {'slot use':>8} {'CPU':>6}"
+    print(f"{header}  per worker: jobs, busy seconds (min-max)")
     for row in rows:
         n = row["workers"]
         efficiency = f"{row['jobs_per_s'] / (n * single):.2f}" if single else "-"
         slot_use = row["jobs_per_s"] / (n * args.slots / mix.mean_s())
-        spread = f"{min(row['per_worker'])}-{max(row['per_worker'])}"
+        jobs = [done for done, _ in row["per_worker"]]
+        busy = [seconds for _, seconds in row["per_worker"]]
+        spread = f"{min(jobs)}-{max(jobs)}, {min(busy):.0f}-{max(busy):.0f} s"
         print(f"{n:>3} {row['jobs_per_s']:>8.2f} {efficiency:>10} {slot_use:>8.2f} {row['cores']:>6.2f}  {spread}")
     print("efficiency = throughput / (N x one worker's throughput, same run); goal >= 0.85")
     print(
