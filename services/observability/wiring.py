@@ -126,8 +126,8 @@ class WorkerObservability:
         self._groups = groups
         self._leases = leases
         if self.worker == "tools":
-            # A tool worker's consume loop waits for the jobs of its batch, which may run (serially) up to
-            # the tool deadline: a shorter limit would restart a pod in the middle of a long tool.
+            # A tool worker's consume loop waits for a free slot while every slot runs a job, which may take
+            # up to the tool deadline: a shorter limit would restart a pod in the middle of long tools.
             progress_timeout_s = max(progress_timeout_s, settings.tools.deadline_s)
         self.health = Health(redis=redis, groups=groups, progress_timeout_s=progress_timeout_s)
         if draining is not None:
