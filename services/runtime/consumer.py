@@ -152,6 +152,8 @@ class BatchConsumer:
         self._retry_alone = False
         """An ordered lane is blocked by the entry that failed last: re-read it alone (it is the oldest pending
         entry), so the entries behind it are not delivered again and again while it fails."""
+        self._blocked_on: str | None = None
+        """The entry an ordered lane failed on last (its retry backoff grows while it stays the same)."""
         self._log = log.bind(stream=stream, group=group, consumer=consumer)
 
     @property
@@ -537,7 +539,8 @@ class BatchConsumer:
         error = await self._attempt(live, letters, now_ms, read_ahead=read_ahead)
         if error is None:
             return False
-        self._log.warning("batch_handler_failed", size=len(live), error=repr(error))
+        if len(live) > 1:
+            self._log.warning("batch_handler_failed", size=len(live), error=repr(error))
         # The handler saw these entries in an attempt whose outcome was thrown away: a delivery count over 1
         # tells it to trust nothing it cached of them (ingestion's ledgers, normalization's histories).
         failed = [replace(entry, delivery_count=entry.delivery_count + 1) for entry in live] if len(live) > 1 else live
@@ -585,6 +588,10 @@ class BatchConsumer:
         self.stats.dead_lettered += len(letters)
         self._failed.add(entry.entry_id)
         self._retry_alone = True
+        if entry.entry_id != self._blocked_on:
+            # Another entry blocks the lane now: the one before it is settled, so its retries start over quickly.
+            self._blocked_on = entry.entry_id
+            self._lane_backoff = self.config.backoff_initial_s
 
     def _log_entry_failed(self, entry: StreamEntry, error: Exception) -> None:
         self._log.warning(
