@@ -127,11 +127,6 @@ class WorkerProcess:
             self._start_when_redis_answers(self.redis, self.runtime), name=f"start:{self.name}"
         )
 
-    @property
-    def started(self) -> bool:
-        task = self.starting
-        return task is not None and task.done() and not task.cancelled() and task.exception() is None
-
     async def _start_when_redis_answers(self, redis: aioredis.Redis, runtime: WorkerRuntime) -> None:
         """Start ``runtime``, retrying while Redis is down (one log line per attempt, no traceback). Every
         runtime's ``start`` creates its consumer groups before it starts anything, so a failed attempt left
