@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import socket
+import sys
 
 import uvicorn
 
@@ -39,10 +41,15 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
     resolved = settings if settings is not None else Settings()
     configure_process(resolved, name)  # before any consumer binds its logger
     app, _ = build_worker(name, resolved)
+    requested = resolved.http_port if port is None else port
+    listener = bind_http_port(requested)
+    bound = listener.getsockname()[1]
+    if requested == 0:  # say which port was picked: nothing else tells where /metrics is
+        sys.stderr.write(f"agentbus: worker {name}: /metrics, /healthz, /readyz on http://127.0.0.1:{bound}\n")
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host="0.0.0.0",
-        port=resolved.http_port if port is None else port,
+        port=bound,
         log_level=resolved.log_level.lower(),
         access_log=False,
         log_config=None,  # uvicorn's loggers propagate to the structlog-formatted root handler
@@ -51,7 +58,20 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
     )
     freeze_startup_heap()
     # Server.run honours the loop factory; asyncio.run(server.serve()) would silently run the stdlib loop.
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=[listener])
+
+
+def bind_http_port(port: int) -> socket.socket:
+    """A socket bound to ``0.0.0.0:port`` (0: a free port), bound before the worker starts so the port
+    it reports is the one it serves; a taken port fails here, naming it."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind(("0.0.0.0", port))
+    except OSError as error:
+        listener.close()
+        raise OSError(error.errno, f"cannot listen on 0.0.0.0:{port}: {error.strerror}") from error
+    return listener
 
 
 def freeze_startup_heap() -> None:
