@@ -24,6 +24,9 @@ WORKER_FACTORIES: dict[str, WorkerFactory] = {
 }
 """Every worker type by the name ``agentbus worker NAME`` takes."""
 
+LISTEN_BACKLOG = 2048
+"""uvicorn's default backlog."""
+
 GC_THRESHOLDS = (10_000, 10, 10)
 """``gc.set_threshold`` of a worker process (CPython's default: 700, 10, 10); see :func:`freeze_startup_heap`."""
 
@@ -62,8 +65,8 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
 
 
 def bind_http_port(port: int) -> socket.socket:
-    """A socket bound to ``0.0.0.0:port`` (0: a free port), bound before the worker starts so the port
-    it reports is the one it serves; a taken port fails here, naming it."""
+    """A socket listening on ``0.0.0.0:port`` (0: a free port), opened before the worker starts so the
+    port it reports is the one it serves; a taken port fails here, naming it."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -71,6 +74,7 @@ def bind_http_port(port: int) -> socket.socket:
     except OSError as error:
         listener.close()
         raise OSError(error.errno, f"cannot listen on 0.0.0.0:{port}: {error.strerror}") from error
+    listener.listen(LISTEN_BACKLOG)  # connections made before the app is up wait instead of being refused
     return listener
 
 

@@ -222,7 +222,7 @@ def dlq_ls(
     async def run() -> list[tuple[str, str, str, str, str]]:
         async with _connect() as bus:
             return [
-                (stream, letter.dlq_id, letter.reason, f"{letter.stream} {letter.entry_id}", letter.detail[:80])
+                (stream, letter.dlq_id or "-", letter.reason, f"{letter.stream} {letter.entry_id}", letter.detail[:80])
                 for stream in await dead_letter_streams(bus.redis, bus.topology.names)
                 for letter in await newest_dead_letters(bus.redis, stream, count=limit)
             ]

@@ -54,6 +54,7 @@ def _plain_help(command: Any) -> None:
 def load_command(name: str, spec: CommandSpec) -> Any:
     """Import ``spec``'s module and build its click command named ``name``."""
     target = getattr(importlib.import_module(spec.module), spec.attribute)
+    command: Any
     if isinstance(target, typer.Typer):
         command = typer.main.get_group(target)
     else:
