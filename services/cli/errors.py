@@ -53,7 +53,7 @@ class CliUsageError(CliError):
 
 def debug_enabled() -> bool:
     """True when tracebacks were asked for (``--debug`` sets the variable for this process)."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    return os.environ.get("AGENTBUS_DEBUG", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def redacted_url(url: str) -> str:

@@ -17,7 +17,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 UNKNOWN = "unknown"
-BUILD_COMMIT_ENV = "AGENTBUS_BUILD_COMMIT"
 _CHECKOUT_ROOT = Path(__file__).resolve().parents[2]
 """Where ``.git`` sits when this file is run from a clone (services/runtime/build_info.py → root)."""
 
@@ -33,7 +32,7 @@ def package_version() -> str:
 @functools.cache
 def build_commit() -> str:
     """The commit of the running code, ``"unknown"`` when no source says (see the module docstring)."""
-    baked = os.environ.get(BUILD_COMMIT_ENV, "").strip()
+    baked = os.environ.get("AGENTBUS_BUILD_COMMIT", "").strip()
     if baked and baked != UNKNOWN:
         return baked
     if not (_CHECKOUT_ROOT / ".git").exists():  # a directory in a clone, a file in a worktree
