@@ -8,10 +8,13 @@ Connection and Redis errors are left to the CLI's error boundary (services/cli/e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import signal
 import sys
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -91,24 +94,60 @@ def tail_command(
     raw: Annotated[bool, typer.Option("--json", help="Print each log entry as JSON.")] = False,
 ) -> None:
     """Print SESSION's canonical event log; exit 1 when the bus has never seen SESSION."""
-    from services.cli.errors import redis_url_in_use
 
     async def run() -> None:
         async with _connect() as bus:
-            entries = await bus.history(session)
-            if not entries and await bus.redis.zscore(bus.topology.sessions(), session) is None:
-                unknown = f"no session {session!r} on {redis_url_in_use()}"
-                if not follow:
-                    fail(f"{unknown} (`agentbus send {session} TEXT` starts it)")
-                typer.echo(f"agentbus: {unknown} yet; waiting for it", err=True)
-            if not follow:
-                for entry in entries:
-                    typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+            if follow:
+                await _until_interrupted(_print_followed(bus, session, raw=raw))
                 return
-            async for entry in bus.follow(session):
+            entries = await bus.history(session)
+            if not entries and not await _known_session(bus, session):
+                fail(f"{_no_session(session)} (`agentbus send {session} TEXT` starts it)")
+            for entry in entries:
                 typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
 
     asyncio.run(run())
+
+
+def _no_session(session: str) -> str:
+    from services.cli.errors import redis_url_in_use
+
+    return f"no session {session!r} on {redis_url_in_use()}"
+
+
+async def _known_session(bus: AgentbusClient, session: str) -> bool:
+    """Whether ingestion ever registered ``session`` (its event log may be empty or trimmed)."""
+    return await bus.redis.zscore(bus.topology.sessions(), session) is not None
+
+
+async def _print_followed(bus: AgentbusClient, session: str, *, raw: bool) -> None:
+    if not await _known_session(bus, session):
+        typer.echo(f"agentbus: {_no_session(session)} yet; waiting for it", err=True)
+    async for entry in bus.follow(session):
+        typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+
+
+async def _until_interrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until it ends or Ctrl-C / SIGTERM arrives; the signal exits 130, quietly.
+
+    The signal only sets an event (a loop callback), and ``work`` is cancelled while it awaits Redis.
+    asyncio.run's own SIGINT handling cancels the task wherever it runs, and redis-py 8 loses a cancel
+    requested before a command suspends: ``tail -f`` ignored the first Ctrl-C.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    worker = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if worker.done():
+        stopper.cancel()
+        return worker.result()
+    worker.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+    raise typer.Exit(130)
 
 
 def describe(seq: int, message: dict[str, Any]) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import redis.asyncio as aioredis
 from services.runtime.deadletter import DeadLetter
 from services.runtime.settings import Settings
 from services.runtime.topology import INGESTION_GROUP, Topology
-from tests.cli.process import agentbus, cli_env
+from tests.cli.process import AGENTBUS, agentbus, cli_env
 from tests.integration.cluster import WorkerCluster
 
 pytestmark = pytest.mark.integration
@@ -140,3 +142,20 @@ async def test_dlq_show_and_replay_of_a_wrong_stream_or_id(
     assert replayed.code == 0, replayed.stderr
     assert re.fullmatch(r"\d+-\d+\n", replayed.stdout)
     assert await aredis.xlen(dlq) == 0
+
+
+def test_tail_follow_waits_for_an_unknown_session_and_ctrl_c_ends_it(redis_url: str, tmp_path: Path) -> None:
+    follower = subprocess.Popen(
+        [*AGENTBUS, "tail", "-f", "later"],
+        cwd=tmp_path,
+        env=cli_env(redis_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follower.stderr is not None
+    assert follower.stderr.readline() == f"agentbus: no session 'later' on {redis_url} yet; waiting for it\n"
+    follower.send_signal(signal.SIGINT)
+    _, rest = follower.communicate(timeout=60)
+    assert follower.returncode == 130
+    assert rest == ""
