@@ -15,8 +15,13 @@ CPU time is the least process CPU time of those runs (steadier than wall time on
 other work); peak memory is tracemalloc's peak during one extra run of each (tracemalloc slows code
 down, so it is never on during timed runs).
 
+A pi session file (detected from its header, P7.3) is measured on pi's path instead: parse (+ the
+1→3 migration), context from the tree + ``convertToLlm`` (P8, P4), then ours (mapping to Claude Code
+messages + ``to_api_request``) and pi's own request, against a plain ``json.loads`` of every line.
+
 Usage: ``uv run python bench/transcript_load.py [FILE] [--runs N]``
-(default FILE: the 2.7 MB marot__spotter session of the reference corpus).
+(default FILE: the 2.7 MB marot__spotter session of the reference corpus; ``--pi`` takes the 2.4 MB
+``before-compaction.jsonl`` pi session).
 """
 
 from __future__ import annotations
@@ -38,11 +43,15 @@ import orjson
 from services.transcripts.api_view import api_view_of_transcript
 from shared.clock import FixedClock
 from shared.ids import SequentialIds
+from shared.normalize import to_api_request
+from shared.pi.request import claude_code_messages, llm_view, pi_own_request
+from shared.pi.session import looks_like_pi_session, read_pi_session
 from shared.transcript import build_transcript, read_transcript
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("AGENTBUS_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))
 DEFAULT_FILE = CORPUS / "claude-code" / "marot__spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+DEFAULT_PI_FILE = CORPUS / "pi" / "badlogic__pi-mono" / "before-compaction.jsonl"
 
 
 def baseline(data: bytes, loads: Callable[[bytes], Any]) -> list[dict[str, Any]]:
@@ -93,6 +102,29 @@ def agentbus_normalize(data: bytes) -> object:
     return api_view_of_transcript(data, prompt="continue", clock=FixedClock(), ids=SequentialIds()).request
 
 
+def json_lines(data: bytes) -> object:
+    """The pi baseline: a plain ``json.loads`` of every line."""
+    return [json.loads(raw) for raw in data.split(b"\n") if raw.strip()]
+
+
+def pi_parse(data: bytes) -> object:
+    return read_pi_session(data, ids=SequentialIds())
+
+
+def pi_context(data: bytes) -> object:
+    return llm_view(pi_parse(data))  # type: ignore[arg-type]
+
+
+def pi_ours(data: bytes) -> object:
+    session = read_pi_session(data, ids=SequentialIds())
+    messages = claude_code_messages(llm_view(session), session_id=session.session_id, cwd=session.header.cwd)
+    return to_api_request(messages, prompt="continue", clock=FixedClock(), ids=SequentialIds()).request
+
+
+def pi_own(data: bytes) -> object:
+    return pi_own_request(llm_view(read_pi_session(data, ids=SequentialIds())))
+
+
 class Measurement(NamedTuple):
     wall: float
     """Median wall seconds."""
@@ -123,8 +155,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("file", nargs="?", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--pi", action="store_true", help="measure the default pi session")
     args = parser.parse_args()
-    data = args.file.read_bytes()
+    data = (DEFAULT_PI_FILE if args.pi and args.file == DEFAULT_FILE else args.file).read_bytes()
+    if looks_like_pi_session(data):
+        report_pi(data, args.runs)
+        return
     request = api_view_of_transcript(data, prompt="continue", clock=FixedClock(), ids=SequentialIds()).request
     plain = baseline(data, orjson.loads)
     line_count = data.count(b"\n")
@@ -148,6 +184,32 @@ def main() -> None:
             f"ratio normalize / {label} baseline: wall {full.wall / base.wall:.1f}x, "
             f"cpu {full.cpu / base.cpu:.1f}x, peak memory {full.peak / base.peak:.1f}x"
         )
+
+
+def report(cases: list[tuple[str, Callable[[bytes], object]]], data: bytes, runs: int) -> dict[str, Measurement]:
+    results = {name: measure(function, data, runs) for name, function in cases}
+    width = max(len(name) for name in results)
+    print(f"{'case':<{width}}  {'wall ms (median)':>16}  {'cpu ms (min)':>12}  {'peak MiB':>9}")
+    for name, result in results.items():
+        print(f"{name:<{width}}  {result.wall * 1000:>16.1f}  {result.cpu * 1000:>12.1f}  {result.peak:>9.1f}")
+    return results
+
+
+def report_pi(data: bytes, runs: int) -> None:
+    lines = data.count(b"\n")
+    print(f"pi session: {len(data) / 1e6:.2f} MB, {lines} lines, runs: {runs}, python {sys.version.split()[0]}")
+    cases: list[tuple[str, Callable[[bytes], object]]] = [
+        ("baseline json.loads of every line", json_lines),
+        ("pi parse (+ migration to v3)", pi_parse),
+        ("pi parse + context + convertToLlm", pi_context),
+        ("ours: parse + context + normalize (to_api_request)", pi_ours),
+        ("pi's own request (transformMessages + convertMessages)", pi_own),
+    ]
+    results = report(cases, data, runs)
+    base = results[cases[0][0]]
+    for name, _ in cases[1:]:
+        result = results[name]
+        print(f"ratio {name} / json.loads: wall {result.wall / base.wall:.1f}x, cpu {result.cpu / base.cpu:.1f}x")
 
 
 if __name__ == "__main__":

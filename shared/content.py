@@ -136,12 +136,14 @@ _REQUIRED_STRINGS: dict[str, tuple[str, ...]] = {
     "thinking": ("thinking",),
     "redacted_thinking": ("data",),
 }
+_REQUIRED_OBJECTS: dict[str, tuple[str, ...]] = {"image": ("source",), "document": ("source",)}
 
 
 def _block_tag(value: Any) -> str:
     """Route a block to its model; a known type missing a required string field (real transcripts
-    drift, hand-made fixtures omit ids) is kept verbatim as :class:`UnknownBlock` instead of failing
-    the whole message, and :func:`is_malformed` lets the normalizer keep it away from the API."""
+    drift, hand-made fixtures omit ids) or an image/document without its ``source`` object is kept
+    verbatim as :class:`UnknownBlock` instead of failing the whole message, and :func:`is_malformed`
+    lets the normalizer keep it away from the API."""
     if isinstance(value, UnknownBlock):
         return "unknown"
     if isinstance(value, WireModel):
@@ -153,6 +155,8 @@ def _block_tag(value: Any) -> str:
         return "invalid"
     tag = _TAG_OF_TYPE.get(block_type, "unknown")
     if any(not isinstance(value.get(key), str) for key in _REQUIRED_STRINGS.get(tag, ())):
+        return "unknown"
+    if any(not isinstance(value.get(key), dict) for key in _REQUIRED_OBJECTS.get(tag, ())):
         return "unknown"
     return tag
 

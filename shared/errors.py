@@ -83,8 +83,8 @@ class TranscriptLineError(TranscriptError):
     """R7.14: one JSONL line that is not a usable entry. Claude Code skips such lines silently;
     agentbus keeps them as values so nothing is lost without a trace.
 
-    ``kind`` says why: ``bad_utf8`` (undecodable bytes), ``bad_json``, ``not_an_object`` (a JSON
-    string, number, array…), ``missing_type`` (an object without a string ``type``),
+    ``kind`` says why: ``bad_json`` (undecodable bytes are read as U+FFFD first, with a warning),
+    ``not_an_object`` (a JSON string, number, array…), ``missing_type`` (an object without a string ``type``),
     ``invalid_message`` (a user/assistant/system/progress/attachment line that fails the message
     model; ``locations`` lists the failing field paths) or ``invalid_entry`` (a metadata line whose
     fields have the wrong JSON types). ``raw`` is the line text; ``torn`` marks the last line of a

@@ -1,5 +1,5 @@
 """System messages (§1.4): one model per subtype, plus :class:`OtherSystemMessage` for subtypes
-agentbus does not know (kept verbatim)."""
+agentbus does not know (kept verbatim), and for the subtype-less lines of 1.0.x builds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from shared.json_types import JsonObject, JsonValue
 
 class SystemMessageBase(StoredMessageBase):
     type: Literal["system"] = "system"
-    subtype: str
+    subtype: str | None = None
+    """Absent on the hook progress lines Claude Code 1.0.x wrote (``level``, ``toolUseID``, ANSI text)."""
     content: str | None = None
     level: str | None = None
     is_meta: bool | None = None
@@ -122,7 +123,9 @@ class FileSnapshotSystemMessage(SystemMessageBase):
 
 
 class OtherSystemMessage(SystemMessageBase):
-    """A subtype agentbus does not model (e.g. internal or newer ones); passes through unchanged."""
+    """A subtype agentbus does not model (internal or newer ones), or none at all (1.0.x hook lines such as
+    ``{"type":"system","content":"\\u001b[1mStop\\u001b[22m [...] completed successfully","level":"info",
+    "toolUseID":…}``); passes through unchanged and joins the parent chain like any system message (R7.6)."""
 
 
 _SUBTYPE_MODELS: tuple[type[SystemMessageBase], ...] = (

@@ -1,25 +1,29 @@
-"""Bus commands: ``worker``, ``up``, ``send``, ``tail``, ``replay``, ``streams``, ``dlq``."""
+"""Bus commands: ``worker``, ``send``, ``tail``, ``replay``, ``streams``, ``dlq``.
+
+Only typer and the standard library are imported here: the SDK, redis and the workers load inside the
+command that needs them, so ``agentbus --help`` (and every other command) does not pay for them.
+Connection and Redis errors are left to the CLI's error boundary (services/cli/errors.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
+import signal
 import sys
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.common import fail, read_input
-from services.client import AgentbusClient
-from services.runtime.deadletter import dead_letter_streams, list_dead_letters, replay_dead_letter, show_dead_letter
-from services.runtime.settings import Settings
-from services.runtime.stream_admin import init_streams, stream_report
-from services.runtime.topology import Topology
-from services.workers import WORKER_FACTORIES, run_worker
+from services.cli.common import USAGE_ERROR, fail, read_input
 
 if TYPE_CHECKING:
+    from services.client import AgentbusClient
     from services.replay import ReplayReport
 
 streams_app = typer.Typer(
@@ -27,19 +31,48 @@ streams_app = typer.Typer(
 )
 dlq_app = typer.Typer(name="dlq", help="Inspect and replay dead letters.", no_args_is_help=True)
 
+WORKER_NAMES_HELP = "ingestion, tools, normalization or transcripts"
+_STREAM_ID = re.compile(r"^\d+(-\d+)?$")
+
+
+def _connect() -> AgentbusClient:
+    """The SDK client on the configured Redis (``--redis-url`` / ``REDIS_URL`` / ``.env``)."""
+    from services.client import AgentbusClient
+
+    return AgentbusClient.connect()
+
+
+def checked_session_id(value: str | None) -> str | None:
+    """Typer callback: a session id outside the grammar (shared/session_ids.py) is a usage error."""
+    from shared.session_ids import session_id_problem
+
+    if value is not None and (problem := session_id_problem(value)) is not None:
+        raise typer.BadParameter(f"invalid session id {value!r}: {problem}")
+    return value
+
 
 def worker_command(
-    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(WORKER_FACTORIES)}.")],
-    port: Annotated[int | None, typer.Option("--port", help="HTTP port of /metrics, /healthz, /readyz.")] = None,
+    name: Annotated[str, typer.Argument(help=f"One of: {WORKER_NAMES_HELP}.")],
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            envvar="AGENTBUS_HTTP_PORT",
+            show_envvar=True,
+            help="HTTP port of /metrics, /healthz, /readyz [default: a free one, printed on stderr].",
+        ),
+    ] = None,
 ) -> None:
     """Run one worker process (scale by running more of them)."""
+    from services.workers import WORKER_FACTORIES, run_worker
+
     if name not in WORKER_FACTORIES:
-        fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=2)
+        fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=USAGE_ERROR)
     run_worker(name, port=port)
 
 
 def send_command(
-    session: Annotated[str, typer.Argument(help="Session id.")],
+    session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
     text: Annotated[str, typer.Argument(help="The prompt.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the session's next API request and print it.")] = False,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait with --wait.")] = 30.0,
@@ -47,34 +80,84 @@ def send_command(
     """Publish a user prompt to SESSION."""
 
     async def run() -> None:
-        async with AgentbusClient.connect() as bus:
+        async with _connect() as bus:
             before = await bus.latest_request(session)
             entry_id = await bus.send_prompt(session, text)
-            typer.echo(f"sent {entry_id}", err=True)
-            if wait:
+            if not wait:
+                typer.echo(f"sent {entry_id}", err=True)
+                return
+            try:
                 request = await bus.next_request(session, after_seq=before.seq if before else 0, timeout_s=timeout_s)
-                sys.stdout.write(json.dumps(request.request, ensure_ascii=False) + "\n")
+            except TimeoutError as error:
+                fail(f"{error}; prompt {entry_id} is queued: are the workers running? (`agentbus up` starts them)")
+            typer.echo(f"sent {entry_id}", err=True)
+            sys.stdout.write(json.dumps(request.request, ensure_ascii=False) + "\n")
 
     asyncio.run(run())
 
 
 def tail_command(
-    session: Annotated[str, typer.Argument(help="Session id.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events (waits for a session not yet seen).")
+    ] = False,
     raw: Annotated[bool, typer.Option("--json", help="Print each log entry as JSON.")] = False,
 ) -> None:
-    """Print SESSION's canonical event log."""
+    """Print SESSION's canonical event log; exit 1 when the bus has never seen SESSION."""
 
     async def run() -> None:
-        async with AgentbusClient.connect() as bus:
-            if not follow:
-                for entry in await bus.history(session):
-                    typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+        async with _connect() as bus:
+            if follow:
+                await _until_interrupted(_print_followed(bus, session, raw=raw))
                 return
-            async for entry in bus.follow(session):
+            entries = await bus.history(session)
+            if not entries and not await _known_session(bus, session):
+                fail(f"{_no_session(session)} (`agentbus send {session} TEXT` starts it)")
+            for entry in entries:
                 typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
 
     asyncio.run(run())
+
+
+def _no_session(session: str) -> str:
+    from services.cli.errors import redis_url_in_use
+
+    return f"no session {session!r} on {redis_url_in_use()}"
+
+
+async def _known_session(bus: AgentbusClient, session: str) -> bool:
+    """Whether ingestion ever registered ``session`` (its event log may be empty or trimmed)."""
+    return await bus.redis.zscore(bus.topology.sessions(bus.topology.names.shard_of(session)), session) is not None
+
+
+async def _print_followed(bus: AgentbusClient, session: str, *, raw: bool) -> None:
+    if not await _known_session(bus, session):
+        typer.echo(f"agentbus: {_no_session(session)} yet; waiting for it", err=True)
+    async for entry in bus.follow(session):
+        typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+
+
+async def _until_interrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until it ends or Ctrl-C / SIGTERM arrives; the signal exits 130, quietly.
+
+    The signal only sets an event (a loop callback), and ``work`` is cancelled while it awaits Redis.
+    asyncio.run's own SIGINT handling cancels the task wherever it runs, and redis-py 8 loses a cancel
+    requested before a command suspends: ``tail -f`` ignored the first Ctrl-C.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    worker = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if worker.done():
+        stopper.cancel()
+        return worker.result()
+    worker.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+    raise typer.Exit(130)
 
 
 def describe(seq: int, message: dict[str, Any]) -> str:
@@ -115,7 +198,10 @@ def _block_summary(block: dict[str, Any]) -> str:
 
 def replay_command(
     file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript.")],
-    session: Annotated[str | None, typer.Option("--session", help="Session id on the bus (default: new).")] = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Session id on the bus (default: new).", callback=checked_session_id),
+    ] = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait until it is persisted.")] = 120.0,
     wait_all: Annotated[
         bool, typer.Option("--wait", help="Also wait until every group of the session's log shard has settled it.")
@@ -128,6 +214,7 @@ def replay_command(
     one without a conversation, is refused (file, line, reason; exit 1)."""
     from services.cli.progress import phase_progress
     from services.replay import plan_replay, replay_transcript
+    from services.runtime.settings import Settings
     from shared.errors import UnusableTranscript
 
     data = read_input(file)
@@ -140,7 +227,7 @@ def replay_command(
     labels = {"publish": "events published", "ingress": "settled by {detail}", "log": "settled by {detail}"}
 
     async def run() -> ReplayReport:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
+        async with _connect() as bus:
             with phase_progress(labels) as progress:
                 return await replay_transcript(
                     bus,
@@ -164,24 +251,28 @@ def replay_command(
 @streams_app.command("init")
 def streams_init() -> None:
     """Create every stream and consumer group (run before KEDA scalers read the groups)."""
-    settings = Settings()
+    from services.runtime.stream_admin import init_streams
 
     async def run() -> int:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
-            return await init_streams(bus.redis, Topology(settings.names))
+        async with _connect() as bus:
+            return await init_streams(bus.redis, bus.topology)
 
     created = asyncio.run(run())
     typer.echo(f"{created} consumer group(s) ensured")
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
 @streams_app.command("info")
-def streams_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def streams_info(as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False) -> None:
     """Length, lag, pending and oldest pending age of every stream and group (on a cluster, the node of each)."""
-    settings = Settings()
+    from services.runtime.stream_admin import stream_report
 
     async def run() -> list[dict[str, Any]]:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
-            return await stream_report(bus.redis, Topology(settings.names))
+        async with _connect() as bus:
+            return await stream_report(bus.redis, bus.topology)
 
     rows = asyncio.run(run())
     if as_json:
@@ -189,35 +280,58 @@ def streams_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         return
     node = any(row["node"] for row in rows)  # a cluster: say which node serves each shard
     where = f" {'node':<21}" if node else ""
-    typer.echo(f"{'stream':<40}{where} {'group':<16} {'length':>8} {'lag':>8} {'pending':>8}")
+    typer.echo(f"{'stream':<40}{where} {'group':<16} {'length':>8} {'lag':>8} {'pending':>8} {'oldest pending':>15}")
     for row in rows:
         lag = row["lag"] if row["lag"] is not None else "-"
         at = f" {row['node']:<21}" if node else ""
-        typer.echo(f"{row['stream']:<40}{at} {row['group'] or '-':<16} {row['length']:>8} {lag:>8} {row['pending']:>8}")
+        typer.echo(
+            f"{row['stream']:<40}{at} {row['group'] or '-':<16} {row['length']:>8} {lag:>8} {row['pending']:>8} "
+            f"{_seconds(row['oldest_pending_s']):>15}"
+        )
 
 
 @dlq_app.command("ls")
-def dlq_ls(limit: Annotated[int, typer.Option("--limit")] = 20) -> None:
-    """List dead letters of every dead-letter stream (newest last)."""
-    settings = Settings()
+def dlq_ls(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest dead letters shown per stream.")] = 20,
+) -> None:
+    """List the newest dead letters of every dead-letter stream (oldest of them first)."""
+    from services.runtime.deadletter import dead_letter_streams, newest_dead_letters
 
-    async def run() -> None:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
-            for stream in await dead_letter_streams(bus.redis, settings.names):
-                for letter in await list_dead_letters(bus.redis, stream, count=limit):
-                    where = f"{letter.stream} {letter.entry_id}"
-                    typer.echo(f"{stream} {letter.dlq_id} {letter.reason:<24} {where} {letter.detail[:80]}")
+    async def run() -> list[tuple[str, str, str, str, str]]:
+        async with _connect() as bus:
+            return [
+                (stream, letter.dlq_id or "-", letter.reason, f"{letter.stream} {letter.entry_id}", letter.detail[:80])
+                for stream in await dead_letter_streams(bus.redis, bus.topology.names)
+                for letter in await newest_dead_letters(bus.redis, stream, count=limit)
+            ]
 
-    asyncio.run(run())
+    rows = asyncio.run(run())
+    if not rows:
+        typer.echo("agentbus: no dead letters", err=True)
+        return
+    typer.echo(f"{'dead-letter stream':<40} {'id':<16} {'reason':<24} {'source entry':<56} detail")
+    for stream, dlq_id, reason, source, detail in rows:
+        typer.echo(f"{stream:<40} {dlq_id:<16} {reason:<24} {source:<56} {detail}")
+
+
+DlqStream = Annotated[str, typer.Argument(help="The dead-letter stream (`agentbus dlq ls` lists them).")]
+DlqId = Annotated[str, typer.Argument(help="The dead letter's entry id in that stream.")]
+
+
+def _check_entry_id(dlq_id: str) -> None:
+    if not _STREAM_ID.match(dlq_id):
+        fail(f"{dlq_id!r} is not a stream entry id (like 1712345678901-0)", code=USAGE_ERROR)
 
 
 @dlq_app.command("show")
-def dlq_show(stream: str, dlq_id: str) -> None:
+def dlq_show(stream: DlqStream, dlq_id: DlqId) -> None:
     """Show one dead letter with its history and original fields."""
-    settings = Settings()
+    from services.runtime.deadletter import show_dead_letter
+
+    _check_entry_id(dlq_id)
 
     async def run() -> None:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
+        async with _connect() as bus:
             letter = await show_dead_letter(bus.redis, stream, dlq_id)
             if letter is None:
                 fail(f"no dead letter {dlq_id} in {stream}")
@@ -229,12 +343,14 @@ def dlq_show(stream: str, dlq_id: str) -> None:
 
 
 @dlq_app.command("replay")
-def dlq_replay(stream: str, dlq_id: str) -> None:
+def dlq_replay(stream: DlqStream, dlq_id: DlqId) -> None:
     """Write a dead letter back to its original stream (after fixing the cause) and remove it."""
-    settings = Settings()
+    from services.runtime.deadletter import replay_dead_letter
+
+    _check_entry_id(dlq_id)
 
     async def run() -> str | None:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
+        async with _connect() as bus:
             return await replay_dead_letter(bus.redis, stream, dlq_id)
 
     new_id = asyncio.run(run())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +9,7 @@ from typing import Annotated
 import typer
 
 from services.cli.common import fail, read_input
-from services.transcripts.api_view import api_view_of_transcript, require_conversation
+from services.transcripts.api_view import api_view_of_transcript, encoded_body, read_notices, require_conversation
 from shared.api_validation import ApiViolation, validate_api_request
 from shared.errors import AgentbusError, UnusableTranscript
 
@@ -42,11 +41,13 @@ def normalize_command(
         startable = isinstance(error, UnusableTranscript) and error.kind in {"empty", "no_conversation"}
         hint = "; pass --prompt to start a conversation" if startable else ""
         fail(f"{file}: {error}{hint}")
-    if view.resumed.line_errors:
-        numbers = ", ".join(str(error.line_number) for error in view.resumed.line_errors)
-        typer.echo(f"agentbus: {file}: skipped malformed line(s) {numbers}", err=True)
+    for notice in read_notices(file, view.resumed):
+        typer.echo(notice, err=True)
     body = view.messages_body
-    sys.stdout.write(json.dumps(body, ensure_ascii=False) + "\n")
+    text, surrogate_notice = encoded_body(file, view)
+    if surrogate_notice:
+        typer.echo(surrogate_notice, err=True)
+    sys.stdout.write(text + "\n")
     violations = validate_api_request(body)
     if violations:
         hint = "" if prompt is not None else "; pass --prompt TEXT to append a turn"

@@ -12,7 +12,13 @@ from typing import Annotated
 import typer
 
 from services.cli.common import USAGE_ERROR, fail, read_input, same_file
-from services.transcripts.api_view import api_view_of_transcript, placeholder_locations, require_conversation
+from services.transcripts.api_view import (
+    api_view_of_transcript,
+    encoded_body,
+    placeholder_locations,
+    read_notices,
+    require_conversation,
+)
 from services.transcripts.files import write_file_atomically
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.errors import AgentbusError
@@ -96,6 +102,8 @@ def repair(
     write_file_atomically(out, result.text.encode("utf-8"))
     for action in result.actions:
         typer.echo(f"line {action.line_number}: {action.kind}: {action.detail}")
+    for issue in result.report.of_kind("invalid_utf8"):  # those bytes are written as U+FFFD
+        typer.echo(format_issue(issue))
     remaining = verify_lines(read_transcript(result.text))
     typer.echo(
         f"{file} → {out}: {len(result.lines)} lines written, {len(result.actions)} repair(s), "
@@ -122,9 +130,6 @@ def export(
         require_conversation(data, view.resumed)
     except AgentbusError as error:
         fail(f"{file}: {error}")
-    if view.resumed.line_errors:
-        numbers = _where(tuple(error.line_number for error in view.resumed.line_errors))
-        typer.echo(f"agentbus: {file}: skipped malformed {numbers}", err=True)
     places = placeholder_locations(view.messages_body)
     if places:
         where = ", ".join(places[:5]) + (f" (+{len(places) - 5} more)" if len(places) > 5 else "")
@@ -136,7 +141,12 @@ def export(
         if training:
             fail(f"refusing training export: {message}")
         typer.echo(f"agentbus: warning: {message}", err=True)
-    text = json.dumps(view.messages_body, ensure_ascii=False) + "\n"
+    for notice in read_notices(file, view.resumed):
+        typer.echo(notice, err=True)
+    text, surrogate_notice = encoded_body(file, view)
+    if surrogate_notice:
+        typer.echo(surrogate_notice, err=True)
+    text += "\n"
     if out is None:
         sys.stdout.write(text)
     else:

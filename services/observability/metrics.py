@@ -14,10 +14,8 @@ time. Stream lag and pending come from :mod:`.stream_stats`.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from importlib.metadata import PackageNotFoundError, version
 from typing import Final, Generic, Literal, TypeVar
 
 from prometheus_client import Counter, Histogram, Info, disable_created_metrics
@@ -33,6 +31,7 @@ from services.observability.labels import (
     stream_family,
     tool_label,
 )
+from services.runtime.build_info import build_commit, package_version
 from services.runtime.consumer import BatchOutcome
 from services.runtime.entries import StreamEntry
 
@@ -129,6 +128,16 @@ TRANSCRIPT_LINES_REMOVED = Counter(
     "agentbus_transcript_lines_removed_total",
     "Transcript lines removed because their message was tombstoned.",
 )
+TRANSCRIPT_TORN_TAILS = Counter(
+    "agentbus_transcript_torn_tails_total",
+    "Transcript files found at open with bytes after their last newline, by what was done: 'truncated' "
+    "(a cut write, moved to <file>.torn) or 'terminated' (a complete line, newline added).",
+    ["kind"],
+)
+TRANSCRIPT_TORN_TAIL_BYTES = Counter(
+    "agentbus_transcript_torn_tail_bytes_total",
+    "Bytes moved from transcripts to their <file>.torn sidecar by torn-tail repair.",
+)
 DUPLICATES_DROPPED = Counter(
     "agentbus_duplicates_dropped_total",
     "Redelivered or repeated items skipped by an idempotency check, by worker and kind.",
@@ -172,6 +181,7 @@ _tool_duration = BoundChildren(TOOL_DURATION)
 _repairs = BoundChildren(NORMALIZATION_REPAIRS)
 _rejected = BoundChildren(REQUESTS_REJECTED)
 _duplicates = BoundChildren(DUPLICATES_DROPPED)
+_torn_tails = BoundChildren(TRANSCRIPT_TORN_TAILS)
 _trimmed = BoundChildren(STREAM_ENTRIES_TRIMMED)
 _end_to_end = BoundChildren(END_TO_END_LATENCY)
 _traceparent_invalid = BoundChildren(TRACEPARENT_INVALID)
@@ -184,14 +194,8 @@ _duplicate_kind = LabelGuard(capacity=16)
 
 
 def set_build_info(*, commit: str | None = None) -> None:
-    """Publish ``agentbus_build_info{version, commit}`` (commit from ``AGENTBUS_BUILD_COMMIT``)."""
-    try:
-        package_version = version("agentbus")
-    except PackageNotFoundError:
-        package_version = "unknown"
-    BUILD_INFO.info(
-        {"version": package_version, "commit": commit or os.environ.get("AGENTBUS_BUILD_COMMIT", "unknown")}
-    )
+    """Publish ``agentbus_build_info{version, commit}`` (commit: see :mod:`services.runtime.build_info`)."""
+    BUILD_INFO.info({"version": package_version(), "commit": commit or build_commit()})
 
 
 set_build_info()
@@ -323,6 +327,15 @@ def record_transcript_append(*, lines: int, durable_s: float, removed: int = 0) 
     if removed:
         TRANSCRIPT_LINES_REMOVED.inc(removed)
     TRANSCRIPT_APPEND_DURATION.observe(durable_s)
+
+
+def record_torn_tail(kind: Literal["truncated", "terminated"], size: int) -> None:
+    """One torn tail repaired at open: ``truncated`` moved ``size`` bytes to ``<file>.torn``."""
+    if not _recording:
+        return
+    _torn_tails(kind).inc()
+    if kind == "truncated":
+        TRANSCRIPT_TORN_TAIL_BYTES.inc(size)
 
 
 def observe_fsync(duration_s: float) -> None:

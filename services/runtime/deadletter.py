@@ -20,6 +20,9 @@ from services.runtime.streams import StreamNames
 
 REASON_MAX_DELIVERIES = "max_deliveries"
 """The entry was delivered more than ``max_deliveries`` times without being settled."""
+REASON_HANDLER_FAILED = "handler_failed"
+"""An ordered lane's handler raised on this entry alone ``max_deliveries`` times; the detail starts with the
+last exception (type and message)."""
 REASON_ENTRY_DELETED = "entry_deleted"
 """The entry was deleted or trimmed from its stream while still pending: only its id is left."""
 REASON_OUTPUT_WRITE_FAILED = "output_write_failed"
@@ -139,6 +142,12 @@ async def list_dead_letters(
     """Up to ``count`` dead letters of ``dlq_stream`` from ``start`` to ``end`` (oldest first)."""
     raw = await redis.xrange(dlq_stream, start, end, count=count)
     return _letters(dlq_stream, raw or [])
+
+
+async def newest_dead_letters(redis: aioredis.Redis, dlq_stream: str, *, count: int) -> list[DeadLetter]:
+    """The ``count`` newest dead letters of ``dlq_stream``, oldest first."""
+    raw = await redis.xrevrange(dlq_stream, "+", "-", count=count)
+    return _letters(dlq_stream, reversed(raw or []))
 
 
 async def show_dead_letter(redis: aioredis.Redis, dlq_stream: str, dlq_id: str) -> DeadLetter | None:

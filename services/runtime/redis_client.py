@@ -63,6 +63,11 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 )
 """Errors of a Redis (or Cluster) that is unavailable for now: wait and retry, nothing is wrong with the data."""
 
+REDIS_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = tuple(
+    error for error in TRANSIENT_ERRORS if error is not OSError
+)
+""":data:`TRANSIENT_ERRORS` that only Redis raises (an ``OSError`` of a handler may be its own, e.g. a file)."""
+
 
 class SlotMoved(RedisConnectionError):
     """A pinned lane connection was answered ``MOVED``/``ASK``/``TRYAGAIN``/``CLUSTERDOWN``: the command did

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from services.observability.metrics import instrument_handler
-from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
 from services.runtime.deadletter import DeadLetter
 from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
+from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
@@ -23,8 +25,8 @@ from shared.permissions import PermissionContext
 
 class ToolRuntime:
     """Competing consumer of tool jobs — of every shard's job stream, one consumer each (a job stream per
-    shard keeps each batch of the ordered lanes in one Cluster slot) — plus the watchers that answer
-    dead-lettered jobs."""
+    shard keeps each batch of the ordered lanes in one Cluster slot), sharing the worker's job slots — plus
+    the watchers that answer dead-lettered jobs."""
 
     def __init__(self, context: WorkerContext) -> None:
         settings = context.settings
@@ -41,6 +43,7 @@ class ToolRuntime:
             ask_policy=settings.tools.ask_policy,
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
+        self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
         self.worker = ToolWorker(
             context.redis,
             self.topology,
@@ -49,20 +52,21 @@ class ToolRuntime:
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
-            max_concurrent_jobs=settings.tools.max_concurrent_jobs,
+            internal_key=settings.require_internal_key(),
+            slots=self.slots,
         )
+        # One entry per read: the handler takes an entry only when a slot is free to run it (slots.py).
+        # The reclaim sweep scans as much of the pending list as it did when a read took a slot's worth.
+        base = context.consumer_config()
         handler = instrument_handler("tools", self.worker.handle)
+        config = replace(base, count=1, claim_max_pages=base.claim_max_pages * settings.tools.max_concurrent_jobs)
         self.jobs = [
             BatchConsumer(
-                context.redis,
-                stream=stream,
-                group=TOOLS_GROUP,
-                consumer=context.owner,
-                handler=handler,
-                config=context.consumer_config(count=settings.tools.max_concurrent_jobs),
+                context.redis, stream=stream, group=TOOLS_GROUP, consumer=context.owner, handler=handler, config=config
             )
             for stream in self.topology.tool_job_streams()
         ]
+        self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
             BatchConsumer(
                 context.redis,
@@ -94,7 +98,8 @@ class ToolRuntime:
                 poison[entry.entry_id] = job
                 continue
             envelope = abandoned_job_envelope(job, letter.reason)
-            outputs.append(Output(self.topology.ingress_for(job.session_id), entry_fields(envelope)))
+            fields = signed_entry_fields(envelope, self.worker.internal_key)
+            outputs.append(Output(self.topology.ingress_for(job.session_id), fields))
         return BatchOutcome(outputs=outputs, poison=poison)
 
     async def start(self) -> None:
@@ -103,8 +108,12 @@ class ToolRuntime:
             consumer.start()
 
     async def stop(self) -> None:
+        """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
+        entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
+        self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
+        await self.slots.finish(timeout_s=timeout_s)
         await asyncio.gather(*(abandoned.stop() for abandoned in self.abandoned))
 
     def consumers(self) -> list[BatchConsumer]:

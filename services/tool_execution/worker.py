@@ -1,6 +1,8 @@
 """The tool-execution worker: competing consumers of the tool-job stream.
 
-A job is the tool calls of one assistant reply. The worker runs them with the executor (R8.5 order:
+A job is the tool calls of one assistant reply. Each job runs in a slot of its own (``runtime/slots.py``:
+up to ``max_concurrent_jobs`` at once, a slot refilled the moment its job ends, the job's entry acked
+then), so one long call does not idle the other slots. The worker runs a job's calls with the executor (R8.5 order:
 concurrency-safe calls in parallel, the others one by one), and sends every progress message and
 result back through the session's ingress shard, each with an idempotency key (``tool_result:<id>``)
 so a job that is re-run after a crash is applied once. Before running it skips calls that already have
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -23,14 +26,14 @@ import structlog
 
 from services.observability.metrics import record_traceparent_invalid
 from services.observability.tracing import continue_trace
-from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
+from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
 from shared.clock import Clock, utc_now
-from shared.content import ToolUseBlock
 from shared.events import (
     IngressEnvelope,
     ToolJob,
@@ -76,23 +79,25 @@ class ToolWorker:
         permissions: PermissionContext,
         timeouts: ToolTimeouts,
         keepalive_s: float,
-        max_concurrent_jobs: int | None = None,
+        internal_key: bytes,
+        slots: JobSlots,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
     ) -> None:
         self.redis = redis
+        self.slots = slots
         self.topology = topology
         self.consumer = consumer
         self.registry = registry
         self.permissions = permissions
         self.timeouts = timeouts
         self.keepalive_s = keepalive_s
+        self.internal_key = internal_key
+        """Signs every result and progress entry: only a tool worker answers a dispatched call."""
         self.clock = clock
         self.ids = ids
         self.stats = ToolWorkerStats()
         self._running: dict[str, _Running] = {}
-        self._slots = asyncio.Semaphore(max_concurrent_jobs) if max_concurrent_jobs is not None else None
-        """Jobs running at once across every shard's consumer (each takes up to this many per batch)."""
 
     def handler(self) -> BatchHandler:
         return self.handle
@@ -104,16 +109,19 @@ class ToolWorker:
                 running.interrupt.set()
 
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
+        """Start each job in a slot and return once a slot is free; the jobs ack their own entries
+        when they end (only poison is settled by the consumer)."""
         poison: dict[str, Poison] = {}
-        jobs: list[tuple[StreamEntry, ToolJob]] = []
         for entry in entries:
+            if self.slots.holds(entry.entry_id):
+                continue  # re-read (our pending list after a reconnect) while its job runs
             job = decode_entry(entry, parse_tool_job)
             if isinstance(job, Poison):
                 poison[entry.entry_id] = job
             else:
-                jobs.append((entry, job))
-        await asyncio.gather(*(self._run(entry, job) for entry, job in jobs))
-        return BatchOutcome(poison=poison)
+                await self.slots.start(entry, functools.partial(self._run, entry, job))
+        await self.slots.until_free()
+        return BatchOutcome(ack=(), poison=poison)
 
     async def _run(self, entry: StreamEntry, job: ToolJob) -> None:
         self.stats.jobs += 1
@@ -147,26 +155,23 @@ class ToolWorker:
         keepalive = asyncio.create_task(self._keep_claimed(entry))
         ingress = self.topology.ingress_for(job.session_id)
         try:
-            async with self._slots if self._slots is not None else contextlib.nullcontext():
-                await self._execute(job, calls, running, ingress)
+            async for message in execute_tool_uses(
+                calls,
+                assistant_uuid=job.assistant_uuid,
+                registry=self.registry,
+                permissions=self.permissions,
+                timeouts=self.timeouts,
+                interrupt=running.interrupt,
+                clock=self.clock,
+                ids=self.ids,
+            ):
+                fields = signed_entry_fields(self._envelope(job, message), self.internal_key)
+                await self.redis.xadd(ingress, fields)  # type: ignore[arg-type]
         finally:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
             self._running.pop(entry.entry_id, None)
-
-    async def _execute(self, job: ToolJob, calls: list[ToolUseBlock], running: _Running, ingress: str) -> None:
-        async for message in execute_tool_uses(
-            calls,
-            assistant_uuid=job.assistant_uuid,
-            registry=self.registry,
-            permissions=self.permissions,
-            timeouts=self.timeouts,
-            interrupt=running.interrupt,
-            clock=self.clock,
-            ids=self.ids,
-        ):
-            await self.redis.xadd(ingress, entry_fields(self._envelope(job, message)))  # type: ignore[arg-type]
 
     def _envelope(self, job: ToolJob, message: ProgressMessage | UserMessage) -> IngressEnvelope:
         if isinstance(message, ProgressMessage):

@@ -20,6 +20,7 @@ from shared.transcript import (
     remove_chain_fields,
     resume_session,
     subagent_chain,
+    well_formed_json,
 )
 
 
@@ -89,6 +90,40 @@ def resume_subagent(data: bytes, *, clock: Clock, ids: IdSource) -> ResumeResult
         session_id=chain[-1].session_id,
         line_errors=parse.errors,
         chain_uuids=frozenset(message.uuid for message in chain),
+        line_warnings=parse.warnings,
+    )
+
+
+def read_notices(file: object, resumed: ResumeResult) -> list[str]:
+    """The stderr lines for what the resume could not take as written: malformed lines (skipped), chain
+    lines no model accepts (walked through, left out of the API view), and lines whose invalid UTF-8
+    bytes were read as U+FFFD (kept). Lone surrogates are reported once, by :func:`encoded_body`, only
+    when they reach the output."""
+    notices: list[str] = []
+    if resumed.line_errors:
+        numbers = ", ".join(str(error.line_number) for error in resumed.line_errors)
+        notices.append(f"agentbus: {file}: skipped malformed line(s) {numbers}")
+    if resumed.skipped_lines:
+        uuids = ", ".join(line.uuid for line in resumed.skipped_lines)
+        notices.append(
+            f"agentbus: {file}: left {len(resumed.skipped_lines)} chain line(s) no model accepts out of the "
+            f"API view (uuid {uuids}; `agentbus transcript verify` names them)"
+        )
+    notices.extend(
+        f"agentbus: {file}: warning: {warning}" for warning in resumed.line_warnings if warning.kind == "invalid_utf8"
+    )
+    return notices
+
+
+def encoded_body(file: object, view: ApiView) -> tuple[str, str | None]:
+    """The ``{"messages": [...]}`` JSON text, encodable as UTF-8 (lone surrogates from JSON escapes in the
+    transcript replaced by U+FFFD), and the stderr line that says so when any was replaced."""
+    text, replaced = well_formed_json(view.messages_body)
+    if not replaced:
+        return text, None
+    return (
+        text,
+        f"agentbus: {file}: replaced {replaced} lone surrogate(s) (unpaired \\ud800-\\udfff) with U+FFFD in the output",
     )
 
 

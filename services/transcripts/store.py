@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +44,12 @@ from services.transcripts.removal import (
     uuid_needle,
 )
 from services.transcripts.session_lock import DEFAULT_LOCK_TIMEOUT_S, SessionLock
-from services.transcripts.tail_recovery import TornTail
+from services.transcripts.tail_recovery import TornTail, report_torn_tail
 from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, FSYNC_POOL, DurableJsonlFile
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, Message, UserMessage
 from shared.transcript.lines import TranscriptLine, dump_line
+from shared.transcript.unicode_text import decode_utf8_replacing
 
 _CHAIN_TYPES = frozenset({"user", "assistant", "attachment", "system"})
 
@@ -104,6 +107,20 @@ class _SessionState:
                 self.writer_lock.release()
 
 
+def _json_value(raw: bytes) -> object:
+    """One line's JSON value, ``None`` when it is not JSON. orjson refuses what the reader accepts (an
+    invalid UTF-8 byte, a lone surrogate escape, issue 15), so those lines are read the reader's way:
+    bytes decoded with U+FFFD, then the standard parser; their uuid still counts for de-dup and chain."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(decode_utf8_replacing(raw)[0])
+    except ValueError:
+        return None
+
+
 def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
     """The uuids of every message line in ``path`` and the uuid of the last chain participant."""
     uuids: set[str] = set()
@@ -115,10 +132,7 @@ def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
     for raw in data.split(b"\n"):
         if b'"uuid"' not in raw:
             continue
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
+        value = _json_value(raw)
         if not isinstance(value, dict):
             continue
         uuid = value.get("uuid")
@@ -150,19 +164,25 @@ class TranscriptStore:
         self._filesystem_sync = FilesystemSync(FSYNC_POOL) if use_syncfs else None
 
     # ------------------------------------------------------------------ files and sessions
-    def _file(self, path: Path) -> DurableJsonlFile:
+    def _file(self, path: Path, session_id: str | None) -> DurableJsonlFile:
         return DurableJsonlFile(
             path,
             min_sync_interval_s=self.config.min_sync_interval_s,
-            on_torn_tail=self._on_torn_tail,
+            on_torn_tail=functools.partial(self._torn_tail, session_id),
             filesystem_sync=self._filesystem_sync,
         )
 
-    def _path_file(self, path: Path) -> DurableJsonlFile:
+    def _torn_tail(self, session_id: str | None, torn: TornTail) -> None:
+        """Every torn tail is logged and counted; the constructor's callback (tests) sees it too."""
+        report_torn_tail(torn, session_id=session_id)
+        if self._on_torn_tail is not None:
+            self._on_torn_tail(torn)
+
+    def _path_file(self, path: Path, session_id: str | None) -> DurableJsonlFile:
         """The appender of a file that is not a main session file (sub-agent files, written-back files)."""
         file = self._other_files.get(path)
         if file is None:
-            file = self._other_files[path] = self._file(path)
+            file = self._other_files[path] = self._file(path, session_id)
         return file
 
     def _locate_session_file(self, session_id: str, cwd: str) -> Path:
@@ -201,7 +221,7 @@ class TranscriptStore:
         writer_lock = SessionLock.acquire(self.root, session_id, timeout_s=self.config.lock_timeout_s)
         try:
             path = self._locate_session_file(session_id, cwd)
-            file = self._file(path)
+            file = self._file(path, session_id)
             file.recover()
             uuids, last = _scan_session_file(path)
         except BaseException:
@@ -353,7 +373,7 @@ class TranscriptStore:
         (``isSidechain: true``, ``agentId``); no uuid de-dup, and the main set is untouched."""
         cleaned = clean_messages_for_logging(messages, self.config.cleaning)
         path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
-        file = self._path_file(path)
+        file = self._path_file(path, session_id)
         stamp = self.config.stamp.values(cwd=cwd, session_id=session_id)
         team = TeamInfo(team_name, agent_name)
         chain = build_chain_lines(cleaned, starting_parent, stamp=stamp, team=team, agent_id=agent_id)
@@ -383,7 +403,7 @@ class TranscriptStore:
         unmaterialized buffer (the [OBS] fix: a just-recorded target is never missed), then from disk."""
         if agent_id is not None:
             path = subagent_file(self.root, cwd, session_id, agent_id, subdir)
-            return await self._remove_from_file(self._path_file(path), uuid)
+            return await self._remove_from_file(self._path_file(path, session_id), uuid)
         state = await self._session(session_id, cwd)
         async with state.lock:
             if uuid in state.buffered_uuids:
@@ -409,7 +429,7 @@ class TranscriptStore:
         """Append already-built transcript lines verbatim (no restamping, no de-dup) to ``path`` — e.g. a
         loaded file written back, or an imported session. Returns the number of lines; durable on return."""
         if lines:
-            await self._path_file(path).append([dump_line(line) for line in lines])
+            await self._path_file(path, None).append([dump_line(line) for line in lines])
         return len(lines)
 
     # ------------------------------------------------------------------ lifecycle

@@ -2,9 +2,10 @@
 
 Every batch is appended as whole ``\\n``-terminated lines, so bytes after the last ``\\n`` can only be a
 write that a crash (or a full disk) interrupted; no caller was told they were durable. They are never
-silently dropped: they are first appended to a ``<file>.torn`` sidecar (fsynced), reported, and only then
-cut from the transcript. A tail that is a complete JSON value (a hand-edited file without a final
-newline) is kept and just terminated.
+silently dropped: they are first appended to a ``<file>.torn`` sidecar (fsynced), then cut from the
+transcript, and reported (:func:`report_torn_tail`: a structured log line and the
+``agentbus_transcript_torn_tails_total`` counter). A tail that is a complete JSON value (a hand-edited
+file without a final newline) is kept and just terminated.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import structlog
+
+from services.observability import metrics
+
+log = structlog.get_logger(__name__)
 
 _CHUNK = 64 * 1024
 
@@ -110,3 +117,20 @@ def recover_torn_tail(path: Path) -> TornTail | None:
         return TornTail(path=path, offset=boundary, data=data, action="truncated", saved_to=saved_to)
     finally:
         os.close(fd)
+
+
+def report_torn_tail(torn: TornTail, *, session_id: str | None) -> None:
+    """Log what start-up repair did to ``session_id``'s file (a warning when bytes were cut: they were
+    a write nobody was told was durable) and count it."""
+    saved_to = str(torn.saved_to) if torn.saved_to is not None else None
+    report = log.warning if torn.action == "truncated" else log.info
+    report(
+        "transcript_torn_tail",
+        session_id=session_id,
+        action=torn.action,
+        bytes=len(torn.data),
+        offset=torn.offset,
+        path=str(torn.path),
+        saved_to=saved_to,
+    )
+    metrics.record_torn_tail(torn.action, len(torn.data))

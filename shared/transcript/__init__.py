@@ -20,6 +20,7 @@ from shared.transcript.chain import (
 )
 from shared.transcript.fixups import (
     RelinkOutcome,
+    ResumedMessage,
     TranscriptMessage,
     apply_preserved_segment_relinks,
     apply_snip_removals,
@@ -48,6 +49,8 @@ from shared.transcript.lines import (
     LastPromptLine,
     MetadataLine,
     ModeLine,
+    OtherEntryLine,
+    OtherMessageLine,
     PrLinkLine,
     QueueOperationLine,
     SpeculationAcceptLine,
@@ -60,11 +63,19 @@ from shared.transcript.lines import (
     WorktreeStateLine,
     dump_line,
     is_message_line,
+    is_progress_line,
     line_to_wire,
+    model_refusal,
     parse_line,
 )
 from shared.transcript.loader import Transcript, build_transcript, compute_leaf_uuids
-from shared.transcript.reader import NumberedLine, TranscriptParse, read_transcript
+from shared.transcript.reader import (
+    LineWarningKind,
+    NumberedLine,
+    TranscriptLineWarning,
+    TranscriptParse,
+    read_transcript,
+)
 from shared.transcript.resume import (
     KAIROS_TERMINAL_TOOLS,
     PERMISSION_MODES,
@@ -74,6 +85,12 @@ from shared.transcript.resume import (
     detect_turn_interruption,
     filter_unresolved_tool_uses,
     resume_session,
+)
+from shared.transcript.unicode_text import (
+    decode_utf8_replacing,
+    escape_lone_surrogates,
+    replace_lone_surrogates,
+    well_formed_json,
 )
 
 __all__ = [
@@ -97,15 +114,19 @@ __all__ = [
     "Interruption",
     "LastPromptLine",
     "LeafMode",
+    "LineWarningKind",
     "MetadataLine",
     "ModeLine",
     "NumberedLine",
+    "OtherEntryLine",
+    "OtherMessageLine",
     "PrLinkLine",
     "QueueOperationLine",
     "RelinkOutcome",
     "RepairAction",
     "RepairResult",
     "ResumeResult",
+    "ResumedMessage",
     "SessionMetadata",
     "SpeculationAcceptLine",
     "SummaryLine",
@@ -115,6 +136,7 @@ __all__ = [
     "TranscriptError",
     "TranscriptLine",
     "TranscriptLineError",
+    "TranscriptLineWarning",
     "TranscriptMessage",
     "TranscriptMessageLine",
     "TranscriptParse",
@@ -126,19 +148,24 @@ __all__ = [
     "build_conversation_chain",
     "build_transcript",
     "compute_leaf_uuids",
+    "decode_utf8_replacing",
     "deserialize_for_resume",
     "detect_turn_interruption",
     "diagnose_no_conversation",
     "dump_line",
+    "escape_lone_surrogates",
     "filter_unresolved_tool_uses",
     "is_message_line",
+    "is_progress_line",
     "line_to_wire",
     "main_chain",
+    "model_refusal",
     "parse_line",
     "read_transcript",
     "recover_orphaned_parallel_tool_results",
     "remove_chain_fields",
     "repair_transcript",
+    "replace_lone_surrogates",
     "resume_session",
     "select_leaf",
     "session_metadata",
@@ -146,4 +173,5 @@ __all__ = [
     "subagent_chain",
     "timestamp_ms",
     "verify_transcript",
+    "well_formed_json",
 ]

@@ -25,7 +25,7 @@ def diagnose_no_conversation(parse: TranscriptParse) -> UnusableTranscript:
         return UnusableTranscript("empty", "empty file: no JSONL line")
     if not parse.lines:
         first = parse.errors[0]
-        if first.kind == "bad_utf8":
+        if "\ufffd" in first.raw or "\x00" in first.raw:  # undecodable bytes (read as U+FFFD) or NUL: binary
             return UnusableTranscript("binary", "binary data, not UTF-8 text", line_number=first.line_number)
         return UnusableTranscript(
             "not_jsonl",

@@ -18,7 +18,7 @@ from shared.errors import BrokenTranscriptChain
 from shared.json_types import JsonValue
 from shared.messages import AssistantMessage, UserMessage
 from shared.transcript.fixups import TranscriptMessage
-from shared.transcript.lines import PrLinkLine
+from shared.transcript.lines import OtherMessageLine, PrLinkLine
 from shared.transcript.loader import Transcript
 from shared.wire import without_fields
 
@@ -28,9 +28,11 @@ LeafMode = Literal["jsonl_path", "session_id", "picker"]
 ``picker`` = ``/resume`` picker and ``--continue`` (latest leaf, sidechains not excluded)."""
 
 
-def timestamp_ms(timestamp: str) -> float | None:
+def timestamp_ms(timestamp: str | None) -> float | None:
     """Milliseconds since the epoch of an ISO-8601 timestamp, like ``Date.parse`` (None when it does
-    not parse, where JavaScript gets NaN). A timestamp without an offset is read as UTC."""
+    not parse or is absent, where JavaScript gets NaN). A timestamp without an offset is read as UTC."""
+    if timestamp is None:
+        return None
     try:
         moment = datetime.fromisoformat(timestamp)
     except ValueError:
@@ -86,6 +88,10 @@ def _has_tool_result(message: UserMessage) -> bool:
     return not isinstance(content, str) and any(isinstance(block, ToolResultBlock) for block in content)
 
 
+def _timestamp_text(message: TranscriptMessage) -> str:
+    return message.timestamp or ""
+
+
 def recover_orphaned_parallel_tool_results(
     messages: Mapping[str, TranscriptMessage], chain: Sequence[TranscriptMessage]
 ) -> list[TranscriptMessage]:
@@ -126,7 +132,7 @@ def recover_orphaned_parallel_tool_results(
         ]
         if not siblings and not results:
             continue
-        recovered = sorted(siblings, key=lambda m: m.timestamp) + sorted(results, key=lambda m: m.timestamp)
+        recovered = sorted(siblings, key=_timestamp_text) + sorted(results, key=_timestamp_text)
         on_chain.update(message.uuid for message in recovered)
         inserts[anchor_by_id[group_id]] = recovered
     if not inserts:
@@ -173,15 +179,25 @@ def subagent_chain(transcript: Transcript, agent_id: str | None = None) -> list[
 
 
 _CHAIN_FIELDS = ("parent_uuid", "is_sidechain")
+_CHAIN_KEYS = ("parentUuid", "isSidechain")
+
+
+def _without_chain_fields(message: TranscriptMessage) -> TranscriptMessage:
+    if isinstance(message, OtherMessageLine):
+        # Only ``parentUuid`` is a field of an other-shaped line; ``isSidechain`` is one of its extras.
+        wire = message.to_wire()
+        if wire.keys().isdisjoint(_CHAIN_KEYS):
+            return message
+        return OtherMessageLine.model_validate({key: value for key, value in wire.items() if key not in _CHAIN_KEYS})
+    if message.model_fields_set.isdisjoint(_CHAIN_FIELDS):
+        return message
+    return without_fields(message, *_CHAIN_FIELDS)
 
 
 def remove_chain_fields(messages: Iterable[TranscriptMessage]) -> list[TranscriptMessage]:
     """R7.19 ``removeExtraFields``: drop ``parentUuid`` and ``isSidechain``; the rest of the envelope
     (cwd, sessionId, version…) stays."""
-    return [
-        message if message.model_fields_set.isdisjoint(_CHAIN_FIELDS) else without_fields(message, *_CHAIN_FIELDS)
-        for message in messages
-    ]
+    return [_without_chain_fields(message) for message in messages]
 
 
 @dataclass(frozen=True)

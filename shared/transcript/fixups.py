@@ -13,9 +13,14 @@ from typing import Literal
 from shared.json_types import JsonValue
 from shared.messages import AssistantMessage, AttachmentMessage, UserMessage
 from shared.system_messages import CompactBoundarySystemMessage, SystemMessage
+from shared.transcript.lines import OtherMessageLine
 
-TranscriptMessage = UserMessage | AssistantMessage | AttachmentMessage | SystemMessage
-"""R7.6 ``isTranscriptMessage``: what the loaded map holds (progress lines are bridged, not loaded)."""
+ResumedMessage = UserMessage | AssistantMessage | AttachmentMessage | SystemMessage
+"""The messages a resume returns: the transcript messages of R7.6 the models understand."""
+
+TranscriptMessage = ResumedMessage | OtherMessageLine
+"""R7.6 ``isTranscriptMessage``: what the loaded map holds (progress lines are bridged, not loaded). A
+line its model refuses is kept as an :class:`OtherMessageLine` so the chain walks through it (R7.14)."""
 
 MessageMap = dict[str, TranscriptMessage]
 

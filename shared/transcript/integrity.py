@@ -14,10 +14,17 @@ from typing import Literal
 
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.messages import AssistantMessage, ProgressMessage, UserMessage
+from shared.messages import AssistantMessage, UserMessage
 from shared.system_messages import CompactBoundarySystemMessage
-from shared.transcript.lines import is_message_line
+from shared.transcript.lines import (
+    OtherEntryLine,
+    OtherMessageLine,
+    is_message_line,
+    is_progress_line,
+    model_refusal,
+)
 from shared.transcript.reader import NumberedLine, TranscriptParse
+from shared.transcript.unicode_text import escape_lone_surrogates
 
 Severity = Literal["error", "warning"]
 IssueKind = Literal[
@@ -29,6 +36,9 @@ IssueKind = Literal[
     "orphan_tool_result",
     "placeholder_result",
     "multiple_roots",
+    "other_shape",
+    "invalid_utf8",
+    "lone_surrogate",
 ]
 RepairKind = Literal["dropped_malformed", "dropped_duplicate", "reparented", "cycle_broken"]
 
@@ -109,7 +119,7 @@ def _node(numbered: NumberedLine) -> _Node | None:
         uuid=uuid,
         parent=parent,
         lane=(bool(getattr(line, "is_sidechain", False)), getattr(line, "agent_id", None)),
-        participant=not isinstance(line, ProgressMessage),
+        participant=not is_progress_line(line),
         boundary=isinstance(line, CompactBoundarySystemMessage),
     )
 
@@ -216,9 +226,32 @@ def _root_issue(nodes: Sequence[_Node]) -> IntegrityIssue | None:
     return IntegrityIssue("multiple_roots", "warning", tuple(roots), f"{len(roots)} main-chain roots (parentUuid null)")
 
 
+def _other_shape_issues(lines: Iterable[NumberedLine]) -> list[IntegrityIssue]:
+    """Lines their model refuses: message lines are kept and walked through (R7.14) but never sent to
+    the API; metadata lines are kept but not loaded."""
+    issues: list[IntegrityIssue] = []
+    for numbered in lines:
+        line = numbered.line
+        if isinstance(line, OtherMessageLine | OtherEntryLine):
+            where = ", ".join(model_refusal(line)) or "<line>"
+            kept = (
+                "kept in the chain, left out of the API view"
+                if isinstance(line, OtherMessageLine)
+                else "kept, not loaded"
+            )
+            detail = f"{line.type} line its model refuses at {where}: {kept}"
+            uuid = line.uuid if isinstance(line, OtherMessageLine) else None
+            issues.append(IntegrityIssue("other_shape", "warning", (numbered.line_number,), detail, uuid))
+    return issues
+
+
 def verify_transcript(parse: TranscriptParse) -> IntegrityReport:
     """Every structural problem of a parsed file, with the line numbers involved."""
     issues = [IntegrityIssue("malformed_line", "error", (error.line_number,), str(error)) for error in parse.errors]
+    issues.extend(
+        IntegrityIssue(warning.kind, "warning", (warning.line_number,), warning.detail) for warning in parse.warnings
+    )
+    issues.extend(_other_shape_issues(parse.lines))
     nodes, duplicates = _first_occurrences(parse)
     by_number = {numbered.line_number: numbered.line for numbered in parse.lines} if duplicates else {}
     for kept, duplicate in duplicates:
@@ -258,7 +291,7 @@ def _reparented(raw: str, parent: str | None) -> str:
     """The line with ``parentUuid`` replaced in place (key order kept; compact JSON)."""
     value = json.loads(raw)
     value = value | {"parentUuid": parent} if "parentUuid" in value else {"parentUuid": parent, **value}
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _reaches(parents: dict[str, str | None], start: str | None, target: str) -> bool:

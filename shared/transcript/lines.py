@@ -4,7 +4,12 @@ Every line is one JSON object with a string ``type``:
 
 * message lines (``user``, ``assistant``, ``system``, ``progress``, ``attachment``) are the stored
   :mod:`shared.messages` models, which already carry the transcript envelope;
-* metadata lines (R7.4) are the small models below, one per kind;
+* a message line its model refuses (an older or newer shape: a missing ``timestamp``, a ``message``
+  that is not an object…) but that has a string ``uuid`` is an :class:`OtherMessageLine` of its
+  ``type``: kept verbatim and walked through by the chain (R7.14 stores every transcript message by
+  uuid, whatever its shape), never sent to the API;
+* metadata lines (R7.4) are the small models below, one per kind (one whose fields have other JSON
+  types is an :class:`OtherEntryLine`, kept verbatim);
 * any other ``type`` (newer Claude Code builds, third-party tools) is an :class:`UnknownLine`, kept
   verbatim.
 
@@ -32,10 +37,12 @@ from shared.messages import (
     parse_message,
 )
 from shared.system_messages import SYSTEM_SUBTYPE_TAGS, SystemMessage, SystemMessageBase
+from shared.transcript.unicode_text import escape_lone_surrogates
 from shared.wire import ROUTED_ELSEWHERE, CamelModel, only_routed_to
 
 TranscriptMessageLine = UserMessage | AssistantMessage | SystemMessage | ProgressMessage | AttachmentMessage
-"""A message line: the stored kinds of R1.1 (progress only in files written before its removal, R7.16)."""
+"""A message line: the stored kinds of R1.1 (progress only in files written before its removal, R7.16).
+A message line its model refuses is an :class:`OtherMessageLine`."""
 
 
 class SummaryLine(CamelModel):
@@ -179,6 +186,52 @@ class ContextCollapseSnapshotLine(CamelModel):
     session_id: str | None = None
 
 
+class OtherMessageLine(CamelModel):
+    """A ``user``/``assistant``/``system``/``progress``/``attachment`` line whose model refuses it, kept
+    verbatim as a link of the parent chain (R7.14: Claude Code maps every transcript message by uuid,
+    whatever its shape, so its children still reach the root through it).
+
+    Only what the chain needs is modelled: ``uuid`` and ``parentUuid`` (a line whose own link is not a
+    string stays malformed: it cannot be walked). The envelope read by leaf selection (``timestamp``,
+    ``isSidechain``, ``agentId``, ``sessionId``) is read from the extras, ``None`` when absent or of
+    another JSON type. Resume drops these lines from the history it returns, as Claude Code's
+    normalization drops what the API does not understand; :func:`model_refusal` says why the model
+    refused one."""
+
+    type: str
+    uuid: str
+    parent_uuid: str | None = None
+
+    def _extra_string(self, key: str) -> str | None:
+        value = (self.model_extra or {}).get(key)
+        return value if isinstance(value, str) else None
+
+    @property
+    def timestamp(self) -> str | None:
+        return self._extra_string("timestamp")
+
+    @property
+    def agent_id(self) -> str | None:
+        return self._extra_string("agentId")
+
+    @property
+    def session_id(self) -> str | None:
+        return self._extra_string("sessionId")
+
+    @property
+    def is_sidechain(self) -> bool | None:
+        value = (self.model_extra or {}).get("isSidechain")
+        return value if isinstance(value, bool) else None
+
+
+class OtherEntryLine(CamelModel):
+    """A metadata line (R7.4) whose fields have other JSON types than its model expects (an older or
+    newer build's shape); kept verbatim (so repair never drops it), not loaded into the session maps.
+    :func:`model_refusal` says why its model refused it."""
+
+    type: str
+
+
 class UnknownLine(CamelModel):
     """A line whose ``type`` agentbus does not model; kept verbatim."""
 
@@ -230,8 +283,20 @@ _METADATA_MODELS: tuple[type[CamelModel], ...] = (
     ContextCollapseSnapshotLine,
 )
 
-METADATA_TYPES: frozenset[str] = frozenset(str(model.model_fields["type"].default) for model in _METADATA_MODELS)
+_METADATA_MODEL_OF_TYPE: dict[str, type[CamelModel]] = {
+    str(model.model_fields["type"].default): model for model in _METADATA_MODELS
+}
+METADATA_TYPES: frozenset[str] = frozenset(_METADATA_MODEL_OF_TYPE)
 """The ``type`` values of R7.4."""
+
+
+def _other_shape_tag(value: Any) -> str:
+    """Route a line of a modelled kind to :class:`OtherMessageLine` or :class:`OtherEntryLine` (tried only
+    after its own model failed)."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if kind in STORED_TYPES:
+        return "other_message"
+    return "other_entry" if kind in METADATA_TYPES else "unmodelled"
 
 
 def _line_tag(value: Any) -> str:
@@ -278,14 +343,18 @@ _KnownLine = Annotated[
     Field(discriminator="type"),
 ]
 
-# The literal ``type`` is looked up in Rust; UnknownLine takes exactly what ``_line_tag`` routes to it
-# (a string ``type`` agentbus does not model), so a known kind that fails its model stays an error.
+# The literal ``type`` is looked up in Rust; OtherMessageLine and OtherEntryLine take a message or
+# metadata kind its own model refused, UnknownLine exactly what ``_line_tag`` routes to it (a string
+# ``type`` agentbus does not model).
 TranscriptLine = Annotated[
-    _KnownLine | Annotated[UnknownLine, BeforeValidator(only_routed_to("unknown", _line_tag))],
+    _KnownLine
+    | Annotated[OtherMessageLine, BeforeValidator(only_routed_to("other_message", _other_shape_tag))]
+    | Annotated[OtherEntryLine, BeforeValidator(only_routed_to("other_entry", _other_shape_tag))]
+    | Annotated[UnknownLine, BeforeValidator(only_routed_to("unknown", _line_tag))],
     Field(union_mode="left_to_right"),
     SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]
-"""Any transcript line: a stored message, a metadata entry, or an unknown kind."""
+"""Any transcript line: a stored message, an other-shaped message line, a metadata entry, or an unknown kind."""
 
 TRANSCRIPT_LINE_ADAPTER: TypeAdapter[TranscriptLine] = TypeAdapter(TranscriptLine)
 _validate_line_json = TRANSCRIPT_LINE_ADAPTER.validator.validate_json
@@ -297,8 +366,29 @@ _OWN_FIELDS_FIRST = ("type", "subtype", "message", "uuid", "timestamp")
 
 
 def is_message_line(line: TranscriptLine) -> bool:
-    """True for user/assistant/system/progress/attachment lines (they carry uuid and parentUuid)."""
-    return isinstance(line, UserMessage | AssistantMessage | SystemMessageBase | ProgressMessage | AttachmentMessage)
+    """True for user/assistant/system/progress/attachment lines, other-shaped ones included (they carry
+    uuid and parentUuid)."""
+    return isinstance(
+        line,
+        UserMessage | AssistantMessage | SystemMessageBase | ProgressMessage | AttachmentMessage | OtherMessageLine,
+    )
+
+
+def is_progress_line(line: TranscriptLine) -> bool:
+    """A ``progress`` line, well-formed or not: bridged by R7.16, never a chain participant (R7.6)."""
+    return isinstance(line, ProgressMessage) or (isinstance(line, OtherMessageLine) and line.type == "progress")
+
+
+def model_refusal(line: OtherMessageLine | OtherEntryLine) -> list[str]:
+    """The field paths the line's own model refuses (``timestamp``, ``message.content``…), for reports."""
+    try:
+        if isinstance(line, OtherMessageLine):
+            parse_message(line.to_wire())
+        else:
+            _METADATA_MODEL_OF_TYPE[line.type].model_validate(line.to_wire(), by_alias=True, by_name=False)
+    except ValidationError as exc:
+        return _error_locations(exc)
+    return []
 
 
 _BRANCH_LABELS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
@@ -369,8 +459,11 @@ def _reject_constant(name: str) -> JsonValue:
 def parse_line(text: str, line_number: int) -> TranscriptLine:
     """R7.14 for one line: parse ``text`` (one JSONL line, surrounding whitespace allowed).
 
-    Raises :class:`TranscriptLineError` (kinds ``bad_json``, ``not_an_object``, ``missing_type``,
-    ``invalid_message``, ``invalid_entry``) carrying ``line_number`` and the raw text.
+    A message line its model refuses is an :class:`OtherMessageLine` when it has a string ``uuid`` (and
+    a string or null ``parentUuid``): it stays a link of the chain; a metadata line its model refuses
+    is an :class:`OtherEntryLine`. Raises :class:`TranscriptLineError`
+    (kinds ``bad_json``, ``not_an_object``, ``missing_type``, ``invalid_message`` for a message line
+    without a usable link, ``invalid_entry``) carrying ``line_number`` and the raw text.
     """
     # Fast path: pydantic parses and validates the line in one pass (in Rust). Its JSON parser accepts
     # NaN and Infinity, which JSON.parse (and this reader) reject, so such lines take the checked path;
@@ -394,7 +487,10 @@ def parse_line(text: str, line_number: int) -> TranscriptLine:
         try:
             message = parse_message(obj)
         except ValidationError as exc:
-            raise _invalid(line_number, "invalid_message", text, exc) from exc
+            try:
+                return OtherMessageLine.model_validate(obj, by_alias=True, by_name=False)
+            except ValidationError:
+                raise _invalid(line_number, "invalid_message", text, exc) from exc
         # STORED_TYPES only route to the stored kinds, all members of TranscriptLine.
         return cast("TranscriptLine", message)
     try:
@@ -421,5 +517,7 @@ def line_to_wire(line: TranscriptLine) -> JsonObject:
 
 
 def dump_line(line: TranscriptLine) -> str:
-    """Compact JSON of one line (no spaces, non-ASCII kept, like ``JSON.stringify``), without newline."""
-    return json.dumps(line_to_wire(line), ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON of one line (no spaces, non-ASCII kept, like ``JSON.stringify``), without newline.
+    Lone surrogates read from ``\\udXXX`` escapes are written back as escapes, so the line encodes as
+    UTF-8 (as ``JSON.stringify`` writes them)."""
+    return escape_lone_surrogates(json.dumps(line_to_wire(line), ensure_ascii=False, separators=(",", ":")))

@@ -36,12 +36,14 @@ from shared.transcript.lines import (
     FileHistorySnapshotLine,
     LastPromptLine,
     ModeLine,
+    OtherMessageLine,
     PrLinkLine,
     SummaryLine,
     TagLine,
     TaskSummaryLine,
     TranscriptLine,
     WorktreeStateLine,
+    is_progress_line,
 )
 from shared.transcript.reader import TranscriptParse
 
@@ -131,7 +133,7 @@ class _Loading:
             self.commits.clear()
             self.snapshot = None
 
-    def add_progress(self, progress: ProgressMessage) -> None:
+    def add_progress(self, progress: ProgressMessage | OtherMessageLine) -> None:
         """R7.16: remember where a legacy progress line's children must hang instead."""
         self.progress_bridge[progress.uuid] = bridge_progress_parent(self.progress_bridge, progress.parent_uuid)
 
@@ -172,6 +174,13 @@ class _Loading:
             self.replacements.setdefault(line.session_id, []).extend(records)
 
 
+def is_user_or_assistant(message: TranscriptMessage) -> bool:
+    """A user or assistant line, an other-shaped one included (Claude Code tests ``type`` alone)."""
+    if isinstance(message, OtherMessageLine):
+        return message.type in ("user", "assistant")
+    return isinstance(message, UserMessage | AssistantMessage)
+
+
 def compute_leaf_uuids(
     messages: Mapping[str, TranscriptMessage], *, prune: bool = False
 ) -> tuple[tuple[str, ...], bool]:
@@ -182,9 +191,7 @@ def compute_leaf_uuids(
     user/assistant child are skipped."""
     parents = {message.parent_uuid for message in messages.values() if message.parent_uuid is not None}
     has_ua_child = {
-        message.parent_uuid
-        for message in messages.values()
-        if message.parent_uuid and isinstance(message, UserMessage | AssistantMessage)
+        message.parent_uuid for message in messages.values() if message.parent_uuid and is_user_or_assistant(message)
     }
     leaves: set[str] = set()
     has_cycle = False
@@ -196,7 +203,7 @@ def compute_leaf_uuids(
                 has_cycle = True
                 break
             seen.add(current.uuid)
-            if isinstance(current, UserMessage | AssistantMessage):
+            if is_user_or_assistant(current):
                 if not (prune and current.uuid in has_ua_child):
                     leaves.add(current.uuid)
                 break
@@ -213,9 +220,11 @@ def build_transcript(source: TranscriptParse | Iterable[TranscriptLine], *, prun
     )
     loading = _Loading()
     for line_number, line in numbered:
-        if isinstance(line, ProgressMessage):
+        if isinstance(line, ProgressMessage | OtherMessageLine) and is_progress_line(line):
             loading.add_progress(line)
-        elif isinstance(line, UserMessage | AssistantMessage | AttachmentMessage | SystemMessageBase):
+        elif isinstance(
+            line, UserMessage | AssistantMessage | AttachmentMessage | SystemMessageBase | OtherMessageLine
+        ):
             loading.add_message(line, line_number)
         else:
             loading.add_metadata(line)

@@ -3,16 +3,21 @@
 Claude Code splits on ``\\n``, trims, skips blank and malformed lines and strips a UTF-8 BOM. agentbus
 does the same, except that every malformed line is kept as a :class:`TranscriptLineError` value
 (with its 1-based line number) next to the good lines, so callers can report or repair it.
+
+A line with invalid UTF-8 bytes is decoded with U+FFFD and parsed like any other (Node's ``readFile``
+with ``utf8`` does the same), so one bad byte does not break the chain; it is reported as a
+:class:`TranscriptLineWarning`, as is a line whose JSON escapes decode to lone surrogates.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from shared.errors import TranscriptLineError
 from shared.transcript.lines import TranscriptLine, parse_line
+from shared.transcript.unicode_text import decode_utf8_replacing, json_line_lone_surrogates
 
 _BOM = "\ufeff"
 _BOM_BYTES = b"\xef\xbb\xbf"
@@ -24,6 +29,32 @@ class NumberedLine(NamedTuple):
     line_number: int
     line: TranscriptLine
     raw: str
+
+
+LineWarningKind = Literal["invalid_utf8", "lone_surrogate"]
+
+
+@dataclass(frozen=True)
+class TranscriptLineWarning:
+    """A line that was read, but not exactly as written (issue 15).
+
+    ``invalid_utf8``: ``count`` invalid byte sequences were decoded as U+FFFD (the line is kept, its
+    text differs from the file's bytes there). ``lone_surrogate``: ``count`` JSON escapes decode to
+    unpaired UTF-16 halves; the line model keeps them, and writers replace (API output) or re-escape
+    (JSONL) them, since UTF-8 cannot encode them."""
+
+    line_number: int
+    kind: LineWarningKind
+    count: int
+
+    @property
+    def detail(self) -> str:
+        if self.kind == "invalid_utf8":
+            return f"{self.count} invalid UTF-8 byte sequence(s) read as U+FFFD"
+        return f"{self.count} lone surrogate(s) (unpaired \\ud800-\\udfff escapes); written out as U+FFFD"
+
+    def __str__(self) -> str:
+        return f"line {self.line_number}: {self.kind}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +70,8 @@ class TranscriptParse:
     torn_tail: bool = False
     line_count: int = 0
     """Physical lines seen (blank ones included), i.e. the highest line number."""
+    warnings: tuple[TranscriptLineWarning, ...] = ()
+    """Lines kept but not read exactly as written (invalid bytes, lone surrogates), in file order."""
 
     @property
     def entries(self) -> list[TranscriptLine]:
@@ -46,8 +79,8 @@ class TranscriptParse:
         return [numbered.line for numbered in self.lines]
 
 
-def _split_bytes(data: bytes) -> Iterator[tuple[str | None, str, bool]]:
-    """Physical lines of ``data`` as ``(text or None when undecodable, raw text, newline-terminated)``."""
+def _split_bytes(data: bytes) -> Iterator[tuple[str, bool, int]]:
+    """Physical lines of ``data`` as ``(text, newline-terminated, invalid byte sequences replaced)``."""
     if data.startswith(_BOM_BYTES):
         data = data[len(_BOM_BYTES) :]
     pieces = data.split(b"\n")
@@ -55,15 +88,11 @@ def _split_bytes(data: bytes) -> Iterator[tuple[str | None, str, bool]]:
         terminated = index < len(pieces) - 1
         if not terminated and not piece:
             return
-        try:
-            text = piece.decode("utf-8")
-        except UnicodeDecodeError:
-            yield None, piece.decode("utf-8", errors="replace"), terminated
-        else:
-            yield text, text, terminated
+        text, replaced = decode_utf8_replacing(piece)
+        yield text, terminated, replaced
 
 
-def _split_text(chunks: Iterable[str]) -> Iterator[tuple[str | None, str, bool]]:
+def _split_text(chunks: Iterable[str]) -> Iterator[tuple[str, bool, int]]:
     """Physical lines of text arriving in arbitrary chunks (whole lines, a file object, one string)."""
     pending = ""
     first = True
@@ -76,14 +105,15 @@ def _split_text(chunks: Iterable[str]) -> Iterator[tuple[str | None, str, bool]]
             continue
         *complete, pending = pending.split("\n")
         for text in complete:
-            yield text, text, True
+            yield text, True, 0
     if pending:
-        yield pending, pending, False
+        yield pending, False, 0
 
 
 def read_transcript(data: str | bytes | Iterable[str]) -> TranscriptParse:
     """R7.14: parse a whole transcript. Blank lines are skipped (they still count for numbering);
-    each malformed line becomes a :class:`TranscriptLineError`; nothing raises."""
+    each malformed line becomes a :class:`TranscriptLineError`, each line not read exactly as written a
+    :class:`TranscriptLineWarning`; nothing raises."""
     if isinstance(data, bytes):
         physical = _split_bytes(data)
     elif isinstance(data, str):
@@ -92,16 +122,11 @@ def read_transcript(data: str | bytes | Iterable[str]) -> TranscriptParse:
         physical = _split_text(data)
     good: list[NumberedLine] = []
     errors: list[TranscriptLineError] = []
+    warnings: list[TranscriptLineWarning] = []
     line_number = 0
     torn_tail = False
-    for text, raw, terminated in physical:
+    for text, terminated, replaced in physical:
         line_number += 1
-        if text is None:
-            errors.append(
-                TranscriptLineError(line_number, "bad_utf8", raw, detail="not valid UTF-8", torn=not terminated)
-            )
-            torn_tail = not terminated
-            continue
         if not text.strip():
             continue
         try:
@@ -111,4 +136,11 @@ def read_transcript(data: str | bytes | Iterable[str]) -> TranscriptParse:
                 error.torn = True
                 torn_tail = True
             errors.append(error)
-    return TranscriptParse(lines=tuple(good), errors=tuple(errors), torn_tail=torn_tail, line_count=line_number)
+            continue
+        if replaced:
+            warnings.append(TranscriptLineWarning(line_number, "invalid_utf8", replaced))
+        if surrogates := json_line_lone_surrogates(text):
+            warnings.append(TranscriptLineWarning(line_number, "lone_surrogate", surrogates))
+    return TranscriptParse(
+        lines=tuple(good), errors=tuple(errors), torn_tail=torn_tail, line_count=line_number, warnings=tuple(warnings)
+    )

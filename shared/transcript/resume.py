@@ -26,9 +26,10 @@ from shared.normalize.post_passes import (
 )
 from shared.system_messages import SystemMessageBase
 from shared.transcript.chain import LeafMode, build_conversation_chain, remove_chain_fields, select_leaf
-from shared.transcript.fixups import TranscriptMessage, js_truthy
+from shared.transcript.fixups import ResumedMessage, TranscriptMessage, js_truthy
+from shared.transcript.lines import OtherMessageLine
 from shared.transcript.loader import build_transcript
-from shared.transcript.reader import read_transcript
+from shared.transcript.reader import TranscriptLineWarning, read_transcript
 from shared.wire import without_fields
 
 Interruption = Literal["none", "interrupted_prompt", "interrupted_turn"]
@@ -50,7 +51,7 @@ class ResumeResult:
     ``interrupted_prompt`` of the continuation); ``interrupted_message`` is the user message a
     caller would re-submit (the last prompt, or the continuation)."""
 
-    messages: list[TranscriptMessage]
+    messages: list[ResumedMessage]
     interruption: Interruption = "none"
     interrupted_message: UserMessage | None = None
     leaf_uuid: str | None = None
@@ -60,6 +61,10 @@ class ResumeResult:
     """Malformed lines of the file (Claude Code skips them; listed here so they can be reported)."""
     chain_uuids: frozenset[str] = frozenset()
     """The uuids of the chain walked from the leaf (R7.18), before the resume's clean-up (R7.20)."""
+    line_warnings: tuple[TranscriptLineWarning, ...] = ()
+    """Lines read, but not exactly as written (invalid UTF-8 bytes, lone surrogates)."""
+    skipped_lines: tuple[OtherMessageLine, ...] = ()
+    """Lines of the chain whose shape no model accepts: walked through, left out of ``messages``."""
 
 
 def _relative_path(start: str, target: str) -> str:
@@ -77,7 +82,7 @@ def _relative_path(start: str, target: str) -> str:
     return "/".join([".."] * (len(start_parts) - common) + target_parts[common:])
 
 
-def migrate_legacy_attachment(message: TranscriptMessage, cwd: str | None) -> TranscriptMessage:
+def migrate_legacy_attachment(message: ResumedMessage, cwd: str | None) -> ResumedMessage:
     """R7.20.1: ``new_file`` → ``file`` and ``new_directory`` → ``directory``; backfill ``displayPath``
     (relative to ``cwd``, else the message's own cwd) from ``filename``/``path``/``skillDir``."""
     if not isinstance(message, AttachmentMessage):
@@ -101,7 +106,7 @@ def migrate_legacy_attachment(message: TranscriptMessage, cwd: str | None) -> Tr
     return message.model_copy(update={"attachment": attachment})
 
 
-def drop_invalid_permission_mode(message: TranscriptMessage) -> TranscriptMessage:
+def drop_invalid_permission_mode(message: ResumedMessage) -> ResumedMessage:
     """R7.20.2: a user message's ``permissionMode`` outside :data:`PERMISSION_MODES` (a different
     build's mode, or null) is removed from the message."""
     if not isinstance(message, UserMessage) or "permission_mode" not in message.model_fields_set:
@@ -111,7 +116,7 @@ def drop_invalid_permission_mode(message: TranscriptMessage) -> TranscriptMessag
     return without_fields(message, "permission_mode")
 
 
-def filter_unresolved_tool_uses(messages: Sequence[TranscriptMessage]) -> list[TranscriptMessage]:
+def filter_unresolved_tool_uses(messages: Sequence[ResumedMessage]) -> list[ResumedMessage]:
     """R7.20.3: drop an assistant only when it has tool_use blocks and *none* of them has a
     tool_result anywhere in the list (partly answered assistants stay; R4.25–R4.29 fix them)."""
     tool_use_ids: set[str] = set()
@@ -126,7 +131,7 @@ def filter_unresolved_tool_uses(messages: Sequence[TranscriptMessage]) -> list[T
     unresolved = tool_use_ids - result_ids
     if not unresolved:
         return list(messages)
-    kept: list[TranscriptMessage] = []
+    kept: list[ResumedMessage] = []
     for message in messages:
         if isinstance(message, AssistantMessage):
             ids = [block.id for block in message.blocks if isinstance(block, ToolUseBlock)]
@@ -136,7 +141,7 @@ def filter_unresolved_tool_uses(messages: Sequence[TranscriptMessage]) -> list[T
     return kept
 
 
-def is_tool_use_result_message(message: TranscriptMessage) -> bool:
+def is_tool_use_result_message(message: ResumedMessage) -> bool:
     """``isToolUseResultMessage``: a user message whose first block is a tool_result, or that carries
     a truthy ``toolUseResult``."""
     if not isinstance(message, UserMessage):
@@ -147,7 +152,7 @@ def is_tool_use_result_message(message: TranscriptMessage) -> bool:
 
 
 def _is_terminal_tool_result(
-    result: UserMessage, messages: Sequence[TranscriptMessage], index: int, terminal_tools: frozenset[str]
+    result: UserMessage, messages: Sequence[ResumedMessage], index: int, terminal_tools: frozenset[str]
 ) -> bool:
     """R7.20.5: the result answers a tool that ends a turn by design (brief mode)."""
     content = result.message.content
@@ -162,7 +167,7 @@ def _is_terminal_tool_result(
     return False
 
 
-def _turn_relevant(message: TranscriptMessage) -> bool:
+def _turn_relevant(message: ResumedMessage) -> bool:
     """Skip system messages (bookkeeping) and API-error assistants (never sent to the API, R4.4)."""
     if isinstance(message, AssistantMessage):
         return not message.is_api_error_message
@@ -170,7 +175,7 @@ def _turn_relevant(message: TranscriptMessage) -> bool:
 
 
 def detect_turn_interruption(
-    messages: Sequence[TranscriptMessage], *, terminal_tools: frozenset[str] = frozenset()
+    messages: Sequence[ResumedMessage], *, terminal_tools: frozenset[str] = frozenset()
 ) -> tuple[Interruption, UserMessage | None]:
     """R7.20.5 on the last message that is not system, not progress and not an API-error assistant."""
     index = next((i for i in range(len(messages) - 1, -1, -1) if _turn_relevant(messages[i])), -1)
@@ -190,13 +195,13 @@ def detect_turn_interruption(
     return "none", None
 
 
-def _api_filters(messages: list[TranscriptMessage]) -> list[TranscriptMessage]:
+def _api_filters(messages: list[ResumedMessage]) -> list[ResumedMessage]:
     """R7.20.4: R4.14 then R4.16. Both only inspect assistants and merge adjacent user messages, so
     the other kinds in a resumed chain pass through untouched (hence the casts)."""
     as_api = cast("list[ApiMessage]", messages)
     without_thinking, _ = filter_orphaned_thinking_only_messages(as_api)
     without_blank, _ = filter_whitespace_only_assistant_messages(without_thinking)
-    return cast("list[TranscriptMessage]", without_blank)
+    return cast("list[ResumedMessage]", without_blank)
 
 
 def deserialize_for_resume(
@@ -209,9 +214,18 @@ def deserialize_for_resume(
 ) -> ResumeResult:
     """R7.20 steps 1–7 on a loaded chain (step 8, session-start hooks, is the caller's).
 
+    Lines of the chain no model accepts (:class:`OtherMessageLine`) are left out first, as Claude Code's
+    normalization leaves out kinds the API does not know; they are listed in ``skipped_lines``.
     ``cwd`` is the directory legacy attachment paths are made relative to (Claude Code uses the
     process cwd; default: each message's own ``cwd``)."""
-    migrated = [drop_invalid_permission_mode(migrate_legacy_attachment(message, cwd)) for message in chain]
+    understood: list[ResumedMessage] = []
+    skipped: list[OtherMessageLine] = []
+    for message in chain:
+        if isinstance(message, OtherMessageLine):
+            skipped.append(message)
+        else:
+            understood.append(message)
+    migrated = [drop_invalid_permission_mode(migrate_legacy_attachment(message, cwd)) for message in understood]
     messages = _api_filters(filter_unresolved_tool_uses(migrated))
     interruption, interrupted = detect_turn_interruption(messages, terminal_tools=terminal_tools)
     if interruption == "interrupted_turn":
@@ -226,7 +240,9 @@ def deserialize_for_resume(
     if last_relevant >= 0 and isinstance(messages[last_relevant], UserMessage):
         sentinel = create_assistant_message(NO_RESPONSE_REQUESTED, clock=clock, ids=ids)
         messages.insert(last_relevant + 1, sentinel)
-    return ResumeResult(messages=messages, interruption=interruption, interrupted_message=interrupted)
+    return ResumeResult(
+        messages=messages, interruption=interruption, interrupted_message=interrupted, skipped_lines=tuple(skipped)
+    )
 
 
 def resume_session(
@@ -249,7 +265,7 @@ def resume_session(
     if leaf is not None and leaf_message is None:
         build_conversation_chain(transcript, leaf)  # raises BrokenTranscriptChain naming the uuid
     if leaf_message is None:
-        return ResumeResult(messages=[], line_errors=parse.errors)
+        return ResumeResult(messages=[], line_errors=parse.errors, line_warnings=parse.warnings)
     chain = build_conversation_chain(transcript, leaf_message.uuid)
     if strip_chain_fields:
         chain = remove_chain_fields(chain)
@@ -258,8 +274,10 @@ def resume_session(
         messages=result.messages,
         interruption=result.interruption,
         interrupted_message=result.interrupted_message,
+        skipped_lines=result.skipped_lines,
         leaf_uuid=leaf_message.uuid,
         session_id=leaf_message.session_id,
         line_errors=parse.errors,
         chain_uuids=frozenset(message.uuid for message in chain),
+        line_warnings=parse.warnings,
     )

@@ -155,6 +155,36 @@ def test_missing_file_fails_on_stderr(tmp_path: Path) -> None:
     assert "cannot read" in stderr
 
 
+def test_issue15_chain_lines_no_model_accepts_are_walked_through_and_listed_on_stderr(tmp_path: Path) -> None:
+    lines = [
+        {
+            "type": "user",
+            "uuid": "u1",
+            "parentUuid": None,
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "message": {"role": "user", "content": "one"},
+        },
+        {"type": "user", "uuid": "x1", "parentUuid": "u1", "timestamp": "2026-01-01T00:00:01.000Z", "message": "error"},
+        {
+            "type": "user",
+            "uuid": "u2",
+            "parentUuid": "x1",
+            "timestamp": "2026-01-01T00:00:02.000Z",
+            "message": {"role": "user", "content": "two"},
+        },
+    ]
+    source = tmp_path / "other.jsonl"
+    source.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, body, stderr = normalize(str(source), "--prompt", "next")
+    assert code == 0, stderr
+    assert body is not None
+    text = json.dumps(body)
+    assert '"one' in text  # the chain was walked through x1 to the root
+    assert '"two"' in text
+    assert '"error"' not in text
+    assert "left 1 chain line(s) no model accepts out of the API view (uuid x1;" in stderr
+
+
 def test_malformed_lines_are_listed_on_stderr(corpus_root: Path) -> None:
     code, _, stderr = normalize(
         str(corpus_root / "claude-code/daaain__claude-code-log/edge_cases.jsonl"), "--prompt", "x"
@@ -189,10 +219,10 @@ def test_installed_agentbus_script_runs_normalize(corpus_root: Path) -> None:
 def test_agentbus_root_app_registers_normalize_and_transcript() -> None:
     from services.cli.main import app as root
 
-    names = {command.name for command in root.registered_commands}
-    groups = {group.name for group in root.registered_groups}
-    assert "normalize" in names
-    assert "transcript" in groups
+    group: Any = typer.main.get_command(root)  # the root loads a command when asked for it by name
+    context = group.make_context("agentbus", [], resilient_parsing=True)
+    assert group.get_command(context, "normalize").name == "normalize"
+    assert "verify" in group.get_command(context, "transcript").commands
 
 
 @pytest.mark.parametrize("source", CORPUS_FILES, ids=_name)

@@ -453,3 +453,28 @@ async def test_records_and_removals_interleave_safely(store: TranscriptStore) ->
     uuids = [line["uuid"] for line in lines_of(store.session_path(SESSION, CWD))]
     assert len(uuids) == 59
     assert "C5-1" not in uuids
+
+
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("invalid UTF-8 byte", lambda line: line.replace(b'"reply A1"', b'"reply A1 caf\xe9"')),
+        ("lone surrogate escape", lambda line: line.replace(b'"reply A1"', b'"reply A1 \\ud83d"')),
+    ],
+)
+async def test_issue15_r7_7_a_line_the_fast_parser_refuses_still_counts_for_de_dup_and_the_chain_tail(
+    tmp_path: Path, name: str, damage: Any
+) -> None:
+    """orjson refuses both; the reader reads them (U+FFFD / the surrogate kept), so must the store."""
+    first_store = TranscriptStore(tmp_path, StoreConfig(stamp=STAMP))
+    path = (await first_store.record(SESSION, [user("U0"), assistant("A1")], cwd=CWD)).path
+    await first_store.close()
+    head, last, _ = path.read_bytes().split(b"\n")
+    damaged = damage(last)
+    assert damaged != last, name
+    path.write_bytes(head + b"\n" + damaged + b"\n")
+    second_store = TranscriptStore(tmp_path, StoreConfig(stamp=STAMP))
+    result = await second_store.record(SESSION, [assistant("A1"), user("U2")], cwd=CWD)
+    await second_store.close()
+    assert result.written == ("U2",), name  # A1 is not written twice
+    assert json.loads(path.read_bytes().split(b"\n")[2])["parentUuid"] == "A1", name  # the chain goes on

@@ -14,7 +14,7 @@ from shared.errors import TranscriptLineError
 from shared.messages import STORED_TYPES, UserMessage, parse_message
 from shared.system_messages import OtherSystemMessage
 from shared.transcript import TRANSCRIPT_LINE_ADAPTER, parse_line, remove_chain_fields
-from shared.transcript.lines import TranscriptLine
+from shared.transcript.lines import OtherMessageLine, TranscriptLine, model_refusal
 from tests.shared.transcript_builders import CLAUDE_CODE_CORPUS, corpus_files
 
 VALID_USER = '{"type":"user","uuid":"u","timestamp":"t","message":{"role":"user","content":"hi"}'
@@ -23,7 +23,10 @@ VALID_USER = '{"type":"user","uuid":"u","timestamp":"t","message":{"role":"user"
 def _checked(text: str) -> TranscriptLine:
     value = json.loads(text)
     if value["type"] in STORED_TYPES:
-        return parse_message(value)  # type: ignore[return-value]
+        try:
+            return parse_message(value)  # type: ignore[return-value]
+        except ValidationError:
+            return OtherMessageLine.model_validate(value, by_alias=True, by_name=False)
     return TRANSCRIPT_LINE_ADAPTER.validate_python(value, by_alias=True, by_name=False)
 
 
@@ -65,15 +68,20 @@ def test_r1_8_known_block_failing_an_optional_field_is_an_error_not_an_unknown_b
         CONTENT_BLOCKS_ADAPTER.validate_python([{"type": "text", "text": "x", "citations": "bad"}])
 
 
-def test_r1_4_known_subtype_failing_its_model_is_an_error_not_other() -> None:
+def test_r1_4_known_subtype_failing_its_model_is_an_other_shaped_line_not_other_system() -> None:
+    """Issue 15: a line with a uuid never breaks the chain; its model's refusal stays reportable."""
     raw = '{"type":"system","subtype":"local_command","uuid":"u","timestamp":"t","level":5}'
-    with pytest.raises(TranscriptLineError) as caught:
-        parse_line(raw, 3)
-    assert caught.value.kind == "invalid_message"
-    assert caught.value.locations == ("level",)
-    assert caught.value.detail == "1 error(s)"
+    line = parse_line(raw, 3)
+    assert isinstance(line, OtherMessageLine)
+    assert model_refusal(line) == ["level"]
+    assert line.to_wire() == json.loads(raw)
     other = parse_line(raw.replace("local_command", "brand_new").replace('"level":5', '"level":"info"'), 3)
     assert isinstance(other, OtherSystemMessage)
+    with pytest.raises(TranscriptLineError) as caught:
+        parse_line(raw.replace('"uuid":"u",', ""), 3)
+    assert caught.value.kind == "invalid_message"
+    assert caught.value.locations == ("uuid", "level")
+    assert caught.value.detail == "2 error(s)"
 
 
 def test_r7_19_removed_chain_fields_are_unset_not_null() -> None:

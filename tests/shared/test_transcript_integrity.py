@@ -100,15 +100,23 @@ def test_multiple_main_roots_warn_but_boundaries_and_sidechains_do_not_count() -
 
 
 def test_edge_cases_corpus_names_each_malformed_line(corpus_root: Path) -> None:
-    """daaain edge_cases.jsonl: the `contenst` typo (10), `"message":"error"` with `timesstamp` (11),
-    `"massive error"` (13), `{"silly": "this"}` (14), `42` (15), `[1]` (16), content `["wow error"]` (18);
-    line 17 is an assistant from another session whose parent `assistant_003` is absent."""
+    """daaain edge_cases.jsonl: `"massive error"` (13), `{"silly": "this"}` (14), `42` (15), `[1]` (16)
+    are malformed; the user lines with the `contenst` typo (10), `"message":"error"` with `timesstamp`
+    (11) and content `["wow error"]` (18) have a uuid, so they are other-shaped lines kept in the chain
+    (issue 15, R7.14); line 17 is an assistant from another session whose parent `assistant_003` is absent."""
     data = (corpus_root / CLAUDE_CODE_CORPUS / "daaain__claude-code-log/edge_cases.jsonl").read_bytes()
     report = verify_transcript(read_transcript(data))
     malformed = report.of_kind("malformed_line")
-    assert [issue.line_numbers[0] for issue in malformed] == [10, 11, 13, 14, 15, 16, 18]
-    assert "not_an_object" in malformed[2].detail
-    assert "missing_type" in malformed[3].detail
+    assert [issue.line_numbers[0] for issue in malformed] == [13, 14, 15, 16]
+    assert "not_an_object" in malformed[0].detail
+    assert "missing_type" in malformed[1].detail
+    other = report.of_kind("other_shape")
+    assert [(issue.line_numbers, issue.severity) for issue in other] == [
+        ((10,), "warning"),
+        ((11,), "warning"),
+        ((18,), "warning"),
+    ]
+    assert "timestamp, message" in other[1].detail
     assert [issue.line_numbers for issue in report.of_kind("chain_break")] == [(17,)]
     assert {issue.tool_use_id for issue in report.of_kind("unpaired_tool_use")} == {
         "tool_edge_002",

@@ -13,12 +13,17 @@ from shared.system_messages import CompactBoundarySystemMessage
 from shared.transcript import (
     METADATA_TYPES,
     FileHistorySnapshotLine,
+    OtherEntryLine,
     QueueOperationLine,
     SummaryLine,
     UnknownLine,
+    build_transcript,
     dump_line,
+    model_refusal,
     parse_line,
     read_transcript,
+    repair_transcript,
+    verify_transcript,
 )
 from tests.shared.transcript_builders import CLAUDE_CODE_CORPUS, CORPUS_FILES, corpus_files
 
@@ -127,8 +132,9 @@ def test_message_kinds_route_to_message_models() -> None:
         ("[1]", "not_an_object"),
         ('{"silly":"this"}', "missing_type"),
         ('{"type":5}', "missing_type"),
-        ('{"type":"user","uuid":"u","timestamp":"t","message":"error"}', "invalid_message"),
-        ('{"type":"custom-title","sessionId":"s","customTitle":{"not":"a string"}}', "invalid_entry"),
+        ('{"type":"user","timestamp":"t","message":"error"}', "invalid_message"),
+        ('{"type":"user","uuid":5,"message":"error"}', "invalid_message"),
+        ('{"type":"user","uuid":"u","parentUuid":7,"message":"error"}', "invalid_message"),
     ],
 )
 def test_r7_14_malformed_lines_raise_typed_errors(raw: str, kind: str) -> None:
@@ -141,10 +147,10 @@ def test_r7_14_malformed_lines_raise_typed_errors(raw: str, kind: str) -> None:
 
 
 def test_invalid_message_error_names_the_failing_fields() -> None:
-    raw = '{"type":"user","uuid":"u","message":{"role":"user","contenst":[]}}'
+    raw = '{"type":"user","message":{"role":"user","contenst":[]}}'
     with pytest.raises(TranscriptLineError) as caught:
         parse_line(raw, 2)
-    assert set(caught.value.locations) == {"timestamp", "message.content"}
+    assert set(caught.value.locations) == {"uuid", "timestamp", "message.content"}
 
 
 def test_snake_case_keys_stay_extras_and_round_trip() -> None:
@@ -153,3 +159,18 @@ def test_snake_case_keys_stay_extras_and_round_trip() -> None:
     line = parse_line(raw, 1)
     assert line.session_id == "a"  # type: ignore[union-attr]
     assert json.loads(dump_line(line)) == json.loads(raw)
+
+
+def test_issue15_a_metadata_line_its_model_refuses_is_kept_verbatim_and_not_loaded() -> None:
+    """Repair drops malformed lines: a newer build's metadata shape must not be one of them."""
+    raw = '{"type":"custom-title","sessionId":"s","customTitle":{"not":"a string"}}'
+    line = parse_line(raw, 13)
+    assert isinstance(line, OtherEntryLine)
+    assert json.loads(dump_line(line)) == json.loads(raw)
+    assert model_refusal(line) == ["customTitle"]
+    parse = read_transcript(raw + "\n")
+    assert build_transcript(parse).custom_titles == {}
+    (issue,) = verify_transcript(parse).of_kind("other_shape")
+    assert issue.severity == "warning"
+    assert issue.detail == "custom-title line its model refuses at customTitle: kept, not loaded"
+    assert repair_transcript(parse).lines == [raw]

@@ -1,0 +1,446 @@
+"""P10: pi ↔ Claude Code, line by line, on the wire objects of both formats.
+
+Every pi entry becomes one Claude Code transcript line and back. The mapping itself is the natural one
+of P10.1–P10.3 (blocks, usage, stop reasons, tool results as ``tool_result`` user lines, failed turns as
+synthetic API-error assistants); whatever it cannot carry (P10.5: ids, ``api``/``provider``, costs,
+signatures of other providers, ``details``, model and thinking changes, compactions, branch summaries,
+labels, custom entries) is **kept aside** on the Claude Code line under the ``pi`` key, holding only what
+the natural mapping back does not reproduce. So pi → Claude Code → pi is lossless (JSON-equal), and a
+Claude Code line without a ``pi`` key maps to pi by the natural mapping alone.
+
+What each pi entry becomes (and what is kept aside for it):
+
+- ``message`` user → ``user`` line (text, base64 image); the message's ms timestamp, unknown fields.
+- ``message`` assistant → one ``assistant`` line with every block (``message.id`` ``msg_pi_<id>``);
+  ``api``, ``provider``, usage cost and total, signatures of other providers.
+- ``message`` assistant with ``stopReason`` ``error``/``aborted`` → a synthetic API error (``<synthetic>``,
+  ``isApiErrorMessage``, ``API Error: <errorMessage>``), which requests drop as pi does (R4.4, P5.6 b);
+  its partial content and everything else.
+- ``message`` toolResult → ``user`` line with one ``tool_result`` (``toolUseResult`` = ``details``,
+  ``sourceToolAssistantUUID`` = the call's line); ``toolName`` only if it is not the call's name.
+- ``message`` bashExecution → ``user`` line with ``bashExecutionToText`` (P4.4), ``isMeta`` when excluded
+  from the context; the structured fields.
+- ``message`` custom, ``custom_message`` → ``user`` line with the content; type, display, details.
+- every other entry (model and thinking changes, compactions, branch summaries, labels, custom state, …)
+  → a ``system`` line of subtype ``pi_entry`` (never sent, R4.4); the whole entry.
+
+The header rides on the first line. A Claude Code resume of a converted file walks the same tree; it does
+not apply pi's compaction cut (P8.6), which only a pi reader of the original (or converted-back) file does.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.pi.constants import FAILED_STOP_REASONS, REASONING_REDACTED
+from shared.pi.context import iso_to_ms
+from shared.pi.convert import bash_execution_to_text
+from shared.pi.messages import PiBashExecution
+
+JsonDict = dict[str, Any]
+
+STASH = "pi"
+"""The Claude Code line key holding what the natural mapping does not carry."""
+PI_ENTRY_SUBTYPE = "pi_entry"
+"""Subtype of the ``system`` line standing for a pi entry with no Claude Code equivalent."""
+SYNTHETIC_MODEL = "<synthetic>"
+API_ERROR_PREFIX = "API Error: "
+ANTHROPIC_API = "anthropic-messages"
+ANTHROPIC_PROVIDER = "anthropic"
+CLAUDE_CODE_CUSTOM_TYPE = "claude-code"
+"""``customType`` of the pi ``custom`` entry that carries a Claude Code line with no pi equivalent."""
+
+_NAMESPACE = uuid.UUID("5b1f0c1e-8d3a-4f7e-9a51-2c0d7e6b9a10")
+
+STOP_REASON_TO_CLAUDE_CODE = {"stop": "end_turn", "length": "max_tokens", "toolUse": "tool_use"}
+"""P10.3."""
+STOP_REASON_TO_PI = {
+    "end_turn": "stop",
+    "pause_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "toolUse",
+    "refusal": "error",
+}
+"""P10.3 (P3.7)."""
+
+
+def claude_code_uuid(session_id: str, entry_id: str) -> str:
+    """A stable UUID for a pi entry id (Claude Code lines are keyed by UUIDs, P10.1)."""
+    return str(uuid.uuid5(_NAMESPACE, f"{session_id}/{entry_id}"))
+
+
+def ms_to_iso(ms: int | float) -> str:
+    """Epoch milliseconds as Claude Code's ISO timestamp (``…Z``, milliseconds)."""
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+# -- blocks ---------------------------------------------------------------------------------------------
+
+
+def block_to_claude_code(block: JsonDict) -> JsonDict:
+    """P10.1: one pi block as an Anthropic block (unknown types pass through as they are)."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "image":
+        source = {"type": "base64", "media_type": block.get("mimeType"), "data": block.get("data")}
+        return {"type": "image", "source": source}
+    if kind == "thinking":
+        if block.get("redacted"):
+            return {"type": "redacted_thinking", "data": block.get("thinkingSignature", "")}
+        return {"type": "thinking", "thinking": block.get("thinking", ""), "signature": block.get("thinkingSignature")}
+    if kind == "toolCall":
+        return {"type": "tool_use", "id": block.get("id"), "name": block.get("name"), "input": block.get("arguments")}
+    return dict(block)
+
+
+def block_to_pi(block: JsonDict) -> JsonDict:
+    """P10.1 back: one Anthropic block as a pi block."""
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "image" and isinstance(block.get("source"), dict):
+        source = block["source"]
+        return {"type": "image", "data": source.get("data"), "mimeType": source.get("media_type")}
+    if kind == "redacted_thinking":
+        return {
+            "type": "thinking",
+            "thinking": REASONING_REDACTED,
+            "thinkingSignature": block.get("data"),
+            "redacted": True,
+        }
+    if kind == "thinking":
+        signature = block.get("signature")
+        return {"type": "thinking", "thinking": block.get("thinking", "")} | (
+            {} if signature is None else {"thinkingSignature": signature}
+        )
+    if kind == "tool_use":
+        return {"type": "toolCall", "id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
+    return dict(block)
+
+
+def content_to_claude_code(content: Any) -> Any:
+    return [block_to_claude_code(block) for block in content] if isinstance(content, list) else content
+
+
+def content_to_pi(content: Any) -> Any:
+    return [block_to_pi(block) for block in content] if isinstance(content, list) else content
+
+
+# -- usage and stop reasons -------------------------------------------------------------------------------
+
+
+def usage_to_claude_code(usage: JsonDict | None) -> JsonDict:
+    """P10.2."""
+    usage = usage or {}
+    return {
+        "input_tokens": usage.get("input", 0),
+        "output_tokens": usage.get("output", 0),
+        "cache_read_input_tokens": usage.get("cacheRead", 0),
+        "cache_creation_input_tokens": usage.get("cacheWrite", 0),
+    }
+
+
+def usage_to_pi(usage: JsonDict | None) -> JsonDict:
+    """P10.2 back; ``totalTokens`` is the sum (P3.2), cost is not known without a price table."""
+    usage = usage or {}
+    counts = {
+        "input": usage.get("input_tokens") or 0,
+        "output": usage.get("output_tokens") or 0,
+        "cacheRead": usage.get("cache_read_input_tokens") or 0,
+        "cacheWrite": usage.get("cache_creation_input_tokens") or 0,
+    }
+    return {**counts, "totalTokens": sum(counts.values())}
+
+
+# -- what is kept aside -------------------------------------------------------------------------------------
+
+
+def _difference(original: JsonDict, natural: JsonDict) -> JsonDict:
+    """The keys of ``original`` that ``natural`` does not reproduce, and the keys it adds (``_absent``)."""
+    kept = {key: value for key, value in original.items() if key not in natural or natural[key] != value}
+    absent = [key for key in natural if key not in original]
+    return kept | ({"_absent": absent} if absent else {})
+
+
+def _apply(natural: JsonDict, kept: JsonDict | None) -> JsonDict:
+    if not kept:
+        return natural
+    restored = {key: value for key, value in natural.items() if key not in kept.get("_absent", ())}
+    restored.update({key: value for key, value in kept.items() if key != "_absent"})
+    return restored
+
+
+# -- pi → Claude Code ---------------------------------------------------------------------------------------
+
+
+class _LineContext:
+    """What mapping one entry needs from the rest of the session."""
+
+    def __init__(self, header: JsonDict, entries: Sequence[JsonDict]) -> None:
+        self.session_id = str(header.get("id", ""))
+        self.cwd = header.get("cwd")
+        self.call_owner: dict[str, str] = {}
+        self.call_name: dict[str, str] = {}
+        for entry in entries:
+            message = entry.get("message")
+            if entry.get("type") != "message" or not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            # A failed turn's calls are not on its Claude Code line (a synthetic API error): the mapping back
+            # does not know their names either, so they are kept aside like any lossy field.
+            visible = message.get("stopReason") not in FAILED_STOP_REASONS
+            for block in message.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "toolCall" and isinstance(block.get("id"), str):
+                    self.call_owner[block["id"]] = str(entry.get("id"))
+                    if visible:
+                        self.call_name[block["id"]] = str(block.get("name"))
+
+    def uuid_of(self, entry_id: Any) -> str | None:
+        return claude_code_uuid(self.session_id, str(entry_id)) if entry_id is not None else None
+
+
+def _natural_message_line(message: JsonDict, entry_id: str, context: _LineContext) -> JsonDict:
+    """The Claude Code line a pi message naturally maps to (without envelope)."""
+    role = message.get("role")
+    if role == "assistant":
+        failed = message.get("stopReason") in FAILED_STOP_REASONS
+        payload: JsonDict = {
+            "id": f"msg_pi_{entry_id}",
+            "type": "message",
+            "role": "assistant",
+            "model": SYNTHETIC_MODEL if failed else message.get("model", ""),
+            "content": (
+                [{"type": "text", "text": API_ERROR_PREFIX + (message.get("errorMessage") or message["stopReason"])}]
+                if failed
+                else content_to_claude_code(message.get("content", []))
+            ),
+            "stop_reason": None if failed else STOP_REASON_TO_CLAUDE_CODE.get(message.get("stopReason", "")),
+            "stop_sequence": None,
+            "usage": usage_to_claude_code(message.get("usage")),
+        }
+        return {"type": "assistant", "message": payload} | ({"isApiErrorMessage": True} if failed else {})
+    if role == "toolResult":
+        call_id = message.get("toolCallId")
+        result = {
+            "type": "tool_result",
+            "tool_use_id": call_id,
+            "content": content_to_claude_code(message.get("content")),
+            "is_error": bool(message.get("isError")),
+        }
+        line: JsonDict = {"type": "user", "message": {"role": "user", "content": [result]}}
+        if "details" in message:
+            line["toolUseResult"] = message["details"]
+        owner = context.call_owner.get(str(call_id))
+        if owner is not None:
+            line["sourceToolAssistantUUID"] = context.uuid_of(owner)
+        return line
+    if role == "bashExecution":
+        text = bash_execution_to_text_of(message)
+        line = {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}}
+        return line | ({"isMeta": True} if message.get("excludeFromContext") else {})
+    content = message.get("content", "")
+    if role == "custom" and isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    return {"type": "user", "message": {"role": "user", "content": content_to_claude_code(content)}}
+
+
+def bash_execution_to_text_of(message: JsonDict) -> str:
+    """P4.4 on a wire object."""
+    return bash_execution_to_text(PiBashExecution.model_validate(message, by_alias=True, by_name=False))
+
+
+def _entry_line(entry: JsonDict, context: _LineContext) -> tuple[JsonDict, JsonDict | None]:
+    """The Claude Code line of one entry, without envelope, and the message it maps back to (if any)."""
+    message = entry.get("message")
+    mapped_roles = {"user", "assistant", "toolResult", "bashExecution", "custom"}
+    if entry.get("type") == "message" and isinstance(message, dict) and message.get("role") in mapped_roles:
+        return _natural_message_line(message, str(entry.get("id")), context), message
+    if entry.get("type") == "custom_message":
+        as_message = {"role": "custom", "content": entry.get("content", "")}
+        return _natural_message_line(as_message, str(entry.get("id")), context), None
+    description = f"pi {entry.get('type')} entry"
+    return {"type": "system", "subtype": PI_ENTRY_SUBTYPE, "content": description, "level": "info"}, None
+
+
+def entry_to_claude_code(entry: JsonDict, context: _LineContext) -> JsonDict:
+    """One pi entry as one Claude Code line; what the natural mapping back misses goes under ``pi``."""
+    body, message = _entry_line(entry, context)
+    timestamp = entry.get("timestamp")
+    if not isinstance(timestamp, str) and isinstance(message, dict) and isinstance(message.get("timestamp"), int):
+        timestamp = ms_to_iso(message["timestamp"])
+    line: JsonDict = {
+        "parentUuid": context.uuid_of(entry.get("parentId")),
+        "isSidechain": False,
+        **body,
+        "uuid": context.uuid_of(entry.get("id")),
+        "timestamp": timestamp or "1970-01-01T00:00:00.000Z",
+        "sessionId": context.session_id,
+    }
+    if context.cwd is not None:
+        line["cwd"] = context.cwd
+    natural = claude_code_to_pi_entries(line, context.call_name)
+    stash = _stash(entry, natural)
+    return line | ({STASH: stash} if stash else {})
+
+
+def _stash(entry: JsonDict, natural: list[JsonDict]) -> JsonDict:
+    """``whole`` when the natural mapping back is not one entry of the same type, else the differences of
+    the entry (``entry``) and of its message (``message``)."""
+    if len(natural) != 1 or natural[0].get("type") != entry.get("type"):
+        return {"whole": entry}
+    mapped = natural[0]
+    stash: JsonDict = {}
+    entry_kept = _difference(_without(entry, "message"), _without(mapped, "message"))
+    if entry_kept:
+        stash["entry"] = entry_kept
+    if isinstance(entry.get("message"), dict):
+        message_kept = _difference(entry["message"], mapped.get("message") or {})
+        if message_kept:
+            stash["message"] = message_kept
+    return stash
+
+
+def _without(obj: JsonDict, key: str) -> JsonDict:
+    return {name: value for name, value in obj.items() if name != key}
+
+
+def session_to_claude_code(header: JsonDict, entries: Sequence[JsonDict]) -> list[JsonDict]:
+    """A whole pi session (header + entries, as wire objects) as Claude Code transcript lines; the header
+    rides on the first line (or on a ``pi_entry`` line of its own when the session has no entries)."""
+    context = _LineContext(header, entries)
+    lines = [entry_to_claude_code(entry, context) for entry in entries]
+    if lines:
+        lines[0] = lines[0] | {STASH: {**lines[0].get(STASH, {}), "header": header}}
+    return lines
+
+
+# -- Claude Code → pi ---------------------------------------------------------------------------------------
+
+
+def _natural_assistant(line: JsonDict) -> JsonDict:
+    payload = line.get("message") or {}
+    if line.get("isApiErrorMessage") and payload.get("model") == SYNTHETIC_MODEL:
+        texts = [b.get("text", "") for b in payload.get("content") or [] if isinstance(b, dict)]
+        text = "".join(texts)
+        error = text.removeprefix(API_ERROR_PREFIX) if text.startswith(API_ERROR_PREFIX) else text
+        return {
+            "role": "assistant",
+            "content": [],
+            "api": ANTHROPIC_API,
+            "provider": ANTHROPIC_PROVIDER,
+            "model": payload.get("model", ""),
+            "usage": usage_to_pi(payload.get("usage")),
+            "stopReason": "error",
+            "errorMessage": error,
+        }
+    content = payload.get("content", [])
+    blocks = content_to_pi(content if isinstance(content, list) else [{"type": "text", "text": content}])
+    has_calls = any(block.get("type") == "toolCall" for block in blocks)
+    stop = STOP_REASON_TO_PI.get(payload.get("stop_reason") or "", "toolUse" if has_calls else "stop")
+    return {
+        "role": "assistant",
+        "content": blocks,
+        "api": ANTHROPIC_API,
+        "provider": ANTHROPIC_PROVIDER,
+        "model": payload.get("model", ""),
+        "usage": usage_to_pi(payload.get("usage")),
+        "stopReason": stop,
+    }
+
+
+def _natural_user(line: JsonDict, call_name: dict[str, str]) -> list[JsonDict]:
+    """A user line: its tool results become toolResult messages, the rest one user message (P10.1)."""
+    content = (line.get("message") or {}).get("content", "")
+    timestamp = iso_to_ms(line.get("timestamp"))
+    if isinstance(content, str):
+        return [{"role": "user", "content": content, "timestamp": timestamp}]
+    messages: list[JsonDict] = []
+    rest: list[JsonDict] = []
+    for block in content:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            result_content = block.get("content")
+            if isinstance(result_content, str):
+                result_content = [{"type": "text", "text": result_content}]
+            result: JsonDict = {
+                "role": "toolResult",
+                "toolCallId": block.get("tool_use_id"),
+                "toolName": call_name.get(str(block.get("tool_use_id")), ""),
+                "content": content_to_pi(result_content or []),
+            }
+            if "toolUseResult" in line:
+                result["details"] = line["toolUseResult"]
+            messages.append(result | {"isError": bool(block.get("is_error")), "timestamp": timestamp})
+        else:
+            rest.append(block)
+    if rest or not messages:
+        messages.append({"role": "user", "content": content_to_pi(rest), "timestamp": timestamp})
+    return messages
+
+
+def natural_pi_entries(line: JsonDict, call_name: dict[str, str]) -> list[JsonDict]:
+    """P10.1 back, without what was kept aside: a user line holding several results gives several
+    entries; a line pi has no message for (system, progress, attachment, …) a ``custom`` entry."""
+    base = {"id": line.get("uuid"), "parentId": line.get("parentUuid"), "timestamp": line.get("timestamp")}
+    kind = line.get("type")
+    if kind == "assistant":
+        messages = [_natural_assistant(line) | {"timestamp": iso_to_ms(line.get("timestamp"))}]
+    elif kind == "user":
+        messages = _natural_user(line, call_name)
+    else:
+        return [{"type": "custom", "customType": CLAUDE_CODE_CUSTOM_TYPE, "data": _without(line, STASH), **base}]
+    entries: list[JsonDict] = []
+    for index, message in enumerate(messages):
+        entry_base = base if index == 0 else base | {"id": f"{base['id']}.{index}", "parentId": entries[-1]["id"]}
+        entries.append({"type": "message", **entry_base, "message": message})
+    return entries
+
+
+def claude_code_to_pi_entries(line: JsonDict, call_name: dict[str, str] | None = None) -> list[JsonDict]:
+    """One Claude Code line as pi entries; a line with a ``pi`` key gives back exactly the entry it was
+    made from."""
+    stash = line.get(STASH) or {}
+    if "whole" in stash:
+        return [stash["whole"]]
+    natural = natural_pi_entries(line, call_name or {})
+    if len(natural) != 1 or not ({"entry", "message"} & stash.keys()):
+        return natural
+    restored = _apply(_without(natural[0], "message"), stash.get("entry"))
+    if "message" in natural[0]:
+        restored["message"] = _apply(natural[0]["message"], stash.get("message"))
+    return [restored]
+
+
+def claude_code_to_session(lines: Iterable[JsonDict]) -> tuple[JsonDict, list[JsonDict]]:
+    """Claude Code lines as a pi session: the header kept aside on the first line, or a new v3 one."""
+    materialized = list(lines)
+    call_name: dict[str, str] = {}
+    for line in materialized:
+        for block in (line.get("message") or {}).get("content") or []:
+            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                call_name[block["id"]] = str(block.get("name"))
+    header = (materialized[0].get(STASH) or {}).get("header") if materialized else None
+    if header is None:
+        first = materialized[0] if materialized else {}
+        header = {
+            "type": "session",
+            "version": 3,
+            "id": first.get("sessionId", "claude-code-session"),
+            "timestamp": first.get("timestamp"),
+            "cwd": first.get("cwd"),
+        }
+    return header, [entry for line in materialized for entry in claude_code_to_pi_entries(line, call_name)]
+
+
+def iter_tool_calls(entries: Iterable[JsonDict]) -> Iterator[tuple[str, str]]:
+    """(call id, tool name) of every toolCall in the entries' assistant messages."""
+    for entry in entries:
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            for block in message.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "toolCall":
+                    yield str(block.get("id")), str(block.get("name"))
