@@ -206,7 +206,7 @@ def build_app(
     asgi_routes = [*observability.routes(), *(routes(process) if routes is not None else [])]
     app = AsgiFastStream(
         # FastStream's lifecycle wants a broker; it subscribes to nothing, so starting it needs no Redis.
-        RedisBroker(resolved.redis_url, logger=None),  # type: ignore[arg-type]
+        RedisBroker(pubsub_url(resolved.redis_url), logger=None),  # type: ignore[arg-type]
         asgi_routes=asgi_routes,
         logger=None,
         on_startup=[process.startup],
