@@ -19,7 +19,7 @@ from pathlib import Path
 
 import redis
 
-from services.runtime.local_redis import RedisServerUnavailable, free_port, is_reachable
+from services.runtime.local_redis import RedisServerUnavailable, free_port, is_reachable, server_args, stop_process
 
 NODE_TIMEOUT_MS = 1000
 """``cluster-node-timeout``: a master unreachable this long is failed over to its replica."""
@@ -46,14 +46,7 @@ class ClusterNodeProcess:
 
     def start(self, binary: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        args = [
-            binary,
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--dir",
-            str(self.directory),
+        cluster_options = [
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -66,31 +59,14 @@ class ClusterNodeProcess:
             "0",
             "--repl-diskless-sync-delay",
             "0",  # a replica's first full sync at once, not after the default 5 s
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(self.directory / "redis.log"),
         ]
+        args = server_args(binary, self.port, self.directory, appendonly=False, extra=cluster_options)
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
 
     def stop(self, *, kill: bool = False) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, kill=kill)
 
 
 @dataclass

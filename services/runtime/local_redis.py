@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,25 +75,7 @@ class LocalRedis:
         self.directory.mkdir(parents=True, exist_ok=True)
         # redis-server changes into --dir before it opens --logfile: a relative path would point elsewhere.
         self.directory = self.directory.resolve()
-        args = [
-            binary,
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--dir",
-            str(self.directory),
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if self.appendonly else "no",
-            "--appendfsync",
-            "everysec",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(self.directory / "redis.log"),
-        ]
+        args = server_args(binary, self.port, self.directory, appendonly=self.appendonly)
         # Own session: a Ctrl-C meant for the parent must not take Redis down before what writes to it.
         self.process = subprocess.Popen(
             args,
@@ -114,22 +97,52 @@ class LocalRedis:
         raise RedisServerUnavailable(msg)
 
     def stop(self, *, kill: bool = False) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, kill=kill)
 
     def restart(self) -> None:
         """Stop and start again on the same port and directory (data survives only with AOF)."""
         self.stop()
         self.start()
+
+
+def server_args(binary: str, port: int, directory: Path, *, appendonly: bool, extra: Sequence[str] = ()) -> list[str]:
+    """A loopback ``redis-server`` on ``port`` in ``directory`` (its log there too), no RDB snapshots, AOF
+    (everysec) only with ``appendonly``, plus ``extra`` options."""
+    return [
+        binary,
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(directory),
+        *extra,
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        "everysec",
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(directory / "redis.log"),
+    ]
+
+
+def stop_process(process: subprocess.Popen[bytes] | None, *, kill: bool = False) -> None:
+    """End a redis-server child: SIGTERM (SIGKILL with ``kill``), and SIGKILL if it is still up after 10 s."""
+    if process is None or process.poll() is not None:
+        return
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+    if process.poll() is None:
+        process.kill()
+        process.wait()
 
 
 def start_local_redis(
