@@ -112,11 +112,15 @@ def jobs_of(count: int, mix: Mix) -> list[ToolJob]:
 
 
 async def drained(redis: aioredis.Redis, topology: Topology, total: int) -> bool:
-    """Every job read by the tool group and acked."""
-    for group in await redis.xinfo_groups(topology.tool_jobs):
-        if group["name"] == TOOLS_GROUP.encode():
-            return int(group["entries-read"] or 0) >= total and int(group["pending"]) == 0
-    return False
+    """Every job read by the tool group and acked (over every shard's job stream)."""
+    read = 0
+    for stream in topology.tool_job_streams():
+        for group in await redis.xinfo_groups(stream):
+            if group["name"] == TOOLS_GROUP.encode():
+                if int(group["pending"]):
+                    return False
+                read += int(group["entries-read"] or 0)
+    return read >= total
 
 
 async def run_jobs(redis_url: str, jobs: list[ToolJob]) -> float:
@@ -126,7 +130,7 @@ async def run_jobs(redis_url: str, jobs: list[ToolJob]) -> float:
         started = time.perf_counter()
         pipe = redis.pipeline(transaction=False)
         for job in jobs:
-            pipe.xadd(topology.tool_jobs, entry_fields(job))  # type: ignore[arg-type]
+            pipe.xadd(topology.tool_jobs_for(job.session_id), entry_fields(job))  # type: ignore[arg-type]
         await pipe.execute()
         while not await drained(redis, topology, len(jobs)):
             await asyncio.sleep(0.02)

@@ -38,7 +38,7 @@ async def test_tail_of_an_unknown_session_says_so(redis_url: str, tmp_path: Path
     outcome = agentbus("tail", "nobody", cwd=tmp_path, env=cli_env(redis_url))
     assert outcome.code == 1
     assert outcome.error_line == f"agentbus: no session 'nobody' on {redis_url} (`agentbus send nobody TEXT` starts it)"
-    await aredis.zadd(TOPOLOGY.sessions(), {"quiet": 1})
+    await aredis.zadd(TOPOLOGY.sessions(TOPOLOGY.names.shard_of("quiet")), {"quiet": 1})
     known = agentbus("tail", "quiet", cwd=tmp_path, env=cli_env(redis_url))
     assert (known.code, known.stdout, known.stderr) == (0, "", "")
 
@@ -79,7 +79,7 @@ async def test_streams_info_shows_the_oldest_pending_age(
 
 
 async def _dead_letters(aredis: aioredis.Redis, count: int) -> tuple[str, list[str]]:
-    stream = TOPOLOGY.tool_jobs
+    stream = TOPOLOGY.tool_jobs(0)
     dlq = TOPOLOGY.names.dead_letter_stream(stream)
     ids = []
     for number in range(count):

@@ -259,11 +259,11 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
 
         # The producer credential cannot reach the workers' streams at all.
         with pytest.raises(redis.exceptions.NoPermissionError):
-            await bus.redis.xadd(bus.topology.tool_jobs, {"data": b"{}"})
+            await bus.redis.xadd(bus.topology.tool_jobs_for(good[0]), {"data": b"{}"})
         with pytest.raises(redis.exceptions.NoPermissionError):
             await bus.redis.xadd(bus.topology.log_for(good[0]), {"data": b"{}"})
         with pytest.raises(redis.exceptions.NoPermissionError):
-            await bus.redis.xrange(bus.topology.tool_jobs)
+            await bus.redis.xrange(bus.topology.tool_jobs_for(good[0]))
 
         # Every bad entry, written with the producer credential, each tagged with a probe.
         # The forgeries aim at every good session's pending call; the other kinds once.
@@ -352,14 +352,15 @@ async def test_a_tool_workers_abandon_answers_a_dead_lettered_job_under_acl(acl_
     try:
         abandoned, first = await start_turn(bus, "door-abandoned")
         # The job is dead-lettered as the tool consumer does after max deliveries (and leaves the stream).
-        rows: Any = await operator.xrange(bus.topology.tool_jobs)
+        jobs = bus.topology.tool_jobs_for("door-abandoned")
+        rows: Any = await operator.xrange(jobs)
         (job_id, job_fields), *_ = [
             (entry_id, fields)
             for entry_id, fields in rows
             if parse_tool_job(fields[b"data"]).session_id == "door-abandoned"
         ]
         letter = DeadLetter(
-            stream=bus.topology.tool_jobs,
+            stream=jobs,
             group=TOOLS_GROUP,
             entry_id=job_id.decode(),
             consumer="tools-gone",
@@ -368,8 +369,8 @@ async def test_a_tool_workers_abandon_answers_a_dead_lettered_job_under_acl(acl_
             at_ms=0,
             fields={key.decode(): value for key, value in job_fields.items()},
         )
-        await operator.xdel(bus.topology.tool_jobs, job_id)
-        await tools_user.xadd(dead_letter_stream(bus.topology.tool_jobs), letter.to_stream_fields())  # type: ignore[arg-type]
+        await operator.xdel(jobs, job_id)
+        await tools_user.xadd(dead_letter_stream(jobs), letter.to_stream_fields())  # type: ignore[arg-type]
         cluster.start("tools")
         cluster.wait_ready()
         request = await bus.next_request("door-abandoned", after_seq=first.seq, timeout_s=60)
