@@ -24,7 +24,8 @@ def normalize_command(
         str | None, typer.Option("--prompt", help="Append TEXT as a new human prompt, as a user resuming would.")
     ] = None,
     leaf: Annotated[
-        str | None, typer.Option("--leaf", help="Resume the chain ending at this uuid (pi: entry id) instead of the main one.")
+        str | None,
+        typer.Option("--leaf", help="Resume the chain ending at this uuid (pi: entry id) instead of the main one."),
     ] = None,
     check: Annotated[
         bool, typer.Option("--check", help="Exit 1 when the history could not be sent to the API as it stands.")

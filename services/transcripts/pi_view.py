@@ -15,6 +15,7 @@ from shared.errors import BrokenTranscriptChain, UnusableTranscript
 from shared.ids import IdSource, random_uuid
 from shared.messages import Message
 from shared.normalize import NormalizedRequest, NormalizeOptions, to_api_request
+from shared.pi.context import iso_to_ms
 from shared.pi.request import context_as_claude_code, llm_view, pi_own_request, with_prompt
 from shared.pi.session import NotAPiSession, PiSession, looks_like_pi_session, read_pi_session
 
@@ -36,7 +37,9 @@ def read_pi_file(data: bytes, *, ids: IdSource = random_uuid) -> PiSession:
         return read_pi_session(data, ids=ids)
     except NotAPiSession as error:
         kind = "empty" if not data.strip() else "not_pi"
-        raise UnusableTranscript(kind, f"not a pi session: {error}", line_number=None if kind == "empty" else 1) from None
+        raise UnusableTranscript(
+            kind, f"not a pi session: {error}", line_number=None if kind == "empty" else 1
+        ) from None
 
 
 def pi_notices(file: object, session: PiSession) -> list[str]:
@@ -84,7 +87,7 @@ def pi_request(
         require_pi_leaf(session, leaf)
         view = llm_view(session, leaf=leaf) if leaf is not None else llm_view(session)
         if prompt is not None:
-            view = with_prompt(view, prompt, now_ms=int(clock().timestamp() * 1000))
+            view = with_prompt(view, prompt, now_ms=iso_to_ms(clock()) or 0)
         own: MessagesRequest = pi_own_request(view)  # type: ignore[assignment]
         return own
     normalized = ours_normalized(pi_context_messages(session, leaf=leaf), prompt=prompt, clock=clock, ids=ids)

@@ -196,8 +196,14 @@ def verify_pi_session(session: PiSession) -> PiIntegrityReport:
     for entry_id, numbers in _duplicate_ids(session).items():
         issues.append(PiIssue("duplicate_id", "error", tuple(numbers), f"id {entry_id} is used {len(numbers)} times"))
     for cycle in _cycles(session.entries):
-        numbers = tuple(session.lines[index] for index in cycle)
-        issues.append(PiIssue("cycle", "error", numbers, f"parentId links form a cycle of {len(cycle)} entries"))
+        issues.append(
+            PiIssue(
+                "cycle",
+                "error",
+                tuple(session.lines[index] for index in cycle),
+                f"parentId links form a cycle of {len(cycle)} entries",
+            )
+        )
     known = {entry.id for entry in session.entries if entry.id is not None}
     for entry, line in zip(session.entries, session.lines, strict=True):
         if entry.parent_id is not None and entry.parent_id not in known:
@@ -205,14 +211,14 @@ def verify_pi_session(session: PiSession) -> PiIntegrityReport:
             issues.append(PiIssue("dangling_parent", "warning", (line,), detail, entry_id=entry.id))
     entries_of = _message_entries(session)
     for finding in _pairing(build_session_context(session.entries).messages):
-        entry, line = entries_of.get(id(finding.message), (None, 0))
+        found = entries_of.get(id(finding.message))
         issues.append(
             PiIssue(
                 finding.kind,
                 _SEVERITY[finding.kind],
-                (line,) if line else (),
+                (found[1],) if found else (),
                 finding.detail,
-                entry_id=entry.id if entry is not None else None,
+                entry_id=found[0].id if found else None,
                 tool_call_id=finding.call_id,
             )
         )
@@ -322,9 +328,13 @@ def repair_pi_session(session: PiSession) -> PiRepairResult:
         anchor = _run_end(context_path, finding.call_id or "") if finding.kind == "late_result" else None
         if anchor is not None and entry.id is not None:
             _move_after(rows, index, anchor)
-            actions.append(PiRepairAction("moved_late_result", line, f"result for {finding.call_id} moved after {anchor.id}"))
+            actions.append(
+                PiRepairAction("moved_late_result", line, f"result for {finding.call_id} moved after {anchor.id}")
+            )
         else:
             _take_out(rows, index)
-            kind: PiRepairKind = "dropped_duplicate_result" if finding.kind == "duplicate_result" else "dropped_orphan_result"
+            kind: PiRepairKind = (
+                "dropped_duplicate_result" if finding.kind == "duplicate_result" else "dropped_orphan_result"
+            )
             actions.append(PiRepairAction(kind, line, finding.detail))
     return PiRepairResult(_with(session, rows), actions)
