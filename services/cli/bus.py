@@ -12,12 +12,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from services.cli.common import fail, read_input
+from services.cli.formats import FormatOption
 from services.client import AgentbusClient
 from services.runtime.deadletter import dead_letter_streams, list_dead_letters, replay_dead_letter, show_dead_letter
 from services.runtime.settings import Settings
 from services.runtime.stream_admin import init_streams, stream_report
 from services.runtime.topology import Topology
+from services.transcripts.pi_view import TranscriptFormat
 from services.workers import WORKER_FACTORIES, run_worker
+from shared.events import LogEntry
+from shared.pi.claude_code import ClaudeCodeToPi
+from shared.pi.session import dump_line
+from shared.transcript.unicode_text import escape_lone_surrogates
 
 if TYPE_CHECKING:
     from services.replay import ReplayReport
@@ -62,17 +68,29 @@ def tail_command(
     session: Annotated[str, typer.Argument(help="Session id.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
     raw: Annotated[bool, typer.Option("--json", help="Print each log entry as JSON.")] = False,
+    file_format: Annotated[
+        TranscriptFormat | None,
+        typer.Option("--format", help="pi: print the log as pi session entries (JSONL, P10 mapping)."),
+    ] = None,
 ) -> None:
     """Print SESSION's canonical event log."""
+    as_pi = ClaudeCodeToPi() if file_format == "pi" else None
+
+    def show(entry: LogEntry) -> None:
+        if as_pi is not None:
+            for pi_entry in as_pi.entries(entry.message.to_wire()):
+                typer.echo(escape_lone_surrogates(dump_line(pi_entry)))
+        else:
+            typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
 
     async def run() -> None:
         async with AgentbusClient.connect() as bus:
             if not follow:
                 for entry in await bus.history(session):
-                    typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+                    show(entry)
                 return
             async for entry in bus.follow(session):
-                typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+                show(entry)
 
     asyncio.run(run())
 
@@ -114,25 +132,27 @@ def _block_summary(block: dict[str, Any]) -> str:
 
 
 def replay_command(
-    file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript.")],
+    file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript, or a pi session.")],
     session: Annotated[str | None, typer.Option("--session", help="Session id on the bus (default: new).")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait until it is persisted.")] = 120.0,
     wait_all: Annotated[
         bool, typer.Option("--wait", help="Also wait until every group of the session's log shard has settled it.")
     ] = False,
+    file_format: FormatOption = None,
 ) -> None:
     """Push a recorded session through the bus as its producers would (recorded tool results included),
     wait until the transcript worker has persisted it (--wait: every group, the normalizer too), and
     print the session id and transcript path. A summary on stderr says how many lines were read, how
     many events published and which lines were skipped and why. An empty, binary or non-JSONL file, or
-    one without a conversation, is refused (file, line, reason; exit 1)."""
+    one without a conversation, is refused (file, line, reason; exit 1). A pi session file publishes its
+    context at the last entry as Claude Code messages (the ones `agentbus normalize FILE` builds on)."""
     from services.cli.progress import phase_progress
     from services.replay import plan_replay, replay_transcript
     from shared.errors import UnusableTranscript
 
     data = read_input(file)
     try:
-        plan = plan_replay(data)
+        plan = plan_replay(data, file_format)
     except UnusableTranscript as error:
         fail(f"{file}: {error}")
     settings = Settings()

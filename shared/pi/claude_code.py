@@ -415,25 +415,53 @@ def claude_code_to_pi_entries(line: JsonDict, call_name: dict[str, str] | None =
     return [restored]
 
 
+class ClaudeCodeToPi:
+    """Claude Code lines → pi entries one line at a time, as a log is read or a transcript appended: tool
+    names are remembered from the ``tool_use`` blocks seen so far (a result names its call's tool, P10.1),
+    and an entry whose parent is a line that became several entries (a user line with several tool
+    results) hangs on the last of them, so pi's path walk (P8.2) passes through every one."""
+
+    def __init__(self) -> None:
+        self.call_name: dict[str, str] = {}
+        self.last_entry_of: dict[str, str] = {}
+
+    def remember_calls(self, line: JsonDict) -> None:
+        content = (line.get("message") or {}).get("content") if isinstance(line.get("message"), dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                self.call_name[block["id"]] = str(block.get("name"))
+
+    def entries(self, line: JsonDict) -> list[JsonDict]:
+        self.remember_calls(line)
+        entries = claude_code_to_pi_entries(line, self.call_name)
+        if entries and STASH not in line:
+            parent = entries[0].get("parentId")
+            if isinstance(parent, str) and parent in self.last_entry_of:
+                entries[0] = entries[0] | {"parentId": self.last_entry_of[parent]}
+            uuid_ = line.get("uuid")
+            if len(entries) > 1 and isinstance(uuid_, str) and isinstance(entries[-1].get("id"), str):
+                self.last_entry_of[uuid_] = entries[-1]["id"]
+        return entries
+
+
+def new_pi_header(session_id: str, *, timestamp: str | None, cwd: str | None) -> JsonDict:
+    """A v3 session header (P7.4) for a session that did not start as a pi file."""
+    return {"type": "session", "version": 3, "id": session_id, "timestamp": timestamp, "cwd": cwd}
+
+
 def claude_code_to_session(lines: Iterable[JsonDict]) -> tuple[JsonDict, list[JsonDict]]:
     """Claude Code lines as a pi session: the header kept aside on the first line, or a new v3 one."""
     materialized = list(lines)
-    call_name: dict[str, str] = {}
+    mapping = ClaudeCodeToPi()
     for line in materialized:
-        for block in (line.get("message") or {}).get("content") or []:
-            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-                call_name[block["id"]] = str(block.get("name"))
+        mapping.remember_calls(line)
     header = (materialized[0].get(STASH) or {}).get("header") if materialized else None
     if header is None:
         first = materialized[0] if materialized else {}
-        header = {
-            "type": "session",
-            "version": 3,
-            "id": first.get("sessionId", "claude-code-session"),
-            "timestamp": first.get("timestamp"),
-            "cwd": first.get("cwd"),
-        }
-    return header, [entry for line in materialized for entry in claude_code_to_pi_entries(line, call_name)]
+        header = new_pi_header(
+            first.get("sessionId", "claude-code-session"), timestamp=first.get("timestamp"), cwd=first.get("cwd")
+        )
+    return header, [entry for line in materialized for entry in mapping.entries(line)]
 
 
 def iter_tool_calls(entries: Iterable[JsonDict]) -> Iterator[tuple[str, str]]:
