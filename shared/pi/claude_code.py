@@ -418,12 +418,18 @@ def claude_code_to_pi_entries(line: JsonDict, call_name: dict[str, str] | None =
 class ClaudeCodeToPi:
     """Claude Code lines → pi entries one line at a time, as a log is read or a transcript appended: tool
     names are remembered from the ``tool_use`` blocks seen so far (a result names its call's tool, P10.1),
-    and an entry whose parent is a line that became several entries (a user line with several tool
-    results) hangs on the last of them, so pi's path walk (P8.2) passes through every one."""
+    an entry whose parent is a line that became several entries (a user line with several tool results)
+    hangs on the last of them, and a result line Claude Code hangs on its call's assistant (parallel
+    results as siblings, a late result beside the message written before it) hangs on the entry mapped
+    just before it, as pi appends results in file order; so pi's path walk (P8.2) passes through every
+    result and every message written between a call and its result."""
 
     def __init__(self) -> None:
         self.call_name: dict[str, str] = {}
         self.last_entry_of: dict[str, str] = {}
+        self.assistant_uuids: set[str] = set()
+        self.last_id: str | None = None
+        """The id of the entry mapped last (file order)."""
 
     def remember_calls(self, line: JsonDict) -> None:
         content = (line.get("message") or {}).get("content") if isinstance(line.get("message"), dict) else None
@@ -438,10 +444,24 @@ class ClaudeCodeToPi:
             parent = entries[0].get("parentId")
             if isinstance(parent, str) and parent in self.last_entry_of:
                 entries[0] = entries[0] | {"parentId": self.last_entry_of[parent]}
+            if parent in self.assistant_uuids and _holds_tool_result(line) and self.last_id is not None:
+                entries[0] = entries[0] | {"parentId": self.last_id}
+            if line.get("type") == "assistant" and isinstance(line.get("uuid"), str):
+                self.assistant_uuids.add(line["uuid"])
+        if entries and isinstance(entries[-1].get("id"), str):
+            self.last_id = entries[-1]["id"]
             uuid_ = line.get("uuid")
             if len(entries) > 1 and isinstance(uuid_, str) and isinstance(entries[-1].get("id"), str):
                 self.last_entry_of[uuid_] = entries[-1]["id"]
         return entries
+
+
+def _holds_tool_result(line: JsonDict) -> bool:
+    payload = line.get("message")
+    content = payload.get("content") if isinstance(payload, dict) else None
+    return line.get("type") == "user" and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content or []
+    )
 
 
 def new_pi_header(session_id: str, *, timestamp: str | None, cwd: str | None) -> JsonDict:
