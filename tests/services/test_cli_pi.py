@@ -1,0 +1,74 @@
+"""Issue 17: the CLI reads pi session files (detected from the header, P7.3) — real ``agentbus`` processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from shared.api_validation import validate_api_request
+from tests.shared.pi.generated import late_result, tool_rounds
+
+
+def agentbus(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def test_normalize_builds_ours_and_rules_pi_prints_pis_own(tmp_path: Path) -> None:
+    path = tmp_path / "late.jsonl"
+    path.write_bytes(late_result())
+    ours = agentbus("normalize", str(path), "--prompt", "continue")
+    assert ours.returncode == 0, ours.stderr
+    assert validate_api_request(json.loads(ours.stdout)) == []
+    own = agentbus("normalize", str(path), "--rules", "pi")
+    body = json.loads(own.stdout)
+    # P9.2: pi inserts "No result provided" before the bash message and still sends the late result.
+    assert "No result provided" in own.stdout
+    assert "orphan_tool_result" in {violation.rule for violation in validate_api_request(body)}
+
+
+def test_normalize_refuses_rules_pi_on_claude_code_and_format_pi_on_other_files(tmp_path: Path) -> None:
+    path = tmp_path / "cc.jsonl"
+    path.write_text('{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}\n')
+    refused = agentbus("normalize", str(path), "--rules", "pi")
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1
+    forced = agentbus("normalize", str(path), "--format", "pi")
+    assert forced.returncode == 1
+    assert "not a pi session" in forced.stderr
+
+
+def test_verify_reports_the_late_result_and_repair_moves_it_up(tmp_path: Path) -> None:
+    """P9: verify flags the late result (error); repair moves it to its call; pi's own request then has
+    no orphan result (P9.2's advice)."""
+    path, out = tmp_path / "late.jsonl", tmp_path / "repaired.jsonl"
+    path.write_bytes(late_result())
+    verify = agentbus("transcript", "verify", str(path))
+    assert verify.returncode == 1
+    assert "late_result" in verify.stdout
+    repair = agentbus("transcript", "repair", str(path), "--out", str(out))
+    assert repair.returncode == 0, repair.stderr
+    assert "moved_late_result" in repair.stdout
+    assert "0 error(s) left" in repair.stdout
+    assert agentbus("transcript", "verify", str(out)).returncode == 0
+    own = json.loads(agentbus("normalize", str(out), "--rules", "pi").stdout)
+    assert "orphan_tool_result" not in {violation.rule for violation in validate_api_request(own)}
+
+
+def test_convert_pi_to_claude_code_and_back_is_lossless(tmp_path: Path) -> None:
+    """P10: pi → Claude Code → pi gives the same session (JSON-equal)."""
+    path, cc = tmp_path / "rounds.jsonl", tmp_path / "rounds.cc.jsonl"
+    path.write_bytes(tool_rounds())
+    assert agentbus("transcript", "convert", str(path), "--to", "claude-code", "--out", str(cc)).returncode == 0
+    assert agentbus("transcript", "verify", str(cc)).returncode == 0
+    back = agentbus("transcript", "convert", str(cc), "--to", "pi")
+    assert back.returncode == 0, back.stderr
+    assert [json.loads(line) for line in back.stdout.splitlines()] == [
+        json.loads(line) for line in path.read_text().splitlines()
+    ]
+    export = agentbus("transcript", "export", str(path))
+    assert export.returncode == 0
+    assert json.loads(export.stdout)["messages"][0]["role"] == "user"
