@@ -84,6 +84,7 @@ def start_workers(redis_url: str, root: Path, *, metrics: bool = True) -> Worker
         **os.environ,
         "REDIS_URL": redis_url,
         "AGENTBUS_DATA_DIR": str(root / "data"),
+        "AGENTBUS_INTERNAL_KEY": "bench-internal-key",
         "AGENTBUS_SHARDS": str(SHARDS),
         "LOG_LEVEL": "WARNING",
         "AGENTBUS_METRICS": "true" if metrics else "false",

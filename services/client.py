@@ -4,6 +4,8 @@
         request = await bus.send_prompt_and_wait("s1", "list the files", timeout_s=30)
 
 Every publish carries an idempotency key (a fresh one unless given), so a producer may retry safely.
+Nothing is sent for an invalid session id (:class:`InvalidSessionId`) or an entry over the ingress size
+limit (:class:`IngressEntryTooLarge`); ingestion would dead-letter either.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ from shared.events import (
     UserPrompt,
     parse_log_entry,
 )
+from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES, IngressEntryTooLarge, entry_size_problem
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, AttachmentMessage, Message, UserMessage
+from shared.session_ids import check_session_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +61,19 @@ class PublishedRequest:
 class AgentbusClient:
     """A producer/observer of one agentbus deployment."""
 
-    def __init__(self, redis: aioredis.Redis, topology: Topology) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, topology: Topology, *, max_entry_bytes: int = DEFAULT_MAX_INGRESS_ENTRY_BYTES
+    ) -> None:
         self.redis = redis
         self.topology = topology
+        self.max_entry_bytes = max_entry_bytes
 
     @classmethod
     def connect(cls, redis_url: str | None = None, *, names: StreamNames | None = None) -> AgentbusClient:
         settings = Settings()
         url = redis_url if redis_url is not None else settings.redis_url
-        return cls(aioredis.Redis.from_url(url), Topology(names if names is not None else settings.names))
+        topology = Topology(names if names is not None else settings.names)
+        return cls(aioredis.Redis.from_url(url), topology, max_entry_bytes=settings.max_ingress_entry_bytes)
 
     async def __aenter__(self) -> AgentbusClient:
         return self
@@ -89,24 +97,38 @@ class AgentbusClient:
         traceparent: str | None = None,
     ) -> str:
         """XADD one ingress entry; returns its entry id."""
-        envelope = IngressEnvelope(
-            session_id=session_id,
-            idempotency_key=idempotency_key or f"{payload.type}:{uuid.uuid4()}",
-            payload=payload,
-            traceparent=traceparent,
+        fields = self._ingress_fields(
+            session_id, idempotency_key or f"{payload.type}:{uuid.uuid4()}", payload, traceparent=traceparent
         )
-        entry_id = await self.redis.xadd(self.topology.ingress_for(session_id), entry_fields(envelope))  # type: ignore[arg-type]
+        entry_id = await self.redis.xadd(self.topology.ingress_for(session_id), fields)  # type: ignore[arg-type]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> list[str]:
         """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs; returns
         their entry ids."""
-        stream = self.topology.ingress_for(session_id)
+        stream = self.topology.ingress_for(check_session_id(session_id))
+        entries = [self._ingress_fields(session_id, key, payload) for key, payload in payloads]
         pipe = self.redis.pipeline(transaction=False)
-        for key, payload in payloads:
-            envelope = IngressEnvelope(session_id=session_id, idempotency_key=key, payload=payload)
-            pipe.xadd(stream, entry_fields(envelope))  # type: ignore[arg-type]
+        for fields in entries:
+            pipe.xadd(stream, fields)  # type: ignore[arg-type]
         return [id_text(entry_id) for entry_id in await pipe.execute()]
+
+    def _ingress_fields(
+        self, session_id: str, idempotency_key: str, payload: IngressPayload, *, traceparent: str | None = None
+    ) -> dict[str, bytes]:
+        """The stream fields of one ingress entry, refused here when ingestion would dead-letter it for
+        its session id or its size."""
+        envelope = IngressEnvelope(
+            session_id=check_session_id(session_id),
+            idempotency_key=idempotency_key,
+            payload=payload,
+            traceparent=traceparent,
+        )
+        fields = entry_fields(envelope)
+        size = len(fields[DATA_FIELD])
+        if entry_size_problem(size, self.max_entry_bytes) is not None:
+            raise IngressEntryTooLarge(session_id, size, self.max_entry_bytes)
+        return fields
 
     async def send_prompt(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> str:
         return await self.publish(session_id, UserPrompt(content=content, **options))

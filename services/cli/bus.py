@@ -23,6 +23,7 @@ from services.workers import WORKER_FACTORIES, run_worker
 from shared.events import LogEntry
 from shared.pi.claude_code import ClaudeCodeToPi
 from shared.pi.session import dump_line
+from shared.session_ids import session_id_problem
 from shared.transcript.unicode_text import escape_lone_surrogates
 
 if TYPE_CHECKING:
@@ -32,6 +33,13 @@ streams_app = typer.Typer(
     name="streams", help="Create and inspect the pipeline's streams and groups.", no_args_is_help=True
 )
 dlq_app = typer.Typer(name="dlq", help="Inspect and replay dead letters.", no_args_is_help=True)
+
+
+def checked_session_id(value: str | None) -> str | None:
+    """Typer callback: a session id outside the grammar (shared/session_ids.py) is a usage error."""
+    if value is not None and (problem := session_id_problem(value)) is not None:
+        raise typer.BadParameter(f"invalid session id {value!r}: {problem}")
+    return value
 
 
 def worker_command(
@@ -45,7 +53,7 @@ def worker_command(
 
 
 def send_command(
-    session: Annotated[str, typer.Argument(help="Session id.")],
+    session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
     text: Annotated[str, typer.Argument(help="The prompt.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the session's next API request and print it.")] = False,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait with --wait.")] = 30.0,
@@ -65,7 +73,7 @@ def send_command(
 
 
 def tail_command(
-    session: Annotated[str, typer.Argument(help="Session id.")],
+    session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
     raw: Annotated[bool, typer.Option("--json", help="Print each log entry as JSON.")] = False,
     file_format: Annotated[
@@ -133,7 +141,10 @@ def _block_summary(block: dict[str, Any]) -> str:
 
 def replay_command(
     file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript, or a pi session.")],
-    session: Annotated[str | None, typer.Option("--session", help="Session id on the bus (default: new).")] = None,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", help="Session id on the bus (default: new).", callback=checked_session_id),
+    ] = None,
     timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait until it is persisted.")] = 120.0,
     wait_all: Annotated[
         bool, typer.Option("--wait", help="Also wait until every group of the session's log shard has settled it.")

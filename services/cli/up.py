@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Awaitable
@@ -136,6 +137,8 @@ def _settings_and_env() -> tuple[Settings, dict[str, str]]:
         "AGENTBUS_TOOLS__WORKSPACE": str(tools.workspace.resolve()),
     }
     env.setdefault("AGENTBUS_TOOLS__ALLOW", DEMO_PERMISSIONS)
+    # The worker secret of internal events, shared by the children only (never by producers).
+    env.setdefault("AGENTBUS_INTERNAL_KEY", secrets.token_hex(32))
     return settings, env
 
 

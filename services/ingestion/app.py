@@ -8,7 +8,7 @@ import time
 
 from services.ingestion.worker import IngestionWorker
 from services.observability.metrics import instrument_handler
-from services.runtime.codec import entry_fields
+from services.runtime.codec import signed_entry_fields
 from services.runtime.consumer import BatchConsumer
 from services.runtime.lane_worker import LaneWorker
 from services.runtime.topology import INGESTION_GROUP
@@ -28,6 +28,8 @@ class IngestionRuntime:
             context.redis,
             self.topology,
             tool_deadline_ms=int(context.settings.tools.deadline_s * 1000),
+            internal_key=context.settings.require_internal_key(),
+            max_entry_bytes=context.settings.max_ingress_entry_bytes,
             idempotency_ttl_ms=int(context.settings.retention.idempotency_keys_ttl_s * 1000),
         )
         self.lanes = LaneWorker(
@@ -64,7 +66,8 @@ class IngestionRuntime:
         """Queue a deadline sweep into the ingress shard of every owned session with an overdue call.
 
         The sweep goes through the shard's own stream so it is applied in order by the shard owner, like
-        any other event; its idempotency key makes a repeated sweep harmless.
+        any other event; its idempotency key makes a repeated sweep harmless. It is signed with the worker
+        secret: a sweep without a valid authenticator is a forgery (shared/internal_events.py).
         """
         now_ms = int(time.time() * 1000)
         redis = self.context.redis
@@ -78,7 +81,8 @@ class IngestionRuntime:
                     idempotency_key=f"deadline_sweep:{session}:{int(deadline)}",
                     payload=DeadlineSweep(now_ms=now_ms),
                 )
-                await redis.xadd(self.topology.ingress(shard), entry_fields(envelope))  # type: ignore[arg-type]
+                fields = signed_entry_fields(envelope, self.worker.internal_key)
+                await redis.xadd(self.topology.ingress(shard), fields)  # type: ignore[arg-type]
                 queued += 1
         return queued
 

@@ -7,6 +7,10 @@ and writes in ONE atomic script together with the XACK: the log entries (shard l
 event stream), tool jobs, the ledgers, the applied keys and the sets tool workers consult (answered calls,
 retracted messages). A crash at any point therefore either applied a batch completely or not at all:
 nothing lost, nothing duplicated. The cache keeps a batch's ledgers only once that script succeeded.
+
+Before anything is applied, an entry passes the door: its size (``too_large``), its session id
+(``invalid_session_id``), its shard (``wrong_shard``) and, for what only workers may write, the workers'
+authenticator (``forged_internal_event``, shared/internal_events.py); each refusal is a dead letter.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from services.ingestion.ledger_cache import (
 from services.observability import metrics
 from services.observability.logging import debug_enabled
 from services.observability.tracing import continue_trace
-from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.codec import DATA_FIELD, decode_entry, entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
@@ -42,7 +46,16 @@ from services.runtime.topology import Topology
 from shared.clock import Clock, utc_now
 from shared.events import IngressEnvelope, parse_ingress
 from shared.ids import IdSource, random_uuid
+from shared.ingress_limits import TOO_LARGE, entry_size_problem
+from shared.internal_events import (
+    AUTH_FIELD,
+    FORGED_INTERNAL_EVENT,
+    forged_internal_problem,
+    idempotency_slot,
+    is_authentic,
+)
 from shared.ledger import Dropped, LedgerOutput, SessionLedger, new_ledger_state
+from shared.session_ids import session_id_problem
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +68,21 @@ INTERRUPT_TTL_MS = 24 * 3600 * 1000
 def entry_time_ms(entry_id: str) -> int:
     """The millisecond timestamp Redis put in a stream entry id."""
     return int(entry_id.split("-", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoded:
+    """An admitted ingress entry, ready to apply."""
+
+    entry: StreamEntry
+    envelope: IngressEnvelope
+    traceparent: str
+    authenticated: bool
+    """It carries a valid worker authenticator (shared/internal_events.py)."""
+
+    @property
+    def key_slot(self) -> str:
+        return idempotency_slot(self.envelope.idempotency_key, authenticated=self.authenticated)
 
 
 @dataclass(slots=True)
@@ -84,6 +112,8 @@ class IngestionWorker:
         topology: Topology,
         *,
         tool_deadline_ms: int,
+        internal_key: bytes,
+        max_entry_bytes: int,
         idempotency_ttl_ms: int = 0,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
@@ -92,6 +122,9 @@ class IngestionWorker:
         self.redis = redis
         self.topology = topology
         self.tool_deadline_ms = tool_deadline_ms
+        self.internal_key = internal_key
+        """The worker secret internal events are authenticated with (shared/internal_events.py)."""
+        self.max_entry_bytes = max_entry_bytes
         self.idempotency_ttl_ms = idempotency_ttl_ms
         """How long a session's applied idempotency keys outlive its last activity (0: forever). A producer
         retry later than that is applied again."""
@@ -119,46 +152,49 @@ class IngestionWorker:
 
     async def handle(self, shard: int, entries: list[StreamEntry]) -> BatchOutcome:
         batch = _Batch()
-        decoded: list[tuple[StreamEntry, IngressEnvelope, str]] = []
+        decoded: list[_Decoded] = []
         consumed: Counter[str] = Counter()
         debug = debug_enabled()
         for entry in entries:
-            envelope = decode_entry(entry, parse_ingress)
+            envelope = self._admit(shard, entry)
             if isinstance(envelope, Poison):
                 consumed["invalid"] += 1
                 batch.poison[entry.entry_id] = envelope
-            elif self.topology.names.shard_of(envelope.session_id) != shard:
-                consumed[envelope.payload.type] += 1
-                batch.poison[entry.entry_id] = Poison(
-                    "wrong_shard", f"session {envelope.session_id} does not belong to ingress shard {shard}"
+                continue
+            consumed[envelope.payload.type] += 1
+            # Continue the producer's trace (or start one): every log entry and tool job of this
+            # envelope carries ingestion's span as its parent.
+            span = continue_trace(envelope.traceparent, on_invalid=self._invalid_traceparent)
+            if debug:
+                log.debug(
+                    "ingress_entry",
+                    session_id=envelope.session_id,
+                    entry_id=entry.entry_id,
+                    type=envelope.payload.type,
+                    trace_id=span.trace_id,
+                    span_id=span.span_id,
                 )
-            else:
-                consumed[envelope.payload.type] += 1
-                # Continue the producer's trace (or start one): every log entry and tool job of this
-                # envelope carries ingestion's span as its parent.
-                span = continue_trace(envelope.traceparent, on_invalid=self._invalid_traceparent)
-                if debug:
-                    log.debug(
-                        "ingress_entry",
-                        session_id=envelope.session_id,
-                        entry_id=entry.entry_id,
-                        type=envelope.payload.type,
-                        trace_id=span.trace_id,
-                        span_id=span.span_id,
-                    )
-                decoded.append((entry, envelope, span.traceparent))
-        seen = await self._load(shard, batch, [(entry, envelope) for entry, envelope, _ in decoded])
-        for entry, envelope, traceparent in decoded:
-            key = envelope.idempotency_key
+            proof = entry.fields.get(AUTH_FIELD)
+            authenticated = proof is not None and is_authentic(self.internal_key, entry.fields[DATA_FIELD], proof)
+            decoded.append(_Decoded(entry, envelope, span.traceparent, authenticated))
+        seen = await self._load(shard, batch, decoded)
+        for item in decoded:
+            entry, envelope = item.entry, item.envelope
             session = envelope.session_id
+            ledger = batch.ledgers[session].ledger
+            # Checked before the key is taken: a forgery must not use up the key of the real event.
+            if not item.authenticated and (forged := forged_internal_problem(envelope, ledger.state.pending)):
+                batch.poison[entry.entry_id] = Poison(FORGED_INTERNAL_EVENT, f"session {session}: {forged}")
+                continue
+            key = item.key_slot
             if key in seen[session]:
                 batch.dropped.append((session, Dropped("duplicate_key", key)))
                 continue
             seen[session].add(key)
             batch.applied_keys.setdefault(session, []).append(key)
             # Deadlines are measured on the entry's own clock (its id), so a replayed batch decides the same.
-            out = batch.ledgers[session].ledger.apply(
-                envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id, traceparent=traceparent
+            out = ledger.apply(
+                envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id, traceparent=item.traceparent
             )
             self._collect(batch, session, out)
             if out.state_changed:
@@ -184,19 +220,32 @@ class IngestionWorker:
             on_settled=lambda: self.cache.put_back(shard, batch.ledgers),
         )
 
-    async def _load(
-        self, shard: int, batch: _Batch, decoded: list[tuple[StreamEntry, IngressEnvelope]]
-    ) -> dict[str, set[str]]:
+    def _admit(self, shard: int, entry: StreamEntry) -> IngressEnvelope | Poison:
+        """The entry's envelope if it may enter this shard's ledgers; else why not (checked before it is
+        parsed: its size; after: its session id and shard)."""
+        raw = entry.fields.get(DATA_FIELD)
+        if raw is not None and (too_large := entry_size_problem(len(raw), self.max_entry_bytes)) is not None:
+            return Poison(TOO_LARGE, f"{entry.stream} {entry.entry_id}: {too_large}")
+        envelope = decode_entry(entry, parse_ingress)
+        if isinstance(envelope, Poison):
+            return envelope
+        if (problem := session_id_problem(envelope.session_id)) is not None:
+            return Poison("invalid_session_id", f"{entry.stream} {entry.entry_id}: {envelope.session_id!r}: {problem}")
+        if self.topology.names.shard_of(envelope.session_id) != shard:
+            return Poison("wrong_shard", f"session {envelope.session_id} does not belong to ingress shard {shard}")
+        return envelope
+
+    async def _load(self, shard: int, batch: _Batch, decoded: list[_Decoded]) -> dict[str, set[str]]:
         """Take the ledgers of the batch's sessions from the cache or Redis, and return per session the
         applied idempotency keys it knows of: all of them when the cache holds the session's set, else
         those of this batch's keys that Redis has. No round trip when every session is cached with its
         keys; one otherwise; two when a loaded session has earlier keys or a reply to rebuild."""
         keys_by_session: dict[str, list[str]] = {}
         redelivered: set[str] = set()
-        for entry, envelope in decoded:
-            keys_by_session.setdefault(envelope.session_id, []).append(envelope.idempotency_key)
-            if entry.delivery_count > 1:
-                redelivered.add(envelope.session_id)
+        for item in decoded:
+            keys_by_session.setdefault(item.envelope.session_id, []).append(item.key_slot)
+            if item.entry.delivery_count > 1:
+                redelivered.add(item.envelope.session_id)
         seen: dict[str, set[str]] = {}
         missing: list[str] = []
         remote: list[str] = []

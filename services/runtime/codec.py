@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from services.runtime.consumer import Poison
 from services.runtime.entries import StreamEntry
 from shared.events import SCHEMA_VERSION
+from shared.internal_events import AUTH_FIELD, internal_event_proof
 from shared.wire import WireModel
 
 DATA_FIELD = "data"
@@ -20,6 +21,12 @@ Record = TypeVar("Record")
 def entry_fields(record: WireModel) -> dict[str, bytes]:
     """The fields of the stream entry that carries ``record``."""
     return {DATA_FIELD: record.to_wire_json().encode()}
+
+
+def signed_entry_fields(record: WireModel, internal_key: bytes) -> dict[str, bytes]:
+    """The fields of a worker's ingress entry: ``data`` and its authenticator (shared/internal_events.py)."""
+    data = record.to_wire_json().encode()
+    return {DATA_FIELD: data, AUTH_FIELD: internal_event_proof(internal_key, data)}
 
 
 def decode_entry(entry: StreamEntry, parse: Callable[[bytes], Record]) -> Record | Poison:

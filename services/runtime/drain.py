@@ -78,8 +78,11 @@ async def stream_progress(redis: aioredis.Redis, stream: str) -> StreamProgress 
     pipe.xinfo_stream(stream)
     pipe.xinfo_groups(stream)
     stream_info, groups_reply = await pipe.execute(raise_on_error=False)
-    if isinstance(stream_info, Exception) or isinstance(groups_reply, Exception):
-        return None
+    for reply in (stream_info, groups_reply):
+        if isinstance(reply, Exception):
+            if "no such key" in str(reply).lower():
+                return None
+            raise reply  # e.g. NOPERM: a credential that may not watch the stream must not look "drained"
     pending = {}
     for row in groups_reply:
         if int(row["pending"] or 0):

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime.streams import StreamNames
+from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
 
 
 class ConsumerSettings(BaseModel):
@@ -62,6 +63,16 @@ class RetentionSettings(BaseModel):
     )
 
 
+class MissingInternalKey(RuntimeError):
+    """AGENTBUS_INTERNAL_KEY is not set for a worker that signs or checks internal events."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "AGENTBUS_INTERNAL_KEY is not set: the ingestion and tool workers need the same secret to "
+            "authenticate internal events (`agentbus up` generates one; see deploy/README.md)"
+        )
+
+
 class Settings(BaseSettings):
     """Every knob of an agentbus process."""
 
@@ -105,6 +116,23 @@ class Settings(BaseSettings):
         "claude-code",
         description="pi: the transcripts worker also keeps each session as a pi session file <session>.pi.jsonl",
     )
+    internal_key: SecretStr | None = Field(
+        None,
+        description="worker secret that authenticates internal events (sweeps, tool results); ingestion and "
+        "tool workers need it, producers must not have it (shared/internal_events.py)",
+    )
+    max_ingress_entry_bytes: int = Field(
+        DEFAULT_MAX_INGRESS_ENTRY_BYTES,
+        ge=1024,
+        description="largest ingress entry body; larger ones are refused by the SDK and dead-lettered too_large",
+    )
+
+    def require_internal_key(self) -> bytes:
+        """The worker secret, for the workers that sign or check internal events; refuses to go on
+        without one (an unauthenticated worker's results would all be dead-lettered as forged)."""
+        if self.internal_key is None or not self.internal_key.get_secret_value():
+            raise MissingInternalKey
+        return self.internal_key.get_secret_value().encode()
 
     @property
     def names(self) -> StreamNames:

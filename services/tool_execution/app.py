@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.observability.metrics import instrument_handler
-from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
 from services.runtime.deadletter import DeadLetter
 from services.runtime.entries import StreamEntry, field_bytes
@@ -45,6 +45,7 @@ class ToolRuntime:
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
+            internal_key=settings.require_internal_key(),
         )
         self.jobs = BatchConsumer(
             context.redis,
@@ -82,7 +83,8 @@ class ToolRuntime:
                 poison[entry.entry_id] = job
                 continue
             envelope = abandoned_job_envelope(job, letter.reason)
-            outputs.append(Output(self.topology.ingress_for(job.session_id), entry_fields(envelope)))
+            fields = signed_entry_fields(envelope, self.worker.internal_key)
+            outputs.append(Output(self.topology.ingress_for(job.session_id), fields))
         return BatchOutcome(outputs=outputs, poison=poison)
 
     async def start(self) -> None:

@@ -23,7 +23,7 @@ import structlog
 
 from services.observability.metrics import record_traceparent_invalid
 from services.observability.tracing import continue_trace
-from services.runtime.codec import decode_entry, entry_fields
+from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.topology import TOOLS_GROUP, Topology
@@ -75,6 +75,7 @@ class ToolWorker:
         permissions: PermissionContext,
         timeouts: ToolTimeouts,
         keepalive_s: float,
+        internal_key: bytes,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
     ) -> None:
@@ -85,6 +86,8 @@ class ToolWorker:
         self.permissions = permissions
         self.timeouts = timeouts
         self.keepalive_s = keepalive_s
+        self.internal_key = internal_key
+        """Signs every result and progress entry: only a tool worker answers a dispatched call."""
         self.clock = clock
         self.ids = ids
         self.stats = ToolWorkerStats()
@@ -153,7 +156,8 @@ class ToolWorker:
                 clock=self.clock,
                 ids=self.ids,
             ):
-                await self.redis.xadd(ingress, entry_fields(self._envelope(job, message)))  # type: ignore[arg-type]
+                fields = signed_entry_fields(self._envelope(job, message), self.internal_key)
+                await self.redis.xadd(ingress, fields)  # type: ignore[arg-type]
         finally:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):

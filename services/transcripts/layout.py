@@ -14,6 +14,7 @@ from pathlib import Path
 
 from services.transcripts.files import write_file_atomically
 from shared.json_types import JsonObject
+from shared.session_ids import check_session_id
 
 PROJECTS_DIR = "projects"
 MAX_SANITIZED_LENGTH = 200
@@ -72,14 +73,12 @@ def project_dir(root: Path, cwd: str) -> Path:
 
 def session_file(root: Path, cwd: str, session_id: str) -> Path:
     """R7.1: the main transcript ``<projects>/<projectDir>/<sessionId>.jsonl``."""
-    _check_component("session id", session_id)
-    return project_dir(root, cwd) / f"{session_id}.jsonl"
+    return project_dir(root, cwd) / f"{check_session_id(session_id)}.jsonl"
 
 
 def subagent_dir(root: Path, cwd: str, session_id: str, subdir: str | None = None) -> Path:
     """``<projects>/<projectDir>/<sessionId>/subagents[/<subdir>]``."""
-    _check_component("session id", session_id)
-    base = project_dir(root, cwd) / session_id / "subagents"
+    base = project_dir(root, cwd) / check_session_id(session_id) / "subagents"
     if subdir is None:
         return base
     _check_component("subdir", subdir)

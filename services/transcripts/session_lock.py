@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from services.transcripts.errors import TranscriptSessionBusy
+from shared.session_ids import check_session_id
 
 LOCKS_DIR = ".agentbus-locks"
 
@@ -31,7 +32,10 @@ within one lease renewal interval of waking up (a third of the lease TTL, 10 s b
 
 
 def session_lock_path(root: Path, session_id: str) -> Path:
-    return root / LOCKS_DIR / f"{session_id}.lock"
+    """``<root>/.agentbus-locks/<session id>.lock``; an id outside the grammar raises
+    :class:`shared.session_ids.InvalidSessionId` before anything is created (it would name a path
+    outside the locks directory)."""
+    return root / LOCKS_DIR / f"{check_session_id(session_id)}.lock"
 
 
 class SessionLock:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 import structlog
 
 from services.observability import metrics
-from services.runtime.consumer import BatchHandler, BatchOutcome
+from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.log_batch import decode_log_batch
 from services.transcripts.pi_mirror import PiMirror
 from services.transcripts.store import TranscriptStore
 from shared.events import LogEntry
 from shared.messages import Message, TombstoneMessage
+from shared.session_ids import session_id_problem
 
 log = structlog.get_logger(__name__)
 
@@ -54,7 +55,11 @@ class TranscriptWorker:
         batch = decode_log_batch(entries)
         poison, consumed = batch.poison, batch.consumed
         by_session: dict[str, list[LogEntry]] = {}
-        for _, record in batch.records:
+        for entry, record in batch.records:
+            if (problem := session_id_problem(record.session_id)) is not None:
+                # Ingestion refuses such ids; a log written before it did must not fail the batch forever.
+                poison[entry.entry_id] = Poison("invalid_session_id", f"{record.session_id!r}: {problem}")
+                continue
             by_session.setdefault(record.session_id, []).append(record)
         before = (self.stats.lines_written, self.stats.duplicates_skipped, self.stats.lines_removed)
         started = time.perf_counter()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -39,6 +40,8 @@ class WorkerCluster:
     root: Path
     extra_env: dict[str, str] = field(default_factory=dict)
     workers: list[Worker] = field(default_factory=list)
+    internal_key: str = field(default_factory=lambda: secrets.token_hex(32))
+    """The workers' secret for internal events (AGENTBUS_INTERNAL_KEY); producers do not have it."""
 
     @property
     def data_dir(self) -> Path:
@@ -69,6 +72,7 @@ class WorkerCluster:
             "AGENTBUS_TOOLS__ALLOW": json.dumps(TEST_ALLOW_RULES),
             "AGENTBUS_FSYNC_INTERVAL_MS": "2",
             "LOG_LEVEL": "WARNING",
+            "AGENTBUS_INTERNAL_KEY": self.internal_key,
             **self.extra_env,
         }
 

@@ -18,7 +18,7 @@ from services.demo import stream_events_for
 from services.ingestion import ledger_cache
 from services.ingestion import worker as ingestion_worker
 from services.ingestion.worker import IngestionWorker
-from services.runtime.codec import entry_fields
+from services.runtime.codec import entry_fields, signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig
 from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
@@ -35,11 +35,14 @@ from shared.events import (
     parse_log_entry,
 )
 from shared.factories import create_assistant_message, create_user_message
+from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
 
 pytestmark = pytest.mark.integration
 
 TOPOLOGY = Topology(StreamNames(prefix="cachetest:", shards=1))
 SESSION = "cache-session"
+INTERNAL_KEY = b"test-internal-key"
+MAX_ENTRY_BYTES = DEFAULT_MAX_INGRESS_ENTRY_BYTES
 ONE_BY_ONE = ConsumerConfig(count=1, block_ms=20, ordered=True, transactional=True)
 ALL_AT_ONCE = ConsumerConfig(count=100, block_ms=20, ordered=True, transactional=True)
 
@@ -72,8 +75,13 @@ def _envelopes() -> list[IngressEnvelope]:
 
 
 async def _publish(redis: aioredis.Redis, envelopes: list[IngressEnvelope]) -> None:
+    """XADD as their producers would: tool results for dispatched calls come from a tool worker (signed)."""
     for envelope in envelopes:
-        await redis.xadd(TOPOLOGY.ingress(0), entry_fields(envelope))  # type: ignore[arg-type]
+        if isinstance(envelope.payload, ToolResultReport):
+            fields = signed_entry_fields(envelope, INTERNAL_KEY)
+        else:
+            fields = entry_fields(envelope)
+        await redis.xadd(TOPOLOGY.ingress(0), fields)  # type: ignore[arg-type]
 
 
 def _consumer(
@@ -122,14 +130,18 @@ async def test_r9_reply_half_streamed_then_taken_over_completes_the_same(aredis:
     would (several sessions, each with earlier keys and a reply in progress at the takeover)."""
     envelopes = _envelopes()
     await _publish(aredis, envelopes)
-    single = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    single = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     await _consume(_consumer(aredis, single, "only"), len(envelopes))
     reference = await _log(aredis)
     await aredis.flushall()
 
     half = len(SESSIONS) * 6
     await _publish(aredis, envelopes[:half])
-    first = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    first = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     await _consume(_consumer(aredis, first, "first"), half)
     # Mid-reply: the state JSON holds no raw events; each reply's list holds every one seen so far.
     for number, session in enumerate(SESSIONS):
@@ -139,7 +151,9 @@ async def test_r9_reply_half_streamed_then_taken_over_completes_the_same(aredis:
         assert await aredis.llen(TOPOLOGY.reply_events(session, f"req_cache{number}")) == 5
 
     await _publish(aredis, envelopes[half:])
-    second = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    second = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     # One batch: the new owner loads every session (state, reply events, applied keys) at once.
     await _consume(_consumer(aredis, second, "second", ALL_AT_ONCE), len(envelopes) - half)
     taken_over = await _log(aredis)
@@ -154,12 +168,16 @@ async def test_duplicate_idempotency_keys_dropped_by_owner_and_by_next_owner(are
     """A producer's retry is applied once: caught from the cached key set and, after a takeover, from Redis."""
     prompt = IngressEnvelope(session_id=SESSION, idempotency_key="p1", payload=UserPrompt(content="hi"))
     await _publish(aredis, [prompt, prompt])
-    owner = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    owner = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     await _consume(_consumer(aredis, owner, "owner"), 2)
     assert owner.dropped_total == 1
 
     await _publish(aredis, [prompt])
-    successor = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    successor = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     await _consume(_consumer(aredis, successor, "successor"), 1)
     assert successor.dropped_total == 1
     assert [entry.seq for entry in await _log(aredis)] == [1]
@@ -182,7 +200,9 @@ async def test_closed_calls_live_in_the_answered_set_and_a_new_owner_restores_th
         aredis,
         [IngressEnvelope(session_id=SESSION, idempotency_key=f"k{n}", payload=p) for n, p in enumerate(payloads)],
     )
-    owner = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    owner = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     await _consume(_consumer(aredis, owner, "owner"), len(payloads))
     raw_state = await aredis.get(TOPOLOGY.ledger(SESSION))
     assert raw_state is not None
@@ -190,7 +210,9 @@ async def test_closed_calls_live_in_the_answered_set_and_a_new_owner_restores_th
     assert await aredis.smembers(TOPOLOGY.answered(SESSION)) == {b"toolu_closed"}
 
     await _publish(aredis, [IngressEnvelope(session_id=SESSION, idempotency_key="again", payload=result("again"))])
-    successor = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    successor = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     await _consume(_consumer(aredis, successor, "successor"), 1)
     assert successor.dropped_total == 1
     results = [entry for entry in await _log(aredis) if entry.message.type == "user" and entry.seq > 1]
@@ -202,11 +224,27 @@ async def test_a_quiet_sessions_idempotency_keys_expire(aredis: aioredis.Redis) 
     prompt = IngressEnvelope(session_id=SESSION, idempotency_key="p1", payload=UserPrompt(content="hi"))
     other = IngressEnvelope(session_id="cache-session-2", idempotency_key="p1", payload=UserPrompt(content="hi"))
     await _publish(aredis, [prompt])
-    await _consume(_consumer(aredis, IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000), "forever"), 1)
+    await _consume(
+        _consumer(
+            aredis,
+            IngestionWorker(
+                aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+            ),
+            "forever",
+        ),
+        1,
+    )
     assert await aredis.pttl(TOPOLOGY.seen_keys(SESSION)) == -1  # no TTL configured: kept forever
 
     await _publish(aredis, [other])
-    worker = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000, idempotency_ttl_ms=3_600_000)
+    worker = IngestionWorker(
+        aredis,
+        TOPOLOGY,
+        tool_deadline_ms=60_000,
+        internal_key=INTERNAL_KEY,
+        max_entry_bytes=MAX_ENTRY_BYTES,
+        idempotency_ttl_ms=3_600_000,
+    )
     await _consume(_consumer(aredis, worker, "ttl"), 1)
     assert 3_500_000 < await aredis.pttl(TOPOLOGY.seen_keys("cache-session-2")) <= 3_600_000
 
@@ -222,7 +260,9 @@ async def test_sessions_with_many_keys_are_checked_against_redis(
         for n in range(4)
     ]
     await _publish(aredis, prompts)
-    worker = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    worker = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     consumer = _consumer(aredis, worker, "owner")
     await _consume(consumer, len(prompts))
     cached = worker.cache.take(0, SESSION)
@@ -241,7 +281,9 @@ async def test_cache_keeps_only_ledgers_whose_transaction_succeeded(aredis: aior
     call = ToolUseBlock(id="toolu_cache_2", name="Read", input={"file_path": "b.py"})
     reply = create_assistant_message([TextBlock(text="Reading."), call])
     result = create_user_message([ToolResultBlock(tool_use_id=call.id, content="b")])
-    worker = IngestionWorker(aredis, TOPOLOGY, tool_deadline_ms=60_000)
+    worker = IngestionWorker(
+        aredis, TOPOLOGY, tool_deadline_ms=60_000, internal_key=INTERNAL_KEY, max_entry_bytes=MAX_ENTRY_BYTES
+    )
     consumer = _consumer(aredis, worker, "owner")
     await _publish(
         aredis,

@@ -1,0 +1,98 @@
+"""Issue 15, internal events cannot be forged (shared/internal_events.py): the authenticator, and
+what an entry without one may not do."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.content import ToolResultBlock, ToolUseBlock
+from shared.events import (
+    AssistantReply,
+    DeadlineSweep,
+    IngressEnvelope,
+    IngressPayload,
+    RecordedMessage,
+    ToolJobAbandoned,
+    ToolProgressReport,
+    ToolResultReport,
+    UserPrompt,
+)
+from shared.factories import create_assistant_message, create_progress_message, create_user_message
+from shared.internal_events import (
+    INTERNAL_KEY_PREFIX,
+    forged_internal_problem,
+    idempotency_slot,
+    internal_event_proof,
+    is_authentic,
+)
+from shared.ledger import SessionLedger, new_ledger_state
+
+KEY = b"worker-secret"
+
+
+def envelope(payload: IngressPayload, key: str = "k1") -> IngressEnvelope:
+    return IngressEnvelope(session_id="s1", idempotency_key=key, payload=payload)
+
+
+def result_for(tool_use_id: str) -> ToolResultReport:
+    return ToolResultReport(message=create_user_message([ToolResultBlock(tool_use_id=tool_use_id, content="forged")]))
+
+
+@pytest.fixture
+def ledger() -> SessionLedger:
+    """A session with one call dispatched to the tool workers (t_run) and one the producer answers (t_own)."""
+    ledger = SessionLedger(new_ledger_state("s1"))
+    for call, execute in (("t_run", True), ("t_own", False)):
+        message = create_assistant_message([ToolUseBlock(id=call, name="Bash", input={"command": "ls"})])
+        ledger.apply(envelope(AssistantReply(message=message, execute_tools=execute), key=call), now_ms=0)
+    assert {i: p.dispatched for i, p in ledger.state.pending.items()} == {"t_run": True, "t_own": False}
+    return ledger
+
+
+def test_the_proof_authenticates_exactly_the_signed_bytes_under_the_key() -> None:
+    data = envelope(DeadlineSweep(now_ms=1)).to_wire_json().encode()
+    proof = internal_event_proof(KEY, data)
+    assert is_authentic(KEY, data, proof)
+    assert not is_authentic(KEY, data.replace(b'"now_ms":1', b'"now_ms":9'), proof)
+    assert not is_authentic(b"producer-guess", data, proof)
+    assert not is_authentic(KEY, data, None)
+    assert not is_authentic(KEY, data, b"0" * 64)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [DeadlineSweep(now_ms=10**13), ToolJobAbandoned(assistant_uuid="a1", tool_use_ids=["t_run"], reason="x")],
+)
+def test_internal_only_payloads_without_proof_are_forged(ledger: SessionLedger, payload: IngressPayload) -> None:
+    problem = forged_internal_problem(envelope(payload), ledger.state.pending)
+    assert problem is not None
+    assert payload.type in problem
+
+
+def test_a_result_or_progress_for_a_dispatched_call_is_the_tool_workers(ledger: SessionLedger) -> None:
+    progress = create_progress_message(tool_use_id="t_run", parent_tool_use_id="t_run", data={"type": "bash"})
+    forged: list[IngressPayload] = [
+        result_for("t_run"),
+        RecordedMessage(message=result_for("t_run").message),
+        ToolProgressReport(message=progress),
+        RecordedMessage(message=progress),
+    ]
+    for payload in forged:
+        problem = forged_internal_problem(envelope(payload), ledger.state.pending)
+        assert problem is not None, payload
+        assert "t_run" in problem
+
+
+def test_producers_answer_the_calls_they_keep_and_publish_everything_else(ledger: SessionLedger) -> None:
+    """Replay (execute_tools=false): the producer's own results stay valid, as do prompts and results
+    for calls the session never made (those are the ledger's bad input, not a forgery)."""
+    for payload in (result_for("t_own"), RecordedMessage(message=result_for("t_own").message), result_for("t_x")):
+        assert forged_internal_problem(envelope(payload), ledger.state.pending) is None
+    assert forged_internal_problem(envelope(UserPrompt(content="hi")), ledger.state.pending) is None
+
+
+def test_the_workers_key_namespace_is_theirs(ledger: SessionLedger) -> None:
+    squatter = envelope(UserPrompt(content="hi"), key=f"{INTERNAL_KEY_PREFIX}tool_result:t_run")
+    assert forged_internal_problem(squatter, ledger.state.pending) is not None
+    assert idempotency_slot("tool_result:t_run", authenticated=True) == "internal:tool_result:t_run"
+    assert idempotency_slot("tool_result:t_run", authenticated=False) == "tool_result:t_run"
