@@ -17,14 +17,17 @@ import pytest
 from services.client import AgentbusClient
 from services.replay import replay_transcript
 from services.runtime.settings import Settings
+from services.transcripts.layout import session_file
 from services.transcripts.pi_mirror import pi_session_path
 from services.transcripts.pi_view import pi_request, read_pi_file
 from shared.api_validation import validate_api_request
 from shared.messages import parse_message
 from shared.normalize import to_api_request
+from shared.pi.entries import PiMessageEntry
 from shared.pi.session import looks_like_pi_session
 from tests.conftest import CORPUS_ROOT, corpus_cases
-from tests.integration.cluster import WorkerCluster
+from tests.integration.cluster import WorkerCluster, eventually
+from tests.shared.pi.builders import a, tc, text, tr, u
 from tests.shared.pi.generated import GENERATED_PI_SESSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -115,3 +118,45 @@ def test_cli_replay_and_tail_of_a_pi_file(pi_cluster: WorkerCluster, tmp_path: P
         "toolResult",
         "assistant",
     ]
+
+
+async def test_sdk_pi_messages_are_mapped_at_ingestion(pi_cluster: WorkerCluster, bus: AgentbusClient) -> None:
+    """``send_pi_message``: pi-shaped user / assistant / toolResult messages reach the log as Claude Code
+    messages (P10), the normalizer builds a valid request from them, and the pi mirror gives them back."""
+    session = "pi-sdk-producer"
+    await bus.send_pi_message(session, u("list files"))
+    first = await bus.next_request(session, after_seq=0, timeout_s=30)
+    assert json.dumps(first.request["messages"]).count("list files") == 1
+    await bus.send_pi_message(session, a(text("calling"), tc("toolu_sdk1")), execute_tools=False)
+    await bus.send_pi_message(session, tr("toolu_sdk1", "a b"))
+    await bus.send_pi_message(session, a(text("two files"), stop="stop"))
+
+    async def logged(count: int) -> bool:
+        return len(await bus.history(session)) == count
+
+    await eventually(lambda: logged(4))
+    before = await bus.latest_request(session)
+    await bus.send_prompt(session, "thanks")
+    request = await bus.next_request(session, after_seq=before.seq if before else 0, timeout_s=30)
+    messages = request.request["messages"]
+    assert validate_api_request({"messages": messages}) == []
+    blocks = [block for message in messages if isinstance(message["content"], list) for block in message["content"]]
+    assert {block["type"] for block in blocks} >= {"tool_use", "tool_result"}
+    assert [entry.message.type for entry in await bus.history(session)] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    transcript = settings_of(pi_cluster)
+    path = session_file(transcript.data_dir, transcript.cwd, session)
+
+    async def mirrored() -> bool:
+        mirror = pi_session_path(path)
+        return mirror.exists() and len(read_pi_file(mirror.read_bytes()).entries) == 5
+
+    await eventually(mirrored)
+    mirror = read_pi_file(pi_session_path(path).read_bytes())
+    roles = [entry.message.role for entry in mirror.entries if isinstance(entry, PiMessageEntry)]
+    assert roles == ["user", "assistant", "toolResult", "assistant", "user"]
