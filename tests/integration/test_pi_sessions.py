@@ -21,7 +21,7 @@ from services.transcripts.layout import session_file
 from services.transcripts.pi_mirror import pi_session_path
 from services.transcripts.pi_view import pi_request, read_pi_file
 from shared.api_validation import validate_api_request
-from shared.messages import parse_message
+from shared.messages import TombstoneMessage, parse_message
 from shared.normalize import to_api_request
 from shared.pi.entries import PiMessageEntry
 from shared.pi.session import looks_like_pi_session
@@ -160,3 +160,26 @@ async def test_sdk_pi_messages_are_mapped_at_ingestion(pi_cluster: WorkerCluster
     mirror = read_pi_file(pi_session_path(path).read_bytes())
     roles = [entry.message.role for entry in mirror.entries if isinstance(entry, PiMessageEntry)]
     assert roles == ["user", "assistant", "toolResult", "assistant", "user"]
+
+
+async def test_the_pi_mirror_is_rewritten_when_a_tombstone_removes_a_line(
+    pi_cluster: WorkerCluster, bus: AgentbusClient
+) -> None:
+    """R6.3: the Claude Code transcript loses the retracted line; the pi file derived from it follows."""
+    session = "pi-mirror-tombstone"
+    settings = settings_of(pi_cluster)
+    path = session_file(settings.data_dir, settings.cwd, session)
+
+    async def mirrored(count: int) -> bool:
+        mirror = pi_session_path(path)
+        return mirror.exists() and len(read_pi_file(mirror.read_bytes()).entries) == count
+
+    await bus.send_pi_message(session, u("hi"), message_uuid="pi-mirror-user")
+    await bus.send_pi_message(session, a(text("partial"), stop="stop"), message_uuid="pi-mirror-partial")
+    await eventually(lambda: mirrored(2))
+    partial = (await bus.history(session))[1].message
+    await bus.send_recorded(session, TombstoneMessage(message=partial))
+    await eventually(lambda: mirrored(1))
+    assert b"pi-mirror-partial" not in path.read_bytes()
+    (entry,) = read_pi_file(pi_session_path(path).read_bytes()).entries
+    assert entry.id == "pi-mirror-user"
