@@ -16,7 +16,6 @@ import pytest
 
 from services.client import AgentbusClient
 from services.replay import replay_transcript
-from services.runtime.settings import Settings
 from services.transcripts.layout import session_file
 from services.transcripts.pi_mirror import pi_session_path
 from services.transcripts.pi_view import pi_request, read_pi_file
@@ -27,6 +26,7 @@ from shared.pi.entries import PiMessageEntry
 from shared.pi.session import looks_like_pi_session
 from tests.conftest import CORPUS_ROOT, corpus_cases
 from tests.integration.cluster import WorkerCluster, eventually
+from tests.integration.test_replay_equivalence import settings_of
 from tests.shared.pi.builders import a, tc, text, tr, u
 from tests.shared.pi.generated import GENERATED_PI_SESSIONS
 
@@ -47,10 +47,6 @@ def pi_cluster(module_cluster: WorkerCluster) -> WorkerCluster:
 async def bus(pi_cluster: WorkerCluster) -> AsyncIterator[AgentbusClient]:
     async with pi_cluster.client() as client:
         yield client
-
-
-def settings_of(cluster: WorkerCluster) -> Settings:
-    return Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
 
 
 def persisted_request(transcript: bytes) -> list[object]:
