@@ -67,6 +67,21 @@ class Workers:
     def pids(self) -> dict[str, int]:
         return {name: process.pid for name, process in zip(self.ports, self.processes, strict=True)}
 
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Until every worker answers ``/readyz`` with 200."""
+        deadline = time.monotonic() + timeout_s
+        for name, port in self.ports.items():
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as reply:
+                        if reply.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} not ready")
+                time.sleep(0.05)
+
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -99,19 +114,8 @@ def start_workers(redis_url: str, root: Path, *, metrics: bool = True) -> Worker
             entry = ["-m", "services.cli.main"]
         command = [sys.executable, *entry, "worker", name, "--port", str(port)]
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    deadline = time.monotonic() + 60
-    for name, port in ports.items():
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready")
-            time.sleep(0.05)
     workers = Workers(processes, ports)
+    workers.wait_ready()
     if os.environ.get("BENCH_PIDS"):
         Path(os.environ["BENCH_PIDS"]).write_text(json.dumps(workers.pids()))
     return workers

@@ -4,9 +4,9 @@
   and no registered background task has died. It does no I/O and does not fail on a Redis outage (the
   consume loop counts a retry while Redis is down as progress), so an outage does not restart every pod
   at once; it catches the "zombie pod" whose loop hangs (faststream discussion #2272).
-- ``/readyz`` (readiness): Redis answers ``PING``, every consumer group the worker reads exists, and the
-  worker is not draining (shutdown started). Kubernetes stops routing to, and compose marks unhealthy, a
-  worker that is not ready.
+- ``/readyz`` (readiness): the worker's runtime started (it waits for Redis to answer first), Redis answers
+  ``PING``, every consumer group the worker reads exists, and the worker is not draining (shutdown
+  started). Kubernetes stops routing to, and compose marks unhealthy, a worker that is not ready.
 
 Both answer ``200`` or ``503`` with a small JSON body naming each check.
 """
@@ -66,7 +66,15 @@ RedisSource = Callable[[], "aioredis.Redis | None"]
 """Returns the worker's client (None before startup): read per request because it is built at startup."""
 
 
+StartupSource = Callable[[], "asyncio.Task[Any] | None"]
+"""Returns the task that starts the worker's runtime once Redis answers (None: nothing to wait for)."""
+
+
 def _no_redis() -> aioredis.Redis | None:
+    return None
+
+
+def _no_startup() -> asyncio.Task[Any] | None:
     return None
 
 
@@ -82,6 +90,8 @@ class Health:
     groups: GroupSource = field(default=lambda: ())
     draining_source: Callable[[], bool] = _not_draining
     """An outside draining flag (e.g. the process's shutdown state), OR-ed with :meth:`start_draining`."""
+    startup: StartupSource = _no_startup
+    """Not ready while this task runs (waiting for Redis); not alive if it failed."""
     progress_timeout_s: float = 60.0
     ping_timeout_s: float = 2.0
     clock: Callable[[], float] = time.monotonic
@@ -113,6 +123,10 @@ class Health:
     def liveness(self) -> HealthReport:
         now = self.clock()
         checks: list[Check] = []
+        starting = self.startup()
+        if starting is not None and starting.done() and not starting.cancelled():
+            error = starting.exception()
+            checks.append(Check("startup", error is None, _failed(error) if error is not None else "started"))
         for name, source in self._loops.items():
             checks.append(self._progress_check(name, now - source()))
         for name, provider in self._consumers.items():
@@ -143,6 +157,10 @@ class Health:
     async def readiness(self) -> HealthReport:
         draining = self.draining
         checks = [Check("draining", not draining, "shutting down" if draining else "")]
+        starting = self.startup()
+        if starting is not None and not starting.done():
+            checks.append(Check("started", False, "waiting for Redis to answer"))
+            return HealthReport(tuple(checks))
         redis = self.redis()
         if redis is None:
             checks.append(Check("redis", False, "not connected yet"))

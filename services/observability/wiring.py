@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from services.observability.consumer_metrics import ConsumerProvider, register_consumer_collector
 from services.observability.endpoints import observability_routes
-from services.observability.health import GroupSource, Health, RedisSource
+from services.observability.health import GroupSource, Health, RedisSource, StartupSource
 from services.observability.labels import WORKER_TYPES, WorkerType
 from services.observability.logging import configure_logging
 from services.observability.metrics import record_traceparent_invalid, recording, set_recording
@@ -115,6 +115,7 @@ class WorkerObservability:
         groups: GroupSource,
         consumers: ConsumerProvider,
         draining: Callable[[], bool] | None = None,
+        startup: StartupSource | None = None,
         leases: Callable[[], ShardLeases | None] | None = None,
         progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
         stream_stats_interval_s: float = 15.0,
@@ -126,12 +127,14 @@ class WorkerObservability:
         self._groups = groups
         self._leases = leases
         if self.worker == "tools":
-            # A tool worker's consume loop waits for the jobs of its batch, which may run (serially) up to
-            # the tool deadline: a shorter limit would restart a pod in the middle of a long tool.
+            # A tool worker's consume loop waits for a free slot while every slot runs a job, which may take
+            # up to the tool deadline: a shorter limit would restart a pod in the middle of long tools.
             progress_timeout_s = max(progress_timeout_s, settings.tools.deadline_s)
         self.health = Health(redis=redis, groups=groups, progress_timeout_s=progress_timeout_s)
         if draining is not None:
             self.health.draining_source = draining
+        if startup is not None:
+            self.health.startup = startup
         self.health.register_consumers(self.worker, consumers)
         self.consumer_stats = register_consumer_collector()
         self.consumer_stats.track(self.worker, consumers)
@@ -158,6 +161,7 @@ class WorkerObservability:
             groups=groups,
             consumers=consumers,
             draining=lambda: process.draining,
+            startup=lambda: getattr(process, "starting", None),
             leases=lambda: leases_of(process.runtime),
             **options,
         )

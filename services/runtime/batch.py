@@ -101,8 +101,9 @@ class ConsumerConfig:
     claim_all_on_start: bool = False
     """Take over every pending entry of the group at start (a new lane owner after a failover)."""
     transactional: bool = False
-    """The handler reads state that earlier batches wrote: after a handler failure the whole batch is retried
-    (never entry by entry, which would read state the failed batch's earlier entries should have changed)."""
+    """The handler reads state that earlier batches wrote. Informational since issue 15: an ordered lane
+    narrowing a failed batch settles each part that succeeds before handling the next, which such a handler
+    needs (and the others do not mind)."""
     fence: Fence | None = None
     """Write a batch only while ``fence.key`` holds ``fence.token``: set by shard lanes to the lane's lease
     epoch."""

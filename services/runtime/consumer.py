@@ -15,9 +15,14 @@ Recovery paths, all off the hot path:
 - unordered consumers: a periodic ``XAUTOCLAIM`` takes over entries idle for ``claim_min_idle_ms``
   (dead consumers, failed batches); delivery counts come from ``XPENDING`` and an entry delivered more
   than ``max_deliveries`` times is dead-lettered with its history;
-- ordered consumers (shard lanes, one reader per stream): a failed entry blocks the lane; the consumer
-  backs off and re-drains its pending list, oldest first, until the entry succeeds or is dead-lettered
-  after ``max_deliveries`` handler failures (counted apart from deliveries: ``failure_counts.py``).
+- ordered consumers (shard lanes, one reader per stream): when the handler raises for a batch, the batch
+  is narrowed to the entry that fails (bisected; each part that succeeds is settled before the next is
+  handled, so a handler reading state earlier entries wrote sees it); that entry blocks the lane: the
+  consumer backs off and retries it alone until it succeeds or is dead-lettered after ``max_deliveries``
+  handler failures with the handler's last exception (counted apart from deliveries: ``failure_counts.py``).
+  A new owner moves the shard's pending entries to itself without counting a delivery (``JUSTID``) and
+  re-reads them in runs, an entry that was in hand twice with no outcome alone: only an entry that takes
+  its process down reaches the crash-loop ceiling, not the healthy entries of its batches.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ from services.runtime.batch import (
 )
 from services.runtime.deadletter import (
     REASON_ENTRY_DELETED,
-    REASON_MAX_DELIVERIES,
+    REASON_HANDLER_FAILED,
     REASON_OUTPUT_WRITE_FAILED,
     DeadLetter,
 )
@@ -63,6 +68,19 @@ from services.runtime.streams import dead_letter_stream
 log = structlog.get_logger(__name__)
 
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+_REDIS_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, BusyLoadingError)
+"""Raised by an ordered lane's handler (it reads Redis), these are an outage, not the entries' fault: the loop's
+outage handling takes them and no failure is recorded against an entry. (An ``OSError`` of a handler, e.g.
+a transcript file that cannot be written, is the entry's.)"""
+
+
+class _WriteCallbackFailed(Exception):
+    """A handler's ``write`` callback raised while a batch's script was being built (nothing was sent)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(repr(cause))
+        self.cause = cause
+
 
 __all__ = [
     "BatchConsumer",
@@ -131,6 +149,11 @@ class BatchConsumer:
         self._lane_backoff = self.config.backoff_initial_s
         self._failed: set[str] = set()
         """Entries of this stream with handler failures recorded (their records go when they are settled)."""
+        self._retry_alone = False
+        """An ordered lane is blocked by the entry that failed last: re-read it alone (it is the oldest pending
+        entry), so the entries behind it are not delivered again and again while it fails."""
+        self._blocked_on: str | None = None
+        """The entry an ordered lane failed on last (its retry backoff grows while it stays the same)."""
         self._log = log.bind(stream=stream, group=group, consumer=consumer)
 
     @property
@@ -321,9 +344,8 @@ class BatchConsumer:
         """Re-process this consumer's pending entries, oldest first. True when an ordered lane is blocked."""
         last_id = "0"
         while not self._stop.is_set():
-            reply = await self.redis.xreadgroup(
-                self.group, self.consumer, {self.stream: last_id}, count=self.config.count
-            )
+            count = await self._drain_count(last_id)
+            reply = await self.redis.xreadgroup(self.group, self.consumer, {self.stream: last_id}, count=count)
             raw = stream_reply_entries(reply)
             if not raw:
                 return False
@@ -333,8 +355,33 @@ class BatchConsumer:
                 return True
         return False
 
+    async def _drain_count(self, after: str) -> int:
+        """How many of this consumer's pending entries after ``after`` to re-read at once. An ordered lane takes
+        the entry that blocks it alone, and a suspect alone (``failure_counts.is_suspect``: it may be what took
+        the process down), else the run of entries before the next suspect. Off the hot path (recovery only)."""
+        if not self.config.ordered:
+            return self.config.count
+        if self._retry_alone:
+            self._retry_alone = False
+            return 1
+        low = "-" if after == "0" else "(" + after
+        rows = await self.redis.xpending_range(
+            self.stream, self.group, low, "+", self.config.count, consumername=self.consumer
+        )
+        ids = [id_text(row["message_id"]) for row in rows]
+        if not ids:
+            return self.config.count
+        failures = await failure_counts.read_failures(self.redis, self.stream, self.group, ids)
+        for run, (entry_id, row) in enumerate(zip(ids, rows, strict=True)):
+            if failure_counts.is_suspect(int(row["times_delivered"]), failures.get(entry_id, 0)):
+                return max(run, 1)
+        return len(ids)
+
     async def _claim(self, *, min_idle_ms: int, max_pages: int | None) -> None:
         """XAUTOCLAIM pending entries idle for ``min_idle_ms`` (any consumer's, this one's included)."""
+        if self.config.ordered:
+            await self._take_over_pending()
+            return
         start = "0-0"
         pages = 0
         while not self._stop.is_set():
@@ -351,6 +398,27 @@ class BatchConsumer:
             start = next_start
             if start == "0-0" or (max_pages is not None and pages >= max_pages):
                 return
+
+    async def _take_over_pending(self) -> None:
+        """A new lane owner: move every pending entry of the group to this consumer without counting a delivery
+        (``XAUTOCLAIM … JUSTID``), then re-read them as its own pending list (``_drain_count``), so an entry that
+        keeps taking its owners down is handled alone and the others of its batch are not delivered with it."""
+        start = "0-0"
+        while not self._stop.is_set():
+            calls = KeyCalls()
+            calls.add(
+                "XAUTOCLAIM", self.stream, self.group, self.consumer, 0, start, "COUNT", self.config.count, "JUSTID"
+            )
+            next_start, claimed, deleted = await self._write(calls)
+            self.stats.reclaimed += len(claimed)
+            if claimed or deleted:
+                self._log.info("entries_reclaimed", count=len(claimed), deleted=len(deleted))
+            if deleted:
+                await self._process([], [id_text(entry_id) for entry_id in deleted], fresh=False)
+            start = id_text(next_start)
+            if start == "0-0":
+                break
+        self._need_drain = True
 
     async def _autoclaim(self, min_idle_ms: int, start: str) -> tuple[str, list[RawEntry], list[str]]:
         """One XAUTOCLAIM page: (next start, entries, ids of deleted entries); fenced for shard lanes."""
@@ -399,85 +467,143 @@ class BatchConsumer:
         """
         now_ms = int(time.time() * 1000)
         letters = [self._letter_of_deleted(entry_id, now_ms) for entry_id in deleted]
-        live = entries
-        if not fresh and entries:
-            ids = [entry.entry_id for entry in entries]
-            counts = await self._delivery_counts(ids)
-            failures = (
-                await failure_counts.read_failures(self.redis, self.stream, self.group, ids)
-                if self.config.ordered
-                else {}
-            )
-            self._failed.update(failures)
-            live = []
-            for entry in entries:
-                count = counts.get(entry.entry_id)
-                if count is None:
-                    continue
-                counted = replace(entry, delivery_count=count)
-                detail = failure_counts.exhausted_detail(
-                    count, failures.get(entry.entry_id, 0), self.config.max_deliveries, ordered=self.config.ordered
-                )
-                if detail is not None:
-                    letters.append(self._letter(counted, REASON_MAX_DELIVERIES, detail, now_ms))
-                else:
-                    live.append(counted)
+        live = await self._with_chances_left(entries, letters, now_ms) if not fresh and entries else entries
         self.stats.consumed += len(live)
         self.stats.redelivered += sum(1 for entry in live if entry.delivery_count > 1)
-        done, blocked = await self._handle(live)
-        if not await self._settle(done, letters, now_ms, read_ahead=fresh and not blocked):
-            # A write callback raised: nothing was sent, every entry of the batch stays pending.
-            return self.config.ordered
-        return blocked
+        if self.config.ordered:
+            return await self._handle_in_order(live, letters, now_ms, read_ahead=fresh)
+        done = await self._handle_each(live)
+        with contextlib.suppress(_WriteCallbackFailed):  # nothing was sent: every entry stays pending
+            await self._settle(done, letters, now_ms)
+        return False
 
-    async def _handle(self, live: list[StreamEntry]) -> tuple[list[tuple[list[StreamEntry], BatchOutcome]], bool]:
-        """Call the handler; on failure retry entry by entry so one bad entry does not sink the batch.
+    async def _with_chances_left(
+        self, entries: list[StreamEntry], letters: list[DeadLetter], now_ms: int
+    ) -> list[StreamEntry]:
+        """Redelivered ``entries`` with their delivery counts, less those no longer ours and those that have had
+        their chances (their dead letters are added to ``letters``)."""
+        ids = [entry.entry_id for entry in entries]
+        counts = await self._delivery_counts(ids)
+        ordered = self.config.ordered
+        failures = await failure_counts.read_failures(self.redis, self.stream, self.group, ids) if ordered else {}
+        self._failed.update(failures)
+        live: list[StreamEntry] = []
+        exhausted: list[tuple[StreamEntry, str, str]] = []
+        for entry in entries:
+            count = counts.get(entry.entry_id)
+            if count is None:
+                continue
+            counted = replace(entry, delivery_count=count)
+            verdict = failure_counts.exhausted(
+                count, failures.get(entry.entry_id, 0), self.config.max_deliveries, ordered=ordered
+            )
+            if verdict is None:
+                live.append(counted)
+            else:
+                exhausted.append((counted, *verdict))
+        failed = [entry.entry_id for entry, reason, _ in exhausted if reason == REASON_HANDLER_FAILED]
+        errors = await failure_counts.read_errors(self.redis, self.stream, self.group, failed) if failed else {}
+        for entry, reason, detail in exhausted:
+            error = errors.get(entry.entry_id)
+            letters.append(self._letter(entry, reason, f"{error} ({detail})" if error else detail, now_ms))
+        return live
 
-        Returns the (entries, outcome) pairs to write and whether an ordered lane is blocked.
-        """
+    async def _handle_each(self, live: list[StreamEntry]) -> list[tuple[list[StreamEntry], BatchOutcome]]:
+        """Unordered: call the handler; on failure retry entry by entry so one bad entry does not sink the
+        batch (a failing entry stays pending: ``XAUTOCLAIM`` retries it, its deliveries count)."""
         if not live:
-            return [], False
+            return []
         try:
-            return [(live, await self.handler(live))], False
+            return [(live, await self.handler(live))]
         except Exception as exc:
             self.stats.handler_errors += 1
             self._log.warning("batch_handler_failed", size=len(live), error=repr(exc))
-            if len(live) == 1 or self.config.transactional:
-                # A transactional handler reads state written by earlier batches: re-running its entries
-                # one by one before any of them is written would read stale state. Retry the whole batch.
-                await self._record_failures(live)
-                return [], self.config.ordered
+            if len(live) == 1:
+                return []
         done: list[tuple[list[StreamEntry], BatchOutcome]] = []
         for entry in live:
             try:
                 done.append(([entry], await self.handler([entry])))
             except Exception as exc:
                 self.stats.handler_errors += 1
-                self._log.warning(
-                    "entry_handler_failed",
-                    entry_id=entry.entry_id,
-                    delivery_count=entry.delivery_count,
-                    error=repr(exc),
-                )
-                if self.config.ordered:
-                    # Later entries stay pending behind this one, in order.
-                    await self._record_failures([entry])
-                    return done, True
-        return done, False
+                self._log_entry_failed(entry, exc)
+        return done
 
-    async def _record_failures(self, entries: list[StreamEntry]) -> None:
-        """Ordered lanes: count a handler failure for each of ``entries`` (fenced like every lane write)."""
-        if not self.config.ordered:
-            return
-        ids = [entry.entry_id for entry in entries]
+    async def _handle_in_order(
+        self, live: list[StreamEntry], letters: list[DeadLetter], now_ms: int, *, read_ahead: bool
+    ) -> bool:
+        """Ordered: handle and settle ``live`` as one batch (the hot path: one script, the next read with it).
+        When the handler raises, bisect: settle each half that succeeds before handling what follows it (a
+        handler reads state earlier entries wrote), until the one entry that fails is found; record its
+        failure and block the lane on it. Returns True when blocked."""
+        error = await self._attempt(live, letters, now_ms, read_ahead=read_ahead)
+        if error is None:
+            return False
+        if len(live) > 1:
+            self._log.warning("batch_handler_failed", size=len(live), error=repr(error))
+        # The handler saw these entries in an attempt whose outcome was thrown away: a delivery count over 1
+        # tells it to trust nothing it cached of them (ingestion's ledgers, normalization's histories).
+        failed = [replace(entry, delivery_count=entry.delivery_count + 1) for entry in live] if len(live) > 1 else live
+        while len(failed) > 1:
+            head, tail = failed[: len(failed) // 2], failed[len(failed) // 2 :]
+            head_error = await self._attempt(head, letters, now_ms)
+            if head_error is not None:
+                failed, error = head, head_error
+                continue
+            letters = []  # written with the head
+            tail_error = await self._attempt(tail, letters, now_ms)
+            if tail_error is None:
+                return False
+            failed, error = tail, tail_error
+        await self._record_failure(failed[0], error, letters)
+        return True
+
+    async def _attempt(
+        self, part: list[StreamEntry], letters: list[DeadLetter], now_ms: int, *, read_ahead: bool = False
+    ) -> Exception | None:
+        """Handle ``part`` and settle it with ``letters`` in one script. Returns the exception when the handler
+        or its ``write`` callback raised (then nothing was written)."""
+        try:
+            outcome = await self.handler(part) if part else BatchOutcome()
+        except _REDIS_UNAVAILABLE:
+            raise
+        except Exception as error:
+            self.stats.handler_errors += 1
+            return error
+        try:
+            await self._settle([(part, outcome)] if part else [], letters, now_ms, read_ahead=read_ahead)
+        except _WriteCallbackFailed as failed:
+            return failed.cause
+        return None
+
+    async def _record_failure(self, entry: StreamEntry, error: Exception, letters: list[DeadLetter]) -> None:
+        """Ordered lanes: count a handler failure of ``entry`` with its ``error`` (and write ``letters`` not yet
+        written), fenced like every lane write; the lane then retries ``entry`` alone."""
+        self._log_entry_failed(entry, error)
         calls = KeyCalls()
-        failure_counts.queue_failures(calls, self.stream, self.group, ids)
+        failure_counts.queue_failures(
+            calls, self.stream, self.group, [entry.entry_id], error=failure_counts.error_text(error)
+        )
+        await self._write_atomically(calls, letters, [letter.entry_id for letter in letters])
+        self.stats.dead_lettered += len(letters)
+        self._failed.add(entry.entry_id)
+        self._retry_alone = True
+        if entry.entry_id != self._blocked_on:
+            # Another entry blocks the lane now: the one before it is settled, so its retries start over quickly.
+            self._blocked_on = entry.entry_id
+            self._lane_backoff = self.config.backoff_initial_s
+
+    def _log_entry_failed(self, entry: StreamEntry, error: Exception) -> None:
+        self._log.warning(
+            "entry_handler_failed", entry_id=entry.entry_id, delivery_count=entry.delivery_count, error=repr(error)
+        )
+
+    async def _write(self, calls: KeyCalls) -> Any:
+        """Run ``calls`` as one script, fenced when this consumer is (a shard lane)."""
         fence = self.config.fence
         if fence is None:
-            await calls.write(self.redis)
-        else:
-            await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
-        self._failed.update(ids)
+            return await calls.write(self.redis)
+        return await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
 
     async def _settle(
         self,
@@ -486,13 +612,14 @@ class BatchConsumer:
         now_ms: int,
         *,
         read_ahead: bool = False,
-    ) -> bool:
+    ) -> None:
         """Write every output, dead letter and one multi-id XACK (:meth:`_write_settlement`); with
         ``read_ahead``, a fenced lane sends its next read in the same packet (:meth:`_settle_then_read`).
 
-        Returns False when a handler's ``write`` callback raised while the batch was being built (nothing
-        is sent, exactly as if the handler itself had raised).
+        Raises :class:`_WriteCallbackFailed` when a handler's ``write`` callback raised while the batch was
+        being built (nothing is sent, exactly as if the handler itself had raised).
         """
+        letters = [*letters]  # the batch's poison joins them: the caller's list stays as it was
         ack_ids: list[str] = [letter.entry_id for letter in letters]
         acked_entries: list[StreamEntry] = []
         for batch, outcome in done:
@@ -515,8 +642,8 @@ class BatchConsumer:
                 acked_entries.append(by_id[entry_id])
         if not ack_ids and not any(outcome.outputs or outcome.write for _, outcome in done):
             _notify_settled(done)
-            return True
-        return await self._write_settlement(done, letters, ack_ids, acked_entries, now_ms, read_ahead=read_ahead)
+            return
+        await self._write_settlement(done, letters, ack_ids, acked_entries, now_ms, read_ahead=read_ahead)
 
     async def _write_settlement(
         self,
@@ -527,7 +654,7 @@ class BatchConsumer:
         now_ms: int,
         *,
         read_ahead: bool = False,
-    ) -> bool:
+    ) -> None:
         """Write the batch as ONE script (``key_calls.py``): outputs, the handler's commands, dead letters,
         then the XACK — all of it or, when the fence moved on, nothing (raises :class:`Fenced`).
 
@@ -535,10 +662,7 @@ class BatchConsumer:
         a failed command inside a MULTI/EXEC would): the batch's entries are then dead-lettered with the
         error and acked, so an operator can replay them once the cause is fixed.
         """
-        collected = self._collect_writes(done)
-        if collected is None:
-            return False
-        calls, produced = collected
+        calls, produced = self._collect_writes(done)
         try:
             acked_count = await self._write_atomically(calls, letters, ack_ids, read_ahead=read_ahead)
         except ResponseError as error:
@@ -553,13 +677,12 @@ class BatchConsumer:
                 raise OutputWriteError(self.stream, entry_ids, [error, second]) from second
             self.stats.batches += 1
             self.stats.dead_lettered += len(retry)
-            return True
+            return
         _notify_settled(done)
         self.stats.batches += 1
         self.stats.produced += produced
         self.stats.dead_lettered += len(letters)
         self.stats.acked += int(acked_count) if ack_ids else 0
-        return True
 
     async def _write_atomically(
         self, calls: KeyCalls, letters: list[DeadLetter], ack_ids: list[str], *, read_ahead: bool = False
@@ -571,12 +694,10 @@ class BatchConsumer:
         failure_counts.queue_forget(calls, self.stream, self.group, settled_failures)
         calls.add_members("XACK", self.stream, list(ack_ids), self.group)
         fence = self.config.fence
-        if fence is None:
-            reply = await calls.write(self.redis)
-        elif read_ahead and self._reads_next():
+        if fence is not None and read_ahead and self._reads_next():
             reply = await self._settle_then_read(calls, fence)
         else:
-            reply = await calls.write_fenced(self.redis, key=fence.key, token=fence.token)
+            reply = await self._write(calls)
         self._failed.difference_update(settled_failures)
         return reply
 
@@ -595,9 +716,9 @@ class BatchConsumer:
             return await calls.retry_fenced(self.redis, key=fence.key, token=fence.token, error=reply)
         return reply
 
-    def _collect_writes(self, done: list[tuple[list[StreamEntry], BatchOutcome]]) -> tuple[KeyCalls, int] | None:
-        """Every output XADD and the handlers' extra commands, in order, with the number of outputs; None
-        when a handler's ``write`` callback raised (then nothing is sent)."""
+    def _collect_writes(self, done: list[tuple[list[StreamEntry], BatchOutcome]]) -> tuple[KeyCalls, int]:
+        """Every output XADD and the handlers' extra commands, in order, with the number of outputs; raises
+        :class:`_WriteCallbackFailed` when a handler's ``write`` callback raised (then nothing is sent)."""
         calls = KeyCalls()
         produced = 0
         try:
@@ -611,7 +732,7 @@ class BatchConsumer:
             self.stats.handler_errors += 1
             entry_ids = [entry.entry_id for batch, _ in done for entry in batch]
             self._log.warning("batch_write_callback_failed", entry_ids=entry_ids, error=repr(exc))
-            return None
+            raise _WriteCallbackFailed(exc) from exc
         return calls, produced
 
     def _letter(self, entry: StreamEntry, reason: str, detail: str, now_ms: int) -> DeadLetter:

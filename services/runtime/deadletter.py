@@ -20,6 +20,9 @@ from services.runtime.streams import StreamNames
 
 REASON_MAX_DELIVERIES = "max_deliveries"
 """The entry was delivered more than ``max_deliveries`` times without being settled."""
+REASON_HANDLER_FAILED = "handler_failed"
+"""An ordered lane's handler raised on this entry alone ``max_deliveries`` times; the detail starts with the
+last exception (type and message)."""
 REASON_ENTRY_DELETED = "entry_deleted"
 """The entry was deleted or trimmed from its stream while still pending: only its id is left."""
 REASON_OUTPUT_WRITE_FAILED = "output_write_failed"

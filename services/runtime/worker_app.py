@@ -1,11 +1,18 @@
 """Every worker process is a FastStream ASGI app: FastStream owns the lifecycle (startup, graceful
 shutdown on SIGTERM), the pub/sub subscribers and the HTTP routes; the hot path is the batched
 runtime (``BatchConsumer`` / ``LaneWorker``) started from the app's startup hook.
+
+A worker may start before Redis answers (containers start together; Redis restarts): the startup hook
+builds the runtime and returns, so ``/healthz`` and ``/readyz`` (not ready) are served at once, and a task
+starts the runtime once Redis answers, retrying with backoff and logging one line per attempt. The broker
+that carries the runtime's pub/sub subscriptions is started by that task too (FastStream's own start would
+fail the app while Redis is down); the app's lifecycle broker subscribes to nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import uuid
@@ -17,6 +24,9 @@ import redis.asyncio as aioredis
 import structlog
 from faststream.asgi import AsgiFastStream
 from faststream.redis import RedisBroker
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.runtime.consumer import BatchConsumer, ConsumerConfig
 from services.runtime.leases import LeaseConfig
@@ -28,6 +38,11 @@ from services.runtime.topology import Topology
 log = structlog.get_logger(__name__)
 
 WORKER_NAMES = ("ingestion", "tools", "normalization", "transcripts")
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
+"""What Redis answers (or not) while it is down, starting, or loading its data set."""
+START_RETRY_INITIAL_S = 0.1
+START_RETRY_MAX_S = 5.0
 
 
 class WorkerRuntime(Protocol):
@@ -94,37 +109,81 @@ class WorkerProcess:
     settings: Settings
     factory: WorkerFactory
     broker: RedisBroker
+    """The runtime's pub/sub subscriptions; started once Redis answers (not by FastStream)."""
     owner: str
     redis: aioredis.Redis | None = None
     runtime: WorkerRuntime | None = None
     trimmer: StreamTrimmer | None = None
     draining: bool = False
+    starting: asyncio.Task[None] | None = None
+    """Starts the runtime once Redis answers; done (without error) once the worker serves."""
 
     async def startup(self) -> None:
+        """Build the runtime and return: it is started by :attr:`starting` once Redis answers."""
         self.redis = worker_redis(self.settings.redis_url)
         context = WorkerContext(self.name, self.settings, self.redis, self.broker, self.owner)
         self.runtime = self.factory(context)
-        await self.runtime.start()
+        self.starting = asyncio.create_task(
+            self._start_when_redis_answers(self.redis, self.runtime), name=f"start:{self.name}"
+        )
+
+    async def _start_when_redis_answers(self, redis: aioredis.Redis, runtime: WorkerRuntime) -> None:
+        """Start ``runtime``, retrying while Redis is down (one log line per attempt, no traceback). Every
+        runtime's ``start`` creates its consumer groups before it starts anything, so a failed attempt left
+        nothing running. Any other error is logged and ends the task (``/healthz`` then fails)."""
+        delay = START_RETRY_INITIAL_S
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await redis.ping()
+                await self.broker.start()
+                await runtime.start()
+                break
+            except REDIS_DOWN as error:
+                log.warning(
+                    "redis_unavailable_at_start", worker=self.name, attempt=attempt, retry_in_s=delay, error=str(error)
+                )
+                with contextlib.suppress(Exception):
+                    await self.broker.stop()
+            except Exception:
+                log.exception("worker_start_failed", worker=self.name, attempt=attempt)
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, START_RETRY_MAX_S)
         retention = self.settings.retention
         if retention.enabled:
             # Each worker type trims the work streams it reads (both log readers do: harmless, idempotent).
-            reads = {stream for stream, _ in self.runtime.groups()}
-            targets = [target for target in work_streams(context.topology) if target.stream in reads]
+            reads = {stream for stream, _ in runtime.groups()}
+            targets = [target for target in work_streams(Topology(self.settings.names)) if target.stream in reads]
             self.trimmer = StreamTrimmer(
-                self.redis, targets, keep_acked_ms=int(retention.keep_acked_s * 1000), interval_s=retention.interval_s
+                redis, targets, keep_acked_ms=int(retention.keep_acked_s * 1000), interval_s=retention.interval_s
             )
             self.trimmer.start()
         # Which loop runs matters (uvloop's C transports cost far less per round trip): say it once.
         loop = type(asyncio.get_running_loop())
-        log.info("worker_started", worker=self.name, owner=self.owner, event_loop=f"{loop.__module__}.{loop.__name__}")
+        log.info(
+            "worker_started",
+            worker=self.name,
+            owner=self.owner,
+            event_loop=f"{loop.__module__}.{loop.__name__}",
+            attempts=attempt,
+        )
 
     async def shutdown(self) -> None:
         """SIGTERM: stop reading, finish and ack the batch in hand, release shards, close connections."""
         self.draining = True
+        if self.starting is not None and not self.starting.done():
+            # Still waiting for Redis: nothing runs yet, so there is nothing to finish.
+            self.starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.starting
+            self.runtime = None
         if self.trimmer is not None:
             await self.trimmer.stop()
         if self.runtime is not None:
             await self.runtime.stop()
+        await self.broker.stop()
         if self.redis is not None:
             await self.redis.aclose()
 
@@ -146,7 +205,8 @@ def build_app(
     observability = WorkerObservability.for_process(process)
     asgi_routes = [*observability.routes(), *(routes(process) if routes is not None else [])]
     app = AsgiFastStream(
-        broker,
+        # FastStream's lifecycle wants a broker; it subscribes to nothing, so starting it needs no Redis.
+        RedisBroker(resolved.redis_url, logger=None),  # type: ignore[arg-type]
         asgi_routes=asgi_routes,
         logger=None,
         on_startup=[process.startup],

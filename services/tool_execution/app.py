@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from services.observability.metrics import instrument_handler
 from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
 from services.runtime.deadletter import DeadLetter
 from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
+from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
@@ -37,6 +40,7 @@ class ToolRuntime:
             ask_policy=settings.tools.ask_policy,
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
+        self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
         self.worker = ToolWorker(
             context.redis,
             self.topology,
@@ -46,15 +50,20 @@ class ToolRuntime:
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
             internal_key=settings.require_internal_key(),
+            slots=self.slots,
         )
+        # One entry per read: the handler takes an entry only when a slot is free to run it (slots.py).
+        # The reclaim sweep scans as much of the pending list as it did when a read took a slot's worth.
+        base = context.consumer_config()
         self.jobs = BatchConsumer(
             context.redis,
             stream=self.topology.tool_jobs,
             group=TOOLS_GROUP,
             consumer=context.owner,
             handler=instrument_handler("tools", self.worker.handle),
-            config=context.consumer_config(count=settings.tools.max_concurrent_jobs),
+            config=replace(base, count=1, claim_max_pages=base.claim_max_pages * settings.tools.max_concurrent_jobs),
         )
+        self.slots.stats = self.jobs.stats
         self.abandoned = BatchConsumer(
             context.redis,
             stream=self.jobs.dead_letter_stream,
@@ -93,7 +102,12 @@ class ToolRuntime:
         self.abandoned.start()
 
     async def stop(self) -> None:
-        await self.jobs.stop(timeout_s=self.context.settings.tools.timeout_s)
+        """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
+        entries stay pending and are redelivered)."""
+        timeout_s = self.context.settings.tools.timeout_s
+        self.slots.close()
+        await self.jobs.stop(timeout_s=timeout_s)
+        await self.slots.finish(timeout_s=timeout_s)
         await self.abandoned.stop()
 
     def consumers(self) -> list[BatchConsumer]:

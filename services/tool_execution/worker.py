@@ -1,6 +1,8 @@
 """The tool-execution worker: competing consumers of the tool-job stream.
 
-A job is the tool calls of one assistant reply. The worker runs them with the executor (R8.5 order:
+A job is the tool calls of one assistant reply. Each job runs in a slot of its own (``runtime/slots.py``:
+up to ``max_concurrent_jobs`` at once, a slot refilled the moment its job ends, the job's entry acked
+then), so one long call does not idle the other slots. The worker runs a job's calls with the executor (R8.5 order:
 concurrency-safe calls in parallel, the others one by one), and sends every progress message and
 result back through the session's ingress shard, each with an idempotency key (``tool_result:<id>``)
 so a job that is re-run after a crash is applied once. Before running it skips calls that already have
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -26,6 +29,7 @@ from services.observability.tracing import continue_trace
 from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
+from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
@@ -76,10 +80,12 @@ class ToolWorker:
         timeouts: ToolTimeouts,
         keepalive_s: float,
         internal_key: bytes,
+        slots: JobSlots,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
     ) -> None:
         self.redis = redis
+        self.slots = slots
         self.topology = topology
         self.consumer = consumer
         self.registry = registry
@@ -103,16 +109,19 @@ class ToolWorker:
                 running.interrupt.set()
 
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
+        """Start each job in a slot and return once a slot is free; the jobs ack their own entries
+        when they end (only poison is settled by the consumer)."""
         poison: dict[str, Poison] = {}
-        jobs: list[tuple[StreamEntry, ToolJob]] = []
         for entry in entries:
+            if self.slots.holds(entry.entry_id):
+                continue  # re-read (our pending list after a reconnect) while its job runs
             job = decode_entry(entry, parse_tool_job)
             if isinstance(job, Poison):
                 poison[entry.entry_id] = job
             else:
-                jobs.append((entry, job))
-        await asyncio.gather(*(self._run(entry, job) for entry, job in jobs))
-        return BatchOutcome(poison=poison)
+                await self.slots.start(entry, functools.partial(self._run, entry, job))
+        await self.slots.until_free()
+        return BatchOutcome(ack=(), poison=poison)
 
     async def _run(self, entry: StreamEntry, job: ToolJob) -> None:
         self.stats.jobs += 1

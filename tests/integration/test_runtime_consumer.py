@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from services.runtime import failure_counts
 from services.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Output, Poison
-from services.runtime.deadletter import REASON_MAX_DELIVERIES, list_dead_letters
+from services.runtime.deadletter import REASON_HANDLER_FAILED, REASON_MAX_DELIVERIES, list_dead_letters
 from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 
@@ -350,7 +350,7 @@ async def test_ordered_lane_dead_letters_a_crash_loop_by_its_deliveries(aredis: 
 
 async def test_ordered_lane_dead_letters_after_max_deliveries_failures(aredis: aioredis.Redis) -> None:
     """Handler failures are what count on an ordered lane: after max_deliveries of them the entry is
-    dead-lettered, and its failure record goes with it."""
+    dead-lettered with the handler's last exception (issue 15), and its failure record goes with it."""
     (entry_id,) = await fill(aredis, 1)
     attempts: list[int] = []
 
@@ -361,8 +361,8 @@ async def test_ordered_lane_dead_letters_after_max_deliveries_failures(aredis: a
     await run_lane(aredis, always_fail, lambda lane: lane.stats.dead_lettered == 1)
     assert len(attempts) == 2
     (letter,) = await list_dead_letters(aredis, STREAM + ":dlq")
-    assert (letter.entry_id, letter.reason) == (entry_id, REASON_MAX_DELIVERIES)
-    assert letter.detail.startswith("failed 2 times")
+    assert (letter.entry_id, letter.reason) == (entry_id, REASON_HANDLER_FAILED)
+    assert letter.detail == "RuntimeError: downstream refuses (failed 2 times, delivered 3 times)"
     assert await aredis.exists(STREAM + ":failures") == 0
     assert await pending_count(aredis) == 0
 

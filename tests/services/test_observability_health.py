@@ -168,3 +168,35 @@ async def test_metrics_route_serves_the_exposition() -> None:
     assert isinstance(body, bytes)
     assert b"agentbus_build_info" in body
     assert headers[b"content-type"].startswith(b"text/plain")
+
+
+async def test_readyz_waits_for_the_startup_task_and_healthz_fails_if_it_failed(aredis: aioredis.Redis) -> None:
+    """Issue 15: a worker started while Redis is down is not ready until its runtime started (and alive
+    meanwhile); a startup that failed for another reason makes it not alive."""
+    release = asyncio.Event()
+
+    async def start_when_released() -> None:
+        await release.wait()
+
+    starting = asyncio.create_task(start_when_released())
+    health = Health(redis=lambda: aredis, startup=lambda: starting)
+    app = make_app(health)
+    status, body, _ = await call(app, "/readyz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["started"] == {"ok": False, "detail": "waiting for Redis to answer"}
+    assert (await call(app, "/healthz"))[0] == 200
+    release.set()
+    await starting
+    assert (await call(app, "/readyz"))[0] == 200
+
+    async def start_broken() -> None:
+        raise RuntimeError("bad configuration")
+
+    broken = asyncio.create_task(start_broken())
+    await asyncio.wait([broken])
+    health.startup = lambda: broken
+    status, body, _ = await call(app, "/healthz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["startup"]["detail"] == "failed: RuntimeError: bad configuration"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +146,40 @@ def test_flags(workspace: Workspace) -> None:
     assert not tool.is_read_only(parsed)
     assert tool.interrupt_behavior() == "block"
     assert BashTool(workspace, interrupt_behavior="cancel").interrupt_behavior() == "cancel"
+
+
+PEAK_RSS_PROBE = """
+import asyncio, json, resource, sys
+from pathlib import Path
+from services.tool_execution.builtin.bash import BashTool
+from services.tool_execution.tool import ToolContext
+from services.tool_execution.workspace import Workspace
+
+async def main() -> None:
+    # No progress report during the command: nothing may be kept for one either.
+    tool = BashTool(Workspace.at(Path(sys.argv[1])), progress_interval_s=3600)
+    ctx = ToolContext(tool_use_id="toolu_1")
+    async for _ in tool.call(tool.input_model.model_validate({"command": "echo warm"}), ctx):
+        pass
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    events = [event async for event in tool.call(tool.input_model.model_validate({"command": sys.argv[2]}), ctx)]
+    growth_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(json.dumps({"growth_kb": growth_kb, "content": events[-1].content}))
+
+asyncio.run(main())
+"""
+
+
+def test_output_is_streamed_into_the_cap_issue_15(workspace: Workspace) -> None:
+    """Issue 15: 100 MB of output was buffered in memory (the worker grew by ~180 MB) although the
+    result keeps 30k characters. Measured in a fresh process: its peak RSS, before and after."""
+    probe = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS_PROBE, str(workspace.root), "yes | head -c 100000000"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    measured = json.loads(probe.stdout)
+    assert measured["growth_kb"] < 10 * 1024
+    # The truncation format is unchanged: the first 30,000 characters, then the count of lines dropped.
+    assert measured["content"] == "y\n" * 14_999 + "y" + "\n\n... [49985000 lines truncated] ..."

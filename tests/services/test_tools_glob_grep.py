@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from services.tool_execution.builtin.glob import TRUNCATION_NOTE, GlobTool
-from services.tool_execution.builtin.grep import GrepTool
+from services.tool_execution.builtin.grep import SKIPPED_LISTED, GrepTool, SkippedFile, skipped_note
 from services.tool_execution.tool import AnyTool, ToolContext, ToolError, ToolOutput
 from services.tool_execution.workspace import Workspace
 
@@ -142,3 +142,41 @@ async def test_grep_multiline_and_invalid_regex(workspace: Workspace) -> None:
     assert output.content == f"{workspace.root / 'src/util.py'}:1:def helper():"
     with pytest.raises(ToolError, match="Invalid regular expression"):
         await run(GrepTool(workspace), pattern="(unclosed")
+
+
+async def test_grep_names_the_files_it_did_not_search_issue_15(workspace: Workspace) -> None:
+    """Issue 15: a file over the size limit was skipped silently and the answer was "No matches found"."""
+    big = workspace.root / "logs/big.log"
+    big.parent.mkdir()
+    big.write_text("needle\n")
+    os.truncate(big, 11 * 1024 * 1024)
+    note = (
+        "Not searched: 1 file larger than Grep's 10.0 MB limit (search them with Bash, e.g. "
+        f"`grep -n PATTERN FILE`, or Read them in parts):\n{big} (11.0 MB)"
+    )
+    skipped = [{"path": str(big), "reason": "too_large", "detail": "11.0 MB"}]
+    for mode, answer in (
+        ("content", "No matches found"),
+        ("count", "No matches found"),
+        ("files_with_matches", "No files found"),
+    ):
+        output = await run(GrepTool(workspace), pattern="needle", output_mode=mode)
+        assert output.content == f"{answer}\n\n{note}"
+        assert isinstance(output.tool_use_result, dict)
+        assert output.tool_use_result["skipped"] == skipped
+    found = await run(GrepTool(workspace), pattern="TODO", path="notes")
+    assert found.content == f"Found 1 file\n{workspace.root / 'notes/todo.txt'}"
+    assert isinstance(found.tool_use_result, dict)
+    assert "skipped" not in found.tool_use_result
+
+
+def test_grep_skipped_note_lists_unreadable_files_and_counts_the_rest() -> None:
+    many = [
+        SkippedFile(Path(f"/ws/f{index}"), "unreadable", "Permission denied") for index in range(SKIPPED_LISTED + 3)
+    ]
+    note = skipped_note(many, 10 * 1024 * 1024)
+    lines = note.split("\n")
+    assert lines[0] == f"Not searched: {SKIPPED_LISTED + 3} files that could not be read:"
+    assert lines[1] == "/ws/f0 (Permission denied)"
+    assert lines[-1] == "... and 3 more"
+    assert len(lines) == SKIPPED_LISTED + 2

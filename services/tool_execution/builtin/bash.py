@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from pydantic import Field
 
@@ -31,6 +32,9 @@ from shared.json_types import JsonObject
 NO_OUTPUT = "(Bash completed with no output)"
 QUIET_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_EDITOR": "true"}
 """Keep commands from waiting on a pager, an editor or a credential prompt nobody will answer."""
+PROGRESS_OUTPUT_CHARS = 4000
+"""A ``bash_progress`` report carries at most the last this many characters of the new output."""
+PIPE_READ_BYTES = 65536
 
 
 class BashInput(ToolInput):
@@ -67,6 +71,38 @@ class _CappedText:
         return body
 
 
+class _CommandOutput:
+    """A running command's output, capped as it arrives: nothing grows with the size of the output
+    (a 100 MB command costs the worker the caps, not 100 MB). The pipes are read as fast as they fill
+    and each chunk lands here at once; the progress loop only looks at what is kept."""
+
+    def __init__(self, cap: int, progress_chars: int) -> None:
+        self.streams = {"stdout": _CappedText(cap), "stderr": _CappedText(cap)}
+        self.progress_chars = progress_chars
+        self.recent = ""
+        """The last ``progress_chars`` characters that arrived since the last progress report."""
+        self.fresh = False
+        self.lines = 0
+        self._arrival: asyncio.Future[None] | None = None
+
+    def add(self, stream: str, text: str) -> None:
+        self.streams[stream].add(text)
+        self.recent = (self.recent + text)[-self.progress_chars :]
+        self.fresh = True
+        self.lines += text.count("\n")
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
+
+    def next_arrival(self) -> asyncio.Future[None]:
+        """Resolves when more output arrives."""
+        self._arrival = asyncio.get_running_loop().create_future()
+        return self._arrival
+
+    def take_recent(self) -> str:
+        recent, self.recent, self.fresh = self.recent, "", False
+        return recent
+
+
 class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     """Signals when the shell itself exits. ``Process.wait()`` also waits for the pipes to close,
     which a background child (``sleep 99 &``) can keep open long after the command is done."""
@@ -85,7 +121,7 @@ async def _spawn(
 ) -> tuple[asyncio.subprocess.Process, _ExitAwareProtocol]:
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
-        lambda: _ExitAwareProtocol(limit=2**16, loop=loop),
+        lambda: _ExitAwareProtocol(limit=PIPE_READ_BYTES, loop=loop),
         *argv,
         cwd=cwd,
         stdin=asyncio.subprocess.DEVNULL,
@@ -95,6 +131,18 @@ async def _spawn(
         env=env,
     )
     return asyncio.subprocess.Process(transport, protocol, loop), protocol
+
+
+async def _pump(stream: asyncio.StreamReader | None, name: str, output: _CommandOutput) -> None:
+    """Read one pipe into ``output`` as it fills (the reader's buffer pauses the pipe beyond 2 × 64 KB)."""
+    if stream is None:
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while data := await stream.read(PIPE_READ_BYTES):
+        output.add(name, decoder.decode(data))
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        output.add(name, tail)
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:
@@ -165,93 +213,51 @@ class BashTool(Tool[BashInput]):
         process, protocol = await _spawn(
             [self.shell, "-c", tool_input.command], cwd=str(self.workspace.root), env=self._environment()
         )
-        chunks: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+        output = _CommandOutput(self.max_output_chars, PROGRESS_OUTPUT_CHARS)
         readers = [
-            asyncio.create_task(self._pump(process.stdout, "stdout", chunks)),
-            asyncio.create_task(self._pump(process.stderr, "stderr", chunks)),
+            asyncio.create_task(_pump(process.stdout, "stdout", output)),
+            asyncio.create_task(_pump(process.stderr, "stderr", output)),
         ]
-        outputs = {"stdout": _CappedText(self.max_output_chars), "stderr": _CappedText(self.max_output_chars)}
+        reading = asyncio.gather(*readers, return_exceptions=True)
         exited = asyncio.create_task(protocol.exited.wait())
-        fresh: list[str] = []
-        lines = 0
         last_progress = started
-        open_streams = 2
         timed_out = False
         try:
-            while open_streams:
-                getter = asyncio.create_task(chunks.get())
+            # Until both pipes close; or the shell exits while a background child holds them open.
+            while not reading.done() and not exited.done():
+                arrival = output.next_arrival()
                 remaining = max(deadline - time.monotonic(), 0)
-                done, _ = await asyncio.wait({getter, exited}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()  # the chunk stays queued; _finish_readers collects it
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await getter
-                    timed_out = exited not in done
-                    break  # timed out, or the command ended while a background child holds the pipes
-                item = getter.result()
-                if item is None:
-                    open_streams -= 1
-                    continue
-                stream, text = item
-                outputs[stream].add(text)
-                fresh.append(text)
-                lines += text.count("\n")
+                awaited: set[asyncio.Future[Any]] = {reading, exited, arrival}
+                done, _ = await asyncio.wait(awaited, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                arrival.cancel()
+                if not done:
+                    timed_out = True
+                    break
                 now = time.monotonic()
-                if now - last_progress >= self.progress_interval_s:
-                    yield ToolProgress(self._progress(fresh, lines, now - started))
-                    fresh, last_progress = [], now
+                if output.fresh and now - last_progress >= self.progress_interval_s:
+                    yield ToolProgress(self._progress(output.take_recent(), output.lines, now - started))
+                    last_progress = now
             if not timed_out:
                 try:
                     await asyncio.wait_for(asyncio.shield(exited), max(deadline - time.monotonic(), 0))
                 except TimeoutError:
                     timed_out = True
             await self._stop(process, protocol)
-            await self._finish_readers(readers, chunks, outputs)
+            # What the pipes still hold; a daemon that kept them open past its killed parent cannot
+            # hold us up beyond a short wait.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(reading), 1.0)
         finally:
             if not protocol.exited.is_set():
                 await asyncio.shield(self._stop(process, protocol))
             exited.cancel()
-            for reader in readers:
-                reader.cancel()
-        yield self._result(outputs, process.returncode, timed_out=timed_out, timeout_ms=timeout_ms)
+            reading.cancel()
+        yield self._result(output.streams, process.returncode, timed_out=timed_out, timeout_ms=timeout_ms)
 
-    @staticmethod
-    async def _pump(
-        stream: asyncio.StreamReader | None, name: str, chunks: asyncio.Queue[tuple[str, str] | None]
-    ) -> None:
-        if stream is None:
-            await chunks.put(None)
-            return
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        try:
-            while data := await stream.read(65536):
-                await chunks.put((name, decoder.decode(data)))
-            tail = decoder.decode(b"", final=True)
-            if tail:
-                await chunks.put((name, tail))
-        finally:
-            await chunks.put(None)
-
-    @staticmethod
-    async def _finish_readers(
-        readers: list[asyncio.Task[None]],
-        chunks: asyncio.Queue[tuple[str, str] | None],
-        outputs: dict[str, _CappedText],
-    ) -> None:
-        """After the process ended (or was killed): collect what the pipes still hold. A daemon
-        that kept the pipe open past its killed parent cannot hold us up beyond a short wait."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*readers, return_exceptions=True), 1.0)
-        while not chunks.empty():
-            item = chunks.get_nowait()
-            if item is not None:
-                outputs[item[0]].add(item[1])
-
-    def _progress(self, fresh: list[str], lines: int, elapsed: float) -> JsonObject:
-        recent = "".join(fresh)
+    def _progress(self, recent: str, lines: int, elapsed: float) -> JsonObject:
         return {
             "type": "bash_progress",
-            "output": recent[-4000:],
+            "output": recent,
             "elapsedTimeSeconds": round(elapsed, 1),
             "totalLines": lines,
         }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -48,15 +48,55 @@ class _FileHits:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A file Grep did not search, and why (said in the result: a silent skip reads as "no match")."""
+
+    path: Path
+    reason: Literal["too_large", "unreadable"]
+    detail: str
+    """The file's size (too_large) or the operating system's error (unreadable)."""
+
+
+SKIPPED_LISTED = 20
+"""Skipped files named in the result text; the rest are counted."""
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MB"
+
+
+def skipped_note(skipped: list[SkippedFile], max_file_bytes: int) -> str:
+    """The paragraph that names the files a search left out, with what to do about each kind."""
+    paragraphs: list[str] = []
+    for reason, headline in (
+        (
+            "too_large",
+            f"larger than Grep's {_megabytes(max_file_bytes)} limit (search them with Bash, e.g. "
+            "`grep -n PATTERN FILE`, or Read them in parts)",
+        ),
+        ("unreadable", "that could not be read"),
+    ):
+        files = [item for item in skipped if item.reason == reason]
+        if not files:
+            continue
+        listed = [f"{item.path} ({item.detail})" for item in files[:SKIPPED_LISTED]]
+        if len(files) > SKIPPED_LISTED:
+            listed.append(f"... and {len(files) - SKIPPED_LISTED} more")
+        paragraphs.append(f"Not searched: {_plural(len(files), 'file')} {headline}:\n" + "\n".join(listed))
+    return "\n\n".join(paragraphs)
 
 
 class GrepTool(Tool[GrepInput]):
     """``output_mode``: ``files_with_matches`` (default; newest first), ``content``
     (``path:line:text``, ``-A/-B/-C`` context as ``path-line-text``, ``--`` between groups) or
     ``count`` (``path:n``). ``glob`` filters files gitignore-style (``*.py`` at any depth).
-    Binary files, ``.git`` and files over ``max_file_bytes`` are skipped."""
+    Binary files and ``.git`` are skipped; files over ``max_file_bytes`` or unreadable are skipped
+    and named at the end of the result (``Not searched: …``), so a skip never reads as no match."""
 
     name = "Grep"
     input_model = GrepInput
@@ -94,13 +134,14 @@ class GrepTool(Tool[GrepInput]):
     async def call(self, tool_input: GrepInput, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
         yield await asyncio.to_thread(self._grep, tool_input)
 
-    def _search_file(self, path: Path, regex: re.Pattern[str], tool_input: GrepInput) -> _FileHits | None:
+    def _search_file(self, path: Path, regex: re.Pattern[str], tool_input: GrepInput) -> _FileHits | SkippedFile | None:
         try:
-            if path.stat().st_size > self.max_file_bytes:
-                return None
+            size = path.stat().st_size
+            if size > self.max_file_bytes:
+                return SkippedFile(path, "too_large", _megabytes(size))
             data = path.read_bytes()
-        except OSError:
-            return None
+        except OSError as error:
+            return SkippedFile(path, "unreadable", error.strerror or type(error).__name__)
         if looks_binary(data[:SNIFF_BYTES]):
             return None
         text = data.decode("utf-8", errors="replace")
@@ -118,17 +159,33 @@ class GrepTool(Tool[GrepInput]):
         regex = self._compile(tool_input)
         root = search_root(self.workspace, tool_input.path)
         hits: list[_FileHits] = []
+        skipped: list[SkippedFile] = []
         for path, relative in walk_files(self.workspace, root):
             if tool_input.glob and not gitignore_match(tool_input.glob, relative):
                 continue
             found = self._search_file(path, regex, tool_input)
-            if found is not None:
+            if isinstance(found, SkippedFile):
+                skipped.append(found)
+            elif found is not None:
                 hits.append(found)
         if tool_input.output_mode == "content":
-            return self._content(hits, tool_input)
-        if tool_input.output_mode == "count":
-            return self._count(hits, tool_input)
-        return self._files(hits, tool_input)
+            output = self._content(hits, tool_input)
+        elif tool_input.output_mode == "count":
+            output = self._count(hits, tool_input)
+        else:
+            output = self._files(hits, tool_input)
+        return self._with_skipped(output, skipped)
+
+    def _with_skipped(self, output: ToolOutput, skipped: list[SkippedFile]) -> ToolOutput:
+        """Append the ``Not searched`` note to the text and list the files in ``toolUseResult.skipped``."""
+        if not skipped or not isinstance(output.content, str) or not isinstance(output.tool_use_result, dict):
+            return output
+        note = skipped_note(skipped, self.max_file_bytes)
+        listed: JsonObject = {
+            **output.tool_use_result,
+            "skipped": [{"path": str(item.path), "reason": item.reason, "detail": item.detail} for item in skipped],
+        }
+        return replace(output, content=f"{output.content}\n\n{note}", tool_use_result=listed)
 
     def _limit(self, items: list[str], tool_input: GrepInput) -> list[str]:
         return items if tool_input.head_limit is None else items[: tool_input.head_limit]
