@@ -6,9 +6,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from shared.api_validation import validate_api_request
+from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from shared.ids import random_uuid
+from shared.pi.messages import PiAssistantMessage, PiToolResultMessage
+from shared.pi.request import llm_view
+from shared.pi.session import read_pi_session
+from tests.conftest import corpus_cases
 from tests.shared.pi.generated import late_result, tool_rounds
+
+PI_FILES = corpus_cases("pi")
+USER_SIDE = {"user", "bashExecution", "custom", "compactionSummary", "branchSummary"}
 
 
 def agentbus(*args: str) -> subprocess.CompletedProcess[str]:
@@ -72,3 +84,48 @@ def test_convert_pi_to_claude_code_and_back_is_lossless(tmp_path: Path) -> None:
     export = agentbus("transcript", "export", str(path))
     assert export.returncode == 0
     assert json.loads(export.stdout)["messages"][0]["role"] == "user"
+
+
+def request_counts(body: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Prompts (user-side text blocks), calls, results, and results that are agentbus' placeholder."""
+    prompts = calls = results = placeholders = 0
+    for message in body["messages"]:
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        prompts += sum(block["type"] == "text" for block in blocks) if message["role"] == "user" else 0
+        calls += sum(block["type"] == "tool_use" for block in blocks)
+        results += sum(block["type"] == "tool_result" for block in blocks)
+        placeholders += sum(
+            block["type"] == "tool_result" and block.get("content") == SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+            for block in blocks
+        )
+    return prompts, calls, results, placeholders
+
+
+def context_counts(path: Path) -> tuple[int, int, int]:
+    """The same counts in the context pi rebuilds (P8): user-side messages (P4), calls of turns that did
+    not fail (P5.6 b drops the others), recorded results."""
+    messages = llm_view(read_pi_session(path.read_bytes(), ids=random_uuid)).context.messages
+    prompts = sum(message.role in USER_SIDE for message in messages)
+    calls = sum(
+        len(message.tool_calls())
+        for message in messages
+        if isinstance(message, PiAssistantMessage) and not message.failed
+    )
+    return prompts, calls, sum(isinstance(message, PiToolResultMessage) for message in messages)
+
+
+@pytest.mark.parametrize("path", PI_FILES, ids=lambda p: p.name if p else "corpus-missing")
+def test_issue_17_done_when_normalize_keeps_every_prompt_call_and_result(path: Path) -> None:
+    """Issue 17: ``agentbus normalize`` of each pi corpus file gives a request ``validate_api_request``
+    accepts, with every prompt, call and recorded result of the context; only calls without a recorded
+    result get agentbus' placeholder (before-compaction line 627, P9.6)."""
+    done = agentbus("normalize", str(path), "--prompt", "continue")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert validate_api_request(body) == []
+    prompts, calls, results, placeholders = request_counts(body)
+    own_prompts, own_calls, own_results = context_counts(path)
+    assert (prompts, calls) == (own_prompts + 1, own_calls)  # + the appended prompt
+    assert results - placeholders == own_results
+    assert placeholders == calls - own_results
