@@ -129,7 +129,10 @@ def content_to_claude_code(content: Any) -> Any:
 
 
 def content_to_pi(content: Any) -> Any:
-    return [block_to_pi(block) for block in content] if isinstance(content, list) else content
+    """A non-object element of a content list (a malformed line) passes through as it is."""
+    if not isinstance(content, list):
+        return content
+    return [block_to_pi(block) if isinstance(block, dict) else block for block in content]
 
 
 # -- usage and stop reasons -------------------------------------------------------------------------------
@@ -387,6 +390,8 @@ def natural_pi_entries(line: JsonDict, call_name: dict[str, str]) -> list[JsonDi
     entries; a line pi has no message for (system, progress, attachment, …) a ``custom`` entry."""
     base = {"id": line.get("uuid"), "parentId": line.get("parentUuid"), "timestamp": line.get("timestamp")}
     kind = line.get("type")
+    if kind in {"user", "assistant"} and not isinstance(line.get("message"), dict):
+        kind = None  # a line no model reads (its message is not an object): kept whole as a custom entry
     if kind == "assistant":
         messages = [_natural_assistant(line) | {"timestamp": iso_to_ms(line.get("timestamp"))}]
     elif kind == "user":
@@ -421,8 +426,9 @@ class ClaudeCodeToPi:
     an entry whose parent is a line that became several entries (a user line with several tool results)
     hangs on the last of them, and a result line Claude Code hangs on its call's assistant (parallel
     results as siblings, a late result beside the message written before it) hangs on the entry mapped
-    just before it, as pi appends results in file order; so pi's path walk (P8.2) passes through every
-    result and every message written between a call and its result."""
+    just before it, as pi appends results in file order, and a line off the chain (no ``uuid``) hangs on
+    the last entry; so pi's path walk (P8.2) passes through every result and every message written
+    between a call and its result."""
 
     def __init__(self) -> None:
         self.call_name: dict[str, str] = {}
@@ -441,19 +447,28 @@ class ClaudeCodeToPi:
         self.remember_calls(line)
         entries = claude_code_to_pi_entries(line, self.call_name)
         if entries and STASH not in line:
-            parent = entries[0].get("parentId")
-            if isinstance(parent, str) and parent in self.last_entry_of:
-                entries[0] = entries[0] | {"parentId": self.last_entry_of[parent]}
-            if parent in self.assistant_uuids and _holds_tool_result(line) and self.last_id is not None:
-                entries[0] = entries[0] | {"parentId": self.last_id}
-            if line.get("type") == "assistant" and isinstance(line.get("uuid"), str):
-                self.assistant_uuids.add(line["uuid"])
-        if entries and isinstance(entries[-1].get("id"), str):
-            self.last_id = entries[-1]["id"]
+            entries[0] = entries[0] | self._placement(line, entries[0])
             uuid_ = line.get("uuid")
             if len(entries) > 1 and isinstance(uuid_, str) and isinstance(entries[-1].get("id"), str):
                 self.last_entry_of[uuid_] = entries[-1]["id"]
+            if line.get("type") == "assistant" and isinstance(uuid_, str):
+                self.assistant_uuids.add(uuid_)
+        if entries and isinstance(entries[-1].get("id"), str):
+            self.last_id = entries[-1]["id"]
         return entries
+
+    def _placement(self, line: JsonDict, first: JsonDict) -> JsonDict:
+        """The ``id``/``parentId`` changes that keep the first entry of ``line`` on pi's path."""
+        parent = first.get("parentId")
+        if isinstance(parent, str) and parent in self.last_entry_of:
+            return {"parentId": self.last_entry_of[parent]}
+        if parent in self.assistant_uuids and _holds_tool_result(line) and self.last_id is not None:
+            return {"parentId": self.last_id}
+        if first.get("id") is None and self.last_id is not None:
+            # A line off Claude Code's chain (metadata: summary, custom-title…) is appended to the leaf, as
+            # pi appends every entry, so the last line in file order still leads to the conversation.
+            return {"id": f"{self.last_id}+", "parentId": self.last_id}
+        return {}
 
 
 def _holds_tool_result(line: JsonDict) -> bool:

@@ -17,6 +17,7 @@ from shared.pi.messages import PiAssistantMessage, PiToolResultMessage
 from shared.pi.request import llm_view
 from shared.pi.session import read_pi_session
 from tests.conftest import corpus_cases
+from tests.shared.generated_sessions import GENERATED_SESSIONS
 from tests.shared.pi.generated import late_result, tool_rounds
 
 PI_FILES = corpus_cases("pi")
@@ -129,3 +130,29 @@ def test_issue_17_done_when_normalize_keeps_every_prompt_call_and_result(path: P
     assert (prompts, calls) == (own_prompts + 1, own_calls)  # + the appended prompt
     assert results - placeholders == own_results
     assert placeholders == calls - own_results
+
+
+@pytest.mark.parametrize("name", sorted(GENERATED_SESSIONS))
+def test_convert_claude_code_to_pi_keeps_every_call_and_result_on_pis_path(name: str, tmp_path: Path) -> None:
+    """P10 back: a Claude Code transcript (parallel results written as siblings, metadata and progress
+    lines off the chain, R7.x) becomes a pi session whose context (P8) holds every call and result."""
+    source, converted = tmp_path / "cc.jsonl", tmp_path / "pi.jsonl"
+    source.write_bytes(GENERATED_SESSIONS[name]() + b'{"type":"custom-title","customTitle":"t","sessionId":"x"}\n')
+    assert agentbus("transcript", "convert", str(source), "--to", "pi", "--out", str(converted)).returncode == 0
+    cc = json.loads(agentbus("normalize", str(source), "--prompt", "go on").stdout)
+    done = agentbus("normalize", str(converted), "--prompt", "go on")
+    assert done.returncode == 0, done.stderr
+    pi = json.loads(done.stdout)
+    assert validate_api_request(pi) == []
+    assert call_ids(cc) <= call_ids(pi)  # Claude Code's resume drops an interrupted call (R7.17); pi keeps it
+    assert request_counts(pi)[1] == request_counts(pi)[2]
+
+
+def call_ids(body: dict[str, Any]) -> set[str]:
+    return {
+        block["id"]
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    }
