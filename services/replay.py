@@ -29,11 +29,12 @@ from services.runtime.settings import Settings
 from services.runtime.topology import INGESTION_GROUP, TRANSCRIPTS_GROUP
 from services.transcripts.api_view import require_conversation, resume_subagent
 from services.transcripts.layout import session_file
-from services.transcripts.pi_view import TranscriptFormat, pi_context_messages, read_pi_file, transcript_format
+from services.transcripts.pi_view import pi_context_messages, read_pi_file, transcript_format
 from shared.clock import utc_now
 from shared.events import IngressPayload, RecordedMessage
 from shared.ids import random_uuid
 from shared.messages import AssistantMessage, AttachmentMessage, UserMessage
+from shared.pi.constants import TranscriptFormat
 from shared.system_messages import KnownSystemMessage, OtherSystemMessage
 from shared.transcript import ResumeResult, TranscriptMessage, read_transcript, resume_session, skipped_lines
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 
 import uvicorn
 
@@ -25,6 +26,12 @@ WORKER_FACTORIES: dict[str, WorkerFactory] = {
 }
 """Every worker type by the name ``agentbus worker NAME`` takes."""
 
+SIGNING_WORKERS = frozenset({"ingestion", "tools"})
+"""The workers that sign or check internal events: they need ``AGENTBUS_INTERNAL_KEY``."""
+
+LISTEN_BACKLOG = 2048
+"""uvicorn's default backlog."""
+
 GC_THRESHOLDS = (10_000, 10, 10)
 """``gc.set_threshold`` of a worker process (CPython's default: 700, 10, 10); see :func:`freeze_startup_heap`."""
 
@@ -40,25 +47,33 @@ def build_worker(name: str, settings: Settings | None = None) -> tuple[object, W
 def run_worker(name: str, settings: Settings | None = None, *, port: int | None = None) -> None:
     """Serve worker ``name`` until SIGTERM/SIGINT (graceful: the batch in hand is finished and acked)."""
     resolved = settings if settings is not None else Settings()
+    if name in SIGNING_WORKERS:
+        resolved.require_internal_key()  # refuse here, in one line, not as a startup traceback in the log
     configure_process(resolved, name)  # before any consumer binds its logger
     app, _ = build_worker(name, resolved)
+    listener = inherited_listener()
+    if listener is None:
+        requested = resolved.http_port if port is None else port
+        listener = bind_http_port(resolved.http_host, requested)
+        if requested == 0:  # say which port was picked: nothing else tells where /metrics is
+            host, bound = listener.getsockname()[:2]
+            sys.stderr.write(f"agentbus: worker {name}: /metrics, /healthz, /readyz on http://{host}:{bound}\n")
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=resolved.http_host,
-        port=resolved.http_port if port is None else port,
+        port=listener.getsockname()[1],
         log_level=resolved.log_level.lower(),
         access_log=False,
         log_config=None,  # uvicorn's loggers propagate to the structlog-formatted root handler
         lifespan="on",
         loop="uvloop" if _has_uvloop() else "asyncio",
     )
-    sockets = inherited_listener()
     freeze_startup_heap()
     # Server.run honours the loop factory; asyncio.run(server.serve()) would silently run the stdlib loop.
-    uvicorn.Server(config).run(sockets=sockets)
+    uvicorn.Server(config).run(sockets=[listener])
 
 
-def inherited_listener() -> list[socket.socket] | None:
+def inherited_listener() -> socket.socket | None:
     """The listening socket ``agentbus up`` bound and passed down (:data:`LISTEN_FD_ENV`; so its ``/readyz``
     answers for this process, whoever else holds ports, and a restart serves the same port), None when run
     on its own.
@@ -66,7 +81,21 @@ def inherited_listener() -> list[socket.socket] | None:
     The variable is removed so that the commands a tool worker runs do not inherit it.
     """
     fd = os.environ.pop(LISTEN_FD_ENV, None)
-    return None if fd is None else [socket.socket(fileno=int(fd))]
+    return None if fd is None else socket.socket(fileno=int(fd))
+
+
+def bind_http_port(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port`` (0: a free port), opened before the worker starts so the port it
+    reports is the one it serves; a taken port fails here, naming it."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as error:
+        listener.close()
+        raise OSError(error.errno, f"cannot listen on {host}:{port}: {error.strerror}") from error
+    listener.listen(LISTEN_BACKLOG)  # connections made before the app is up wait instead of being refused
+    return listener
 
 
 def freeze_startup_heap() -> None:

@@ -1,54 +1,76 @@
-"""Bus commands: ``worker``, ``up``, ``send``, ``tail``, ``replay``, ``streams``, ``dlq``."""
+"""Bus commands: ``worker``, ``send``, ``tail``, ``replay``, ``streams``, ``dlq``.
+
+Only typer and the standard library are imported here: the SDK, redis and the workers load inside the
+command that needs them, so ``agentbus --help`` (and every other command) does not pay for them.
+Connection and Redis errors are left to the CLI's error boundary (services/cli/errors.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
+import signal
 import sys
 import uuid
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.common import fail, read_input
+from services.cli.common import USAGE_ERROR, fail, read_input
 from services.cli.formats import FormatOption
-from services.client import AgentbusClient
-from services.runtime.deadletter import dead_letter_streams, list_dead_letters, replay_dead_letter, show_dead_letter
-from services.runtime.settings import Settings
-from services.runtime.stream_admin import init_streams, stream_report
-from services.runtime.topology import Topology
-from services.transcripts.pi_view import TranscriptFormat
-from services.workers import WORKER_FACTORIES, run_worker
-from shared.events import LogEntry
-from shared.pi.claude_code import ClaudeCodeToPi
-from shared.pi.session import dump_line
-from shared.session_ids import session_id_problem
-from shared.transcript.unicode_text import escape_lone_surrogates
+from shared.pi.constants import TranscriptFormat
 
 if TYPE_CHECKING:
+    from services.client import AgentbusClient
     from services.replay import ReplayReport
+    from shared.events import LogEntry
 
 streams_app = typer.Typer(
     name="streams", help="Create and inspect the pipeline's streams and groups.", no_args_is_help=True
 )
 dlq_app = typer.Typer(name="dlq", help="Inspect and replay dead letters.", no_args_is_help=True)
 
+WORKER_NAMES_HELP = "ingestion, tools, normalization or transcripts"
+_STREAM_ID = re.compile(r"^\d+(-\d+)?$")
+
+
+def _connect() -> AgentbusClient:
+    """The SDK client on the configured Redis (``--redis-url`` / ``REDIS_URL`` / ``.env``)."""
+    from services.client import AgentbusClient
+
+    return AgentbusClient.connect()
+
 
 def checked_session_id(value: str | None) -> str | None:
     """Typer callback: a session id outside the grammar (shared/session_ids.py) is a usage error."""
+    from shared.session_ids import session_id_problem
+
     if value is not None and (problem := session_id_problem(value)) is not None:
         raise typer.BadParameter(f"invalid session id {value!r}: {problem}")
     return value
 
 
 def worker_command(
-    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(WORKER_FACTORIES)}.")],
-    port: Annotated[int | None, typer.Option("--port", help="HTTP port of /metrics, /healthz, /readyz.")] = None,
+    name: Annotated[str, typer.Argument(help=f"One of: {WORKER_NAMES_HELP}.")],
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port",
+            envvar="AGENTBUS_HTTP_PORT",
+            show_envvar=True,
+            help="HTTP port of /metrics, /healthz, /readyz [default: a free one, printed on stderr].",
+        ),
+    ] = None,
 ) -> None:
     """Run one worker process (scale by running more of them)."""
+    from services.workers import WORKER_FACTORIES, run_worker
+
     if name not in WORKER_FACTORIES:
-        fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=2)
+        fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=USAGE_ERROR)
     run_worker(name, port=port)
 
 
@@ -61,46 +83,107 @@ def send_command(
     """Publish a user prompt to SESSION."""
 
     async def run() -> None:
-        async with AgentbusClient.connect() as bus:
+        async with _connect() as bus:
             before = await bus.latest_request(session)
             entry_id = await bus.send_prompt(session, text)
-            typer.echo(f"sent {entry_id}", err=True)
-            if wait:
+            if not wait:
+                typer.echo(f"sent {entry_id}", err=True)
+                return
+            try:
                 request = await bus.next_request(session, after_seq=before.seq if before else 0, timeout_s=timeout_s)
-                sys.stdout.write(json.dumps(request.request, ensure_ascii=False) + "\n")
+            except TimeoutError as error:
+                fail(f"{error}; prompt {entry_id} is queued: are the workers running? (`agentbus up` starts them)")
+            typer.echo(f"sent {entry_id}", err=True)
+            sys.stdout.write(json.dumps(request.request, ensure_ascii=False) + "\n")
 
     asyncio.run(run())
 
 
 def tail_command(
     session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events (waits for a session not yet seen).")
+    ] = False,
     raw: Annotated[bool, typer.Option("--json", help="Print each log entry as JSON.")] = False,
     file_format: Annotated[
         TranscriptFormat | None,
         typer.Option("--format", help="pi: print the log as pi session entries (JSONL, P10 mapping)."),
     ] = None,
 ) -> None:
-    """Print SESSION's canonical event log."""
-    as_pi = ClaudeCodeToPi() if file_format == "pi" else None
-
-    def show(entry: LogEntry) -> None:
-        if as_pi is not None:
-            for pi_entry in as_pi.entries(entry.message.to_wire()):
-                typer.echo(escape_lone_surrogates(dump_line(pi_entry)))
-        else:
-            typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+    """Print SESSION's canonical event log; exit 1 when the bus has never seen SESSION."""
+    show = entry_printer(raw=raw, as_pi=file_format == "pi")
 
     async def run() -> None:
-        async with AgentbusClient.connect() as bus:
-            if not follow:
-                for entry in await bus.history(session):
-                    show(entry)
+        async with _connect() as bus:
+            if follow:
+                await _until_interrupted(_print_followed(bus, session, show))
                 return
-            async for entry in bus.follow(session):
+            entries = await bus.history(session)
+            if not entries and not await _known_session(bus, session):
+                fail(f"{_no_session(session)} (`agentbus send {session} TEXT` starts it)")
+            for entry in entries:
                 show(entry)
 
     asyncio.run(run())
+
+
+def _no_session(session: str) -> str:
+    from services.cli.errors import redis_url_in_use
+
+    return f"no session {session!r} on {redis_url_in_use()}"
+
+
+async def _known_session(bus: AgentbusClient, session: str) -> bool:
+    """Whether ingestion ever registered ``session`` (its event log may be empty or trimmed)."""
+    return await bus.redis.zscore(bus.topology.sessions(), session) is not None
+
+
+async def _print_followed(bus: AgentbusClient, session: str, show: Callable[[LogEntry], None]) -> None:
+    if not await _known_session(bus, session):
+        typer.echo(f"agentbus: {_no_session(session)} yet; waiting for it", err=True)
+    async for entry in bus.follow(session):
+        show(entry)
+
+
+def entry_printer(*, raw: bool, as_pi: bool) -> Callable[[LogEntry], None]:
+    """How ``tail`` prints one log entry: a summary line, the entry as JSON (``--json``), or the pi session
+    entries its message maps to (``--format pi``, P10; tool names remembered across entries)."""
+    if not as_pi:
+        return lambda entry: typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+    from shared.pi.claude_code import ClaudeCodeToPi
+    from shared.pi.session import dump_line
+    from shared.transcript.unicode_text import escape_lone_surrogates
+
+    mapping = ClaudeCodeToPi()
+
+    def show(entry: LogEntry) -> None:
+        for pi_entry in mapping.entries(entry.message.to_wire()):
+            typer.echo(escape_lone_surrogates(dump_line(pi_entry)))
+
+    return show
+
+
+async def _until_interrupted(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` until it ends or Ctrl-C / SIGTERM arrives; the signal exits 130, quietly.
+
+    The signal only sets an event (a loop callback), and ``work`` is cancelled while it awaits Redis.
+    asyncio.run's own SIGINT handling cancels the task wherever it runs, and redis-py 8 loses a cancel
+    requested before a command suspends: ``tail -f`` ignored the first Ctrl-C.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    worker = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if worker.done():
+        stopper.cancel()
+        return worker.result()
+    worker.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await worker
+    raise typer.Exit(130)
 
 
 def describe(seq: int, message: dict[str, Any]) -> str:
@@ -159,6 +242,7 @@ def replay_command(
     context at the last entry as Claude Code messages (the ones `agentbus normalize FILE` builds on)."""
     from services.cli.progress import phase_progress
     from services.replay import plan_replay, replay_transcript
+    from services.runtime.settings import Settings
     from shared.errors import UnusableTranscript
 
     data = read_input(file)
@@ -171,7 +255,7 @@ def replay_command(
     labels = {"publish": "events published", "ingress": "settled by {detail}", "log": "settled by {detail}"}
 
     async def run() -> ReplayReport:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
+        async with _connect() as bus:
             with phase_progress(labels) as progress:
                 return await replay_transcript(
                     bus,
@@ -195,57 +279,84 @@ def replay_command(
 @streams_app.command("init")
 def streams_init() -> None:
     """Create every stream and consumer group (run before KEDA scalers read the groups)."""
-    settings = Settings()
+    from services.runtime.stream_admin import init_streams
 
     async def run() -> int:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
-            return await init_streams(bus.redis, Topology(settings.names))
+        async with _connect() as bus:
+            return await init_streams(bus.redis, bus.topology)
 
     created = asyncio.run(run())
     typer.echo(f"{created} consumer group(s) ensured")
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
 @streams_app.command("info")
-def streams_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def streams_info(as_json: Annotated[bool, typer.Option("--json", help="Print the rows as JSON.")] = False) -> None:
     """Length, lag, pending and oldest pending age of every stream and group."""
-    settings = Settings()
+    from services.runtime.stream_admin import stream_report
 
     async def run() -> list[dict[str, Any]]:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
-            return await stream_report(bus.redis, Topology(settings.names))
+        async with _connect() as bus:
+            return await stream_report(bus.redis, bus.topology)
 
     rows = asyncio.run(run())
     if as_json:
         typer.echo(json.dumps(rows))
         return
-    typer.echo(f"{'stream':<40} {'group':<16} {'length':>8} {'lag':>8} {'pending':>8}")
+    typer.echo(f"{'stream':<40} {'group':<16} {'length':>8} {'lag':>8} {'pending':>8} {'oldest pending':>15}")
     for row in rows:
         lag = row["lag"] if row["lag"] is not None else "-"
-        typer.echo(f"{row['stream']:<40} {row['group'] or '-':<16} {row['length']:>8} {lag:>8} {row['pending']:>8}")
+        typer.echo(
+            f"{row['stream']:<40} {row['group'] or '-':<16} {row['length']:>8} {lag:>8} {row['pending']:>8} "
+            f"{_seconds(row['oldest_pending_s']):>15}"
+        )
 
 
 @dlq_app.command("ls")
-def dlq_ls(limit: Annotated[int, typer.Option("--limit")] = 20) -> None:
-    """List dead letters of every dead-letter stream (newest last)."""
-    settings = Settings()
+def dlq_ls(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest dead letters shown per stream.")] = 20,
+) -> None:
+    """List the newest dead letters of every dead-letter stream (oldest of them first)."""
+    from services.runtime.deadletter import dead_letter_streams, newest_dead_letters
 
-    async def run() -> None:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
-            for stream in await dead_letter_streams(bus.redis, settings.names):
-                for letter in await list_dead_letters(bus.redis, stream, count=limit):
-                    where = f"{letter.stream} {letter.entry_id}"
-                    typer.echo(f"{stream} {letter.dlq_id} {letter.reason:<24} {where} {letter.detail[:80]}")
+    async def run() -> list[tuple[str, str, str, str, str]]:
+        async with _connect() as bus:
+            return [
+                (stream, letter.dlq_id or "-", letter.reason, f"{letter.stream} {letter.entry_id}", letter.detail[:80])
+                for stream in await dead_letter_streams(bus.redis, bus.topology.names)
+                for letter in await newest_dead_letters(bus.redis, stream, count=limit)
+            ]
 
-    asyncio.run(run())
+    rows = asyncio.run(run())
+    if not rows:
+        typer.echo("agentbus: no dead letters", err=True)
+        return
+    typer.echo(f"{'dead-letter stream':<40} {'id':<16} {'reason':<24} {'source entry':<56} detail")
+    for stream, dlq_id, reason, source, detail in rows:
+        typer.echo(f"{stream:<40} {dlq_id:<16} {reason:<24} {source:<56} {detail}")
+
+
+DlqStream = Annotated[str, typer.Argument(help="The dead-letter stream (`agentbus dlq ls` lists them).")]
+DlqId = Annotated[str, typer.Argument(help="The dead letter's entry id in that stream.")]
+
+
+def _check_entry_id(dlq_id: str) -> None:
+    if not _STREAM_ID.match(dlq_id):
+        fail(f"{dlq_id!r} is not a stream entry id (like 1712345678901-0)", code=USAGE_ERROR)
 
 
 @dlq_app.command("show")
-def dlq_show(stream: str, dlq_id: str) -> None:
+def dlq_show(stream: DlqStream, dlq_id: DlqId) -> None:
     """Show one dead letter with its history and original fields."""
-    settings = Settings()
+    from services.runtime.deadletter import show_dead_letter
+
+    _check_entry_id(dlq_id)
 
     async def run() -> None:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
+        async with _connect() as bus:
             letter = await show_dead_letter(bus.redis, stream, dlq_id)
             if letter is None:
                 fail(f"no dead letter {dlq_id} in {stream}")
@@ -257,12 +368,14 @@ def dlq_show(stream: str, dlq_id: str) -> None:
 
 
 @dlq_app.command("replay")
-def dlq_replay(stream: str, dlq_id: str) -> None:
+def dlq_replay(stream: DlqStream, dlq_id: DlqId) -> None:
     """Write a dead letter back to its original stream (after fixing the cause) and remove it."""
-    settings = Settings()
+    from services.runtime.deadletter import replay_dead_letter
+
+    _check_entry_id(dlq_id)
 
     async def run() -> str | None:
-        async with AgentbusClient.connect(settings.redis_url) as bus:
+        async with _connect() as bus:
             return await replay_dead_letter(bus.redis, stream, dlq_id)
 
     new_id = asyncio.run(run())

@@ -7,8 +7,7 @@ from typing import NoReturn
 
 import typer
 
-USAGE_ERROR = 2
-"""Exit code for bad arguments or unreadable input (errors found *in* the input exit 1)."""
+from services.cli.errors import USAGE_ERROR as USAGE_ERROR  # re-exported: the commands import it from here
 
 
 def fail(message: str, *, code: int = 1) -> NoReturn:

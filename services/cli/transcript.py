@@ -22,11 +22,12 @@ from services.transcripts.api_view import (
     require_conversation,
 )
 from services.transcripts.files import write_file_atomically
-from services.transcripts.pi_view import TranscriptFormat, pi_notices, pi_request, read_pi_file, transcript_format
+from services.transcripts.pi_view import pi_notices, pi_request, read_pi_file, transcript_format
 from shared.api_types import MessagesRequest
 from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.errors import AgentbusError, UnusableTranscript
 from shared.pi.claude_code import claude_code_to_session, session_to_claude_code
+from shared.pi.constants import TranscriptFormat
 from shared.pi.integrity import PiIntegrityReport, PiIssue, repair_pi_session, verify_pi_session
 from shared.pi.session import PiSession, dump_line, write_pi_session
 from shared.transcript import IntegrityIssue, IntegrityReport, read_transcript, well_formed_json

@@ -14,10 +14,8 @@ time. Stream lag and pending come from :mod:`.stream_stats`.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from importlib.metadata import PackageNotFoundError, version
 from typing import Final, Generic, Literal, TypeVar
 
 from prometheus_client import Counter, Histogram, Info, disable_created_metrics
@@ -33,6 +31,7 @@ from services.observability.labels import (
     stream_family,
     tool_label,
 )
+from services.runtime.build_info import build_commit, package_version
 from services.runtime.consumer import BatchOutcome
 from services.runtime.entries import StreamEntry
 
@@ -195,14 +194,8 @@ _duplicate_kind = LabelGuard(capacity=16)
 
 
 def set_build_info(*, commit: str | None = None) -> None:
-    """Publish ``agentbus_build_info{version, commit}`` (commit from ``AGENTBUS_BUILD_COMMIT``)."""
-    try:
-        package_version = version("agentbus")
-    except PackageNotFoundError:
-        package_version = "unknown"
-    BUILD_INFO.info(
-        {"version": package_version, "commit": commit or os.environ.get("AGENTBUS_BUILD_COMMIT", "unknown")}
-    )
+    """Publish ``agentbus_build_info{version, commit}`` (commit: see :mod:`services.runtime.build_info`)."""
+    BUILD_INFO.info({"version": package_version(), "commit": commit or build_commit()})
 
 
 set_build_info()

@@ -144,6 +144,12 @@ async def list_dead_letters(
     return _letters(dlq_stream, raw or [])
 
 
+async def newest_dead_letters(redis: aioredis.Redis, dlq_stream: str, *, count: int) -> list[DeadLetter]:
+    """The ``count`` newest dead letters of ``dlq_stream``, oldest first."""
+    raw = await redis.xrevrange(dlq_stream, "+", "-", count=count)
+    return _letters(dlq_stream, reversed(raw or []))
+
+
 async def show_dead_letter(redis: aioredis.Redis, dlq_stream: str, dlq_id: str) -> DeadLetter | None:
     """The dead letter stored as ``dlq_id`` in ``dlq_stream``, or None when there is none."""
     letters = await list_dead_letters(redis, dlq_stream, start=dlq_id, end=dlq_id, count=1)

@@ -15,11 +15,11 @@ from shared.errors import BrokenTranscriptChain, UnusableTranscript
 from shared.ids import IdSource, random_uuid
 from shared.messages import Message
 from shared.normalize import NormalizedRequest, NormalizeOptions, to_api_request
+from shared.pi.constants import TranscriptFormat
 from shared.pi.context import iso_to_ms
 from shared.pi.request import context_as_claude_code, llm_view, pi_own_request, with_prompt
 from shared.pi.session import NotAPiSession, PiSession, looks_like_pi_session, read_pi_session
 
-TranscriptFormat = Literal["pi", "claude-code"]
 NormalizeRules = Literal["agentbus", "pi"]
 
 

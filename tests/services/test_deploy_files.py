@@ -113,13 +113,13 @@ def cli_command_path(argv: list[str]) -> tuple[list[str], list[str]]:
     """Split ``argv`` into the (sub)command path of the ``agentbus`` CLI and the remaining arguments.
 
     Walks the command tree typer builds (typer vendors click, so groups are recognised by their
-    ``commands`` mapping rather than by class).
+    ``commands`` mapping rather than by class; the root loads a sub-command when asked by name).
     """
     command: Any = typer.main.get_command(cli_app)
     path: list[str] = []
     rest = list(argv)
     while rest and isinstance(getattr(command, "commands", None), dict):
-        sub = command.commands.get(rest[0])
+        sub = command.get_command(command.make_context("agentbus", [], resilient_parsing=True), rest[0])
         if sub is None:
             break
         path.append(rest.pop(0))

@@ -135,9 +135,9 @@ def _version() -> str:
 
 
 def _commit() -> str:
-    import os
+    from services.runtime.build_info import build_commit
 
-    return os.environ.get("AGENTBUS_BUILD_COMMIT", "unknown")
+    return build_commit()
 
 
 async def test_instrument_handler_times_each_call() -> None:
