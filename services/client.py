@@ -35,6 +35,7 @@ from shared.events import (
     IngressPayload,
     Interrupt,
     LogEntry,
+    PiMessagePayload,
     RecordedMessage,
     StreamEvent,
     StreamFallback,
@@ -46,6 +47,7 @@ from shared.events import (
 from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES, IngressEntryTooLarge, entry_size_problem
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, AttachmentMessage, Message, UserMessage
+from shared.pi.messages import PI_MESSAGE_ADAPTER, PiMessage
 from shared.session_ids import check_session_id
 
 
@@ -199,6 +201,25 @@ class AgentbusClient:
 
     async def send_recorded(self, session_id: str, message: Message) -> str:
         return await self.publish(session_id, RecordedMessage(message=message))
+
+    async def send_pi_message(
+        self,
+        session_id: str,
+        message: PiMessage | JsonObject,
+        *,
+        message_uuid: str | None = None,
+        execute_tools: bool = True,
+    ) -> str:
+        """Publish a pi-shaped message (user / assistant / toolResult / bashExecution / custom, P1) — a model
+        or its wire object; ingestion maps it into the Claude Code model (P10). ``message_uuid`` defaults to a new
+        one; an assistant's toolCalls run unless ``execute_tools`` is false."""
+        parsed = (
+            PI_MESSAGE_ADAPTER.validate_python(message, by_alias=True, by_name=False)
+            if isinstance(message, dict)
+            else message
+        )
+        payload = PiMessagePayload(message=parsed, uuid=message_uuid or str(uuid.uuid4()), execute_tools=execute_tools)
+        return await self.publish(session_id, payload)
 
     async def interrupt(self, session_id: str, *, reason: Literal["user_cancel", "interrupt"] = "user_cancel") -> str:
         return await self.publish(session_id, Interrupt(reason=reason))

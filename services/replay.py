@@ -7,6 +7,11 @@ do not become part of that history are counted by reason (:class:`ReplayPlan`). 
 ingestion and the transcript worker (with ``wait_all``: every group reading the session's log shard)
 have settled everything published, so normalizing the persisted transcript gives the same request as
 normalizing the original file. "Settled" is decided from entry ids (:mod:`services.runtime.drain`).
+
+A pi session file publishes ours (issue 17): its context at the last entry (P8) as the Claude Code
+messages ``agentbus normalize`` builds its request from, so the persisted transcript's messages normalize
+to exactly the request ``agentbus normalize`` prints for the pi file. Entries outside that context
+(branches, compacted-away turns, model changes…) are counted as skipped.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from services.client import AgentbusClient
 from services.runtime.drain import StreamProgress, stream_progress
@@ -23,12 +29,18 @@ from services.runtime.settings import Settings
 from services.runtime.topology import INGESTION_GROUP, TRANSCRIPTS_GROUP
 from services.transcripts.api_view import require_conversation, resume_subagent
 from services.transcripts.layout import session_file
+from services.transcripts.pi_view import pi_context_messages, read_pi_file, transcript_format
 from shared.clock import utc_now
 from shared.events import IngressPayload, RecordedMessage
 from shared.ids import random_uuid
+from shared.messages import AssistantMessage, AttachmentMessage, UserMessage
+from shared.pi.constants import TranscriptFormat
+from shared.system_messages import KnownSystemMessage, OtherSystemMessage
 from shared.transcript import ResumeResult, TranscriptMessage, read_transcript, resume_session, skipped_lines
 
 PUBLISH_CHUNK = 500
+RESUMED_TYPES = (UserMessage, AssistantMessage, AttachmentMessage, *get_args(KnownSystemMessage), OtherSystemMessage)
+"""What a pi context maps to (P10: user, assistant and ``system`` lines), as the resume's message types."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +86,13 @@ def _resume(data: bytes) -> ResumeResult:
     return resumed
 
 
-def plan_replay(data: bytes) -> ReplayPlan:
-    """The history a resume of ``data`` starts from (a sub-agent file: the agent's own chain) and the
-    accounting of every other line. Raises :class:`shared.errors.UnusableTranscript` for an empty,
-    binary or non-JSONL file or one without a conversation."""
+def plan_replay(data: bytes, file_format: TranscriptFormat | None = None) -> ReplayPlan:
+    """The history a resume of ``data`` starts from (a sub-agent file: the agent's own chain; a pi session:
+    its context, see :func:`plan_pi_replay`) and the accounting of every other line. Raises
+    :class:`shared.errors.UnusableTranscript` for an empty, binary or non-JSONL file or one without a
+    conversation."""
+    if transcript_format(data, file_format) == "pi":
+        return plan_pi_replay(data)
     resumed = _resume(data)
     require_conversation(data, resumed)
     parse = read_transcript(data)
@@ -86,6 +101,21 @@ def plan_replay(data: bytes) -> ReplayPlan:
     in_file = {getattr(numbered.line, "uuid", None) for numbered in parse.lines}
     added = sum(1 for message in resumed.messages if message.uuid not in in_file)
     return ReplayPlan(list(resumed.messages), len(parse.lines) + len(parse.errors), dict(skipped), added)
+
+
+def plan_pi_replay(data: bytes) -> ReplayPlan:
+    """A pi session's context at its last entry as Claude Code messages (ours); every other entry is
+    skipped as outside the context (P8), malformed lines as malformed."""
+    session = read_pi_file(data)
+    history = [message for message in pi_context_messages(session) if isinstance(message, RESUMED_TYPES)]
+    skipped: dict[str, int] = {}
+    outside = len(session.entries) - len(history)
+    if outside > 0:
+        skipped["entries not messages of the context at the leaf (P8)"] = outside
+    malformed = sum(1 for problem in session.problems if problem.kind != "invalid_utf8")
+    if malformed:
+        skipped["malformed"] = malformed
+    return ReplayPlan(history, 1 + len(session.entries) + malformed, skipped)
 
 
 async def replay_transcript(

@@ -15,6 +15,7 @@ from pydantic import Field, SerializeAsAny, TypeAdapter, field_validator
 from shared.content import ContentBlock, ToolUseBlock
 from shared.json_types import JsonObject, JsonValue
 from shared.messages import AssistantMessage, AttachmentMessage, Message, ProgressMessage, UserMessage
+from shared.pi.messages import PiMessage
 from shared.wire import WireModel
 
 
@@ -129,6 +130,17 @@ class RecordedMessage(WireModel):
     message: Message
 
 
+class PiMessagePayload(WireModel):
+    """A pi-shaped message (P1: user / assistant / toolResult / bashExecution / custom) from a pi producer.
+    Ingestion maps it into the Claude Code model at the boundary (:func:`shared.pi.ingress.pi_message_to_claude_code`)
+    with ``uuid`` (the SDK mints one); ``execute_tools`` as for :class:`AssistantReply`."""
+
+    type: Literal["pi_message"] = "pi_message"
+    message: PiMessage
+    uuid: str = Field(min_length=1)
+    execute_tools: bool = True
+
+
 IngressPayload = Annotated[
     UserPrompt
     | AssistantReply
@@ -141,7 +153,8 @@ IngressPayload = Annotated[
     | ToolResultReport
     | ToolJobAbandoned
     | DeadlineSweep
-    | RecordedMessage,
+    | RecordedMessage
+    | PiMessagePayload,
     Field(discriminator="type"),
     SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]

@@ -9,7 +9,7 @@ authenticator (each one dead-lettered as ``forged_internal_event``, never applie
 
 - an internal-only payload (``deadline_sweep``: the ingestion sweeper's tick; ``tool_job_abandoned``:
   the tool workers' placeholder request);
-- a tool result or progress (live or recorded) for a call that was dispatched to the tool workers:
+- a tool result or progress (live, recorded, or a pi ``toolResult``) for a call that was dispatched to the tool workers:
   only a tool worker answers such a call; a producer answers only the calls it said it would
   (``execute_tools=False``, e.g. the replay of a recorded session);
 - an idempotency key in the workers' namespace (``internal:``): an authenticated entry's key is kept
@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from shared.events import (
     DeadlineSweep,
     IngressEnvelope,
+    PiMessagePayload,
     RecordedMessage,
     ToolJobAbandoned,
     ToolProgressReport,
@@ -36,6 +37,7 @@ from shared.events import (
 )
 from shared.ledger import PendingToolUse, tool_result_ids_of
 from shared.messages import Message, ProgressMessage, UserMessage
+from shared.pi.messages import PiToolResultMessage
 
 AUTH_FIELD = "auth"
 """The stream-entry field beside ``data`` that carries a worker entry's authenticator (hex)."""
@@ -86,6 +88,8 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
 def _answered_calls(payload: object) -> Iterable[str]:
     """The calls a result or progress payload speaks for (none for other payloads)."""
     message: Message | None = None
+    if isinstance(payload, PiMessagePayload):  # a pi toolResult answers its call like a tool_result (P10.1)
+        return [payload.message.tool_call_id] if isinstance(payload.message, PiToolResultMessage) else []
     if isinstance(payload, ToolResultReport | ToolProgressReport | RecordedMessage):
         message = payload.message
     if isinstance(message, UserMessage):

@@ -37,6 +37,7 @@ from shared.events import (
     IngressEnvelope,
     Interrupt,
     LogEntry,
+    PiMessagePayload,
     RecordedMessage,
     StreamEvent,
     StreamFallback,
@@ -50,6 +51,7 @@ from shared.events import (
 from shared.factories import create_user_interruption_message, create_user_message
 from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, ProgressMessage, TombstoneMessage, UserMessage
+from shared.pi.ingress import pi_message_to_claude_code
 from shared.streaming_replies import OpenReply
 from shared.wire import WireHolder
 
@@ -198,6 +200,8 @@ class SessionLedger:
                 self._answer_with_placeholders(out, payload.tool_use_ids, trace)
             case RecordedMessage():
                 self._apply_recorded(out, payload.message, now_ms, trace)
+            case PiMessagePayload():
+                self._apply_pi(out, payload, now_ms, trace)
             case DeadlineSweep():
                 out.extend(self.expire(now_ms=payload.now_ms))
         return out
@@ -246,6 +250,21 @@ class SessionLedger:
                 self._log(out, message, traceparent)
             case _:
                 out.dropped.append(Dropped("control_message", f"{message.type} is not part of a session log"))
+
+    def _apply_pi(self, out: LedgerOutput, payload: PiMessagePayload, now_ms: int, traceparent: str | None) -> None:
+        """Issue 17: a pi message becomes the Claude Code message it maps to (P10), then follows that
+        message's rule (an assistant may run its calls; a toolResult answers one)."""
+        message = pi_message_to_claude_code(
+            payload.message, session_id=self.state.session_id, uuid=payload.uuid, now=self._clock()
+        )
+        problem = malformed_block_problem(message) if isinstance(message, UserMessage | AssistantMessage) else None
+        if problem is not None:
+            out.invalid = f"pi_message {payload.uuid}: {problem}"
+            return
+        if isinstance(message, AssistantMessage):
+            self._apply_assistant(out, message, payload.execute_tools, now_ms, traceparent)
+        else:
+            self._apply_recorded(out, message, now_ms, traceparent)
 
     def _apply_assistant(
         self,

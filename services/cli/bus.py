@@ -14,17 +14,20 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from services.cli.common import USAGE_ERROR, fail, read_input
+from services.cli.formats import FormatOption
+from shared.pi.constants import TranscriptFormat
 
 if TYPE_CHECKING:
     from services.client import AgentbusClient
     from services.replay import ReplayReport
+    from shared.events import LogEntry
 
 streams_app = typer.Typer(
     name="streams", help="Create and inspect the pipeline's streams and groups.", no_args_is_help=True
@@ -102,19 +105,24 @@ def tail_command(
         bool, typer.Option("--follow", "-f", help="Keep printing new events (waits for a session not yet seen).")
     ] = False,
     raw: Annotated[bool, typer.Option("--json", help="Print each log entry as JSON.")] = False,
+    file_format: Annotated[
+        TranscriptFormat | None,
+        typer.Option("--format", help="pi: print the log as pi session entries (JSONL, P10 mapping)."),
+    ] = None,
 ) -> None:
     """Print SESSION's canonical event log; exit 1 when the bus has never seen SESSION."""
+    show = entry_printer(raw=raw, as_pi=file_format == "pi")
 
     async def run() -> None:
         async with _connect() as bus:
             if follow:
-                await _until_interrupted(_print_followed(bus, session, raw=raw))
+                await _until_interrupted(_print_followed(bus, session, show))
                 return
             entries = await bus.history(session)
             if not entries and not await _known_session(bus, session):
                 fail(f"{_no_session(session)} (`agentbus send {session} TEXT` starts it)")
             for entry in entries:
-                typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+                show(entry)
 
     asyncio.run(run())
 
@@ -130,11 +138,29 @@ async def _known_session(bus: AgentbusClient, session: str) -> bool:
     return await bus.redis.zscore(bus.topology.sessions(bus.topology.names.shard_of(session)), session) is not None
 
 
-async def _print_followed(bus: AgentbusClient, session: str, *, raw: bool) -> None:
+async def _print_followed(bus: AgentbusClient, session: str, show: Callable[[LogEntry], None]) -> None:
     if not await _known_session(bus, session):
         typer.echo(f"agentbus: {_no_session(session)} yet; waiting for it", err=True)
     async for entry in bus.follow(session):
-        typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+        show(entry)
+
+
+def entry_printer(*, raw: bool, as_pi: bool) -> Callable[[LogEntry], None]:
+    """How ``tail`` prints one log entry: a summary line, the entry as JSON (``--json``), or the pi session
+    entries its message maps to (``--format pi``, P10; tool names remembered across entries)."""
+    if not as_pi:
+        return lambda entry: typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+    from shared.pi.claude_code import ClaudeCodeToPi
+    from shared.pi.session import dump_line
+    from shared.transcript.unicode_text import escape_lone_surrogates
+
+    mapping = ClaudeCodeToPi()
+
+    def show(entry: LogEntry) -> None:
+        for pi_entry in mapping.entries(entry.message.to_wire()):
+            typer.echo(escape_lone_surrogates(dump_line(pi_entry)))
+
+    return show
 
 
 async def _until_interrupted(work: Coroutine[Any, Any, None]) -> None:
@@ -197,7 +223,7 @@ def _block_summary(block: dict[str, Any]) -> str:
 
 
 def replay_command(
-    file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript.")],
+    file: Annotated[Path, typer.Argument(help="A Claude Code (or agentbus) JSONL transcript, or a pi session.")],
     session: Annotated[
         str | None,
         typer.Option("--session", help="Session id on the bus (default: new).", callback=checked_session_id),
@@ -206,12 +232,14 @@ def replay_command(
     wait_all: Annotated[
         bool, typer.Option("--wait", help="Also wait until every group of the session's log shard has settled it.")
     ] = False,
+    file_format: FormatOption = None,
 ) -> None:
     """Push a recorded session through the bus as its producers would (recorded tool results included),
     wait until the transcript worker has persisted it (--wait: every group, the normalizer too), and
     print the session id and transcript path. A summary on stderr says how many lines were read, how
     many events published and which lines were skipped and why. An empty, binary or non-JSONL file, or
-    one without a conversation, is refused (file, line, reason; exit 1)."""
+    one without a conversation, is refused (file, line, reason; exit 1). A pi session file publishes its
+    context at the last entry as Claude Code messages (the ones `agentbus normalize FILE` builds on)."""
     from services.cli.progress import phase_progress
     from services.replay import plan_replay, replay_transcript
     from services.runtime.settings import Settings
@@ -219,7 +247,7 @@ def replay_command(
 
     data = read_input(file)
     try:
-        plan = plan_replay(data)
+        plan = plan_replay(data, file_format)
     except UnusableTranscript as error:
         fail(f"{file}: {error}")
     settings = Settings()

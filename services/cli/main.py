@@ -38,7 +38,9 @@ COMMANDS: dict[str, CommandSpec] = {
     "tail": CommandSpec("services.cli.bus", "tail_command", "Print a session's canonical event log."),
     "replay": CommandSpec("services.cli.bus", "replay_command", "Push a recorded transcript through the bus."),
     "normalize": CommandSpec("services.cli.normalize", "normalize_command", "A transcript → a Messages API request."),
-    "transcript": CommandSpec("services.cli.transcript", "app", "Verify, repair and export JSONL transcripts."),
+    "transcript": CommandSpec(
+        "services.cli.transcript", "app", "Verify, repair, export and convert transcripts (Claude Code or pi)."
+    ),
     "streams": CommandSpec("services.cli.bus", "streams_app", "Create and inspect the pipeline's streams and groups."),
     "dlq": CommandSpec("services.cli.bus", "dlq_app", "Inspect and replay dead letters."),
 }

@@ -190,12 +190,15 @@ class IngestionWorker:
             if key in seen[session]:
                 batch.dropped.append((session, Dropped("duplicate_key", key)))
                 continue
-            seen[session].add(key)
-            batch.applied_keys.setdefault(session, []).append(key)
             # Deadlines are measured on the entry's own clock (its id), so a replayed batch decides the same.
             out = ledger.apply(
                 envelope, now_ms=entry_time_ms(entry.entry_id), ingress_id=entry.entry_id, traceparent=item.traceparent
             )
+            if out.invalid is None or out.entries or out.tool_jobs:
+                # Bad input that changed nothing does not use up its key: the producer's corrected retry
+                # under the same key is applied, not dropped as a duplicate.
+                seen[session].add(key)
+                batch.applied_keys.setdefault(session, []).append(key)
             self._collect(batch, session, out)
             if out.state_changed:
                 batch.changed.add(session)

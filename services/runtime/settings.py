@@ -121,6 +121,10 @@ class Settings(BaseSettings):
         "or an fsync per session file",
     )
     cwd: str = Field("/agentbus", description="the cwd stamped on transcript lines of bus sessions")
+    transcript_format: Literal["claude-code", "pi"] = Field(
+        "claude-code",
+        description="pi: the transcripts worker also keeps each session as a pi session file <session>.pi.jsonl",
+    )
     internal_key: SecretStr | None = Field(
         None,
         description="worker secret that authenticates internal events (sweeps, tool results); ingestion and "

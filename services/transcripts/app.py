@@ -8,6 +8,7 @@ from services.runtime.lane_worker import LaneWorker
 from services.runtime.topology import TRANSCRIPTS_GROUP
 from services.runtime.worker_app import WorkerContext
 from services.transcripts.lines import SessionStamp
+from services.transcripts.pi_mirror import PiMirror
 from services.transcripts.store import StoreConfig, TranscriptStore
 from services.transcripts.worker import TranscriptWorker
 
@@ -26,7 +27,8 @@ class TranscriptRuntime:
                 sync=settings.transcript_sync,
             ),
         )
-        self.worker = TranscriptWorker(self.store, cwd=settings.cwd)
+        self.pi_mirror = PiMirror() if settings.transcript_format == "pi" else None
+        self.worker = TranscriptWorker(self.store, cwd=settings.cwd, pi_mirror=self.pi_mirror)
         self.lanes = LaneWorker(
             context.redis,
             settings.names,
@@ -52,7 +54,10 @@ class TranscriptRuntime:
     async def _forget_shard(self, shard: int) -> None:
         """The shard's next owner appends to its sessions' files: what this store cached of them (de-dup
         uuids, chain tail) goes stale, so it is dropped and re-read if the shard comes back."""
-        await self.store.forget(s for s in self.store.cached_sessions() if self._names.shard_of(s) == shard)
+        sessions = [s for s in self.store.cached_sessions() if self._names.shard_of(s) == shard]
+        await self.store.forget(sessions)
+        if self.pi_mirror is not None:
+            self.pi_mirror.forget(sessions)
 
     def consumers(self) -> list[BatchConsumer]:
         return self.lanes.consumers()

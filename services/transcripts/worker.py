@@ -3,6 +3,7 @@
 Per batch it records each session's new messages through :class:`TranscriptStore` (R7.7/R7.8 chain,
 de-dup by uuid so a redelivered entry is a no-op), removes the lines of tombstoned messages (R6.3,
 R7.13), and returns only once every line is durable (group-committed fsync); the consumer then acks.
+With ``AGENTBUS_TRANSCRIPT_FORMAT=pi`` it also keeps a pi session file per session (:mod:`pi_mirror`).
 A crash before the ack redelivers the batch and the uuid de-dup makes the transcript effectively-once.
 """
 
@@ -19,6 +20,7 @@ from services.observability import metrics
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.log_batch import decode_log_batch
+from services.transcripts.pi_mirror import PiMirror
 from services.transcripts.store import TranscriptStore
 from shared.events import LogEntry
 from shared.messages import Message, TombstoneMessage
@@ -39,9 +41,11 @@ class TranscriptStats:
 class TranscriptWorker:
     """Builds the batch handler of each owned log shard."""
 
-    def __init__(self, store: TranscriptStore, *, cwd: str) -> None:
+    def __init__(self, store: TranscriptStore, *, cwd: str, pi_mirror: PiMirror | None = None) -> None:
         self.store = store
         self.cwd = cwd
+        self.pi_mirror = pi_mirror
+        """``AGENTBUS_TRANSCRIPT_FORMAT=pi``: also keep each session as a pi session file."""
         self.stats = TranscriptStats()
 
     def handler_for(self, shard: int, epoch: int) -> BatchHandler:
@@ -98,6 +102,13 @@ class TranscriptWorker:
         return BatchOutcome(poison=poison)
 
     async def _persist(self, session: str, records: list[LogEntry]) -> None:
+        removed_any = await self._persist_transcript(session, records)
+        if self.pi_mirror is not None:
+            await self.pi_mirror.sync(session, self.store.session_path(session, self.cwd), rewrite=removed_any)
+
+    async def _persist_transcript(self, session: str, records: list[LogEntry]) -> bool:
+        """Record the batch's messages and apply its tombstones; True when a line was removed."""
+        removed_any = False
         run: list[Message] = []
         for record in records:
             message = record.message
@@ -108,9 +119,11 @@ class TranscriptWorker:
                 if isinstance(uuid, str):
                     removed = await self.store.remove(session, uuid, cwd=self.cwd)
                     self.stats.lines_removed += 1 if removed.removed else 0
+                    removed_any = removed_any or bool(removed.removed)
             else:
                 run.append(message)
         await self._record(session, run)
+        return removed_any
 
     async def _record(self, session: str, messages: list[Message]) -> None:
         if not messages:

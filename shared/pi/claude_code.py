@@ -129,7 +129,10 @@ def content_to_claude_code(content: Any) -> Any:
 
 
 def content_to_pi(content: Any) -> Any:
-    return [block_to_pi(block) for block in content] if isinstance(content, list) else content
+    """A non-object element of a content list (a malformed line) passes through as it is."""
+    if not isinstance(content, list):
+        return content
+    return [block_to_pi(block) if isinstance(block, dict) else block for block in content]
 
 
 # -- usage and stop reasons -------------------------------------------------------------------------------
@@ -387,6 +390,8 @@ def natural_pi_entries(line: JsonDict, call_name: dict[str, str]) -> list[JsonDi
     entries; a line pi has no message for (system, progress, attachment, …) a ``custom`` entry."""
     base = {"id": line.get("uuid"), "parentId": line.get("parentUuid"), "timestamp": line.get("timestamp")}
     kind = line.get("type")
+    if kind in {"user", "assistant"} and not isinstance(line.get("message"), dict):
+        kind = None  # a line no model reads (its message is not an object): kept whole as a custom entry
     if kind == "assistant":
         messages = [_natural_assistant(line) | {"timestamp": iso_to_ms(line.get("timestamp"))}]
     elif kind == "user":
@@ -415,25 +420,83 @@ def claude_code_to_pi_entries(line: JsonDict, call_name: dict[str, str] | None =
     return [restored]
 
 
+class ClaudeCodeToPi:
+    """Claude Code lines → pi entries one line at a time, as a log is read or a transcript appended: tool
+    names are remembered from the ``tool_use`` blocks seen so far (a result names its call's tool, P10.1),
+    an entry whose parent is a line that became several entries (a user line with several tool results)
+    hangs on the last of them, and a result line Claude Code hangs on its call's assistant (parallel
+    results as siblings, a late result beside the message written before it) hangs on the entry mapped
+    just before it, as pi appends results in file order, and a line off the chain (no ``uuid``) hangs on
+    the last entry; so pi's path walk (P8.2) passes through every result and every message written
+    between a call and its result."""
+
+    def __init__(self) -> None:
+        self.call_name: dict[str, str] = {}
+        self.last_entry_of: dict[str, str] = {}
+        self.assistant_uuids: set[str] = set()
+        self.last_id: str | None = None
+        """The id of the entry mapped last (file order)."""
+
+    def remember_calls(self, line: JsonDict) -> None:
+        content = (line.get("message") or {}).get("content") if isinstance(line.get("message"), dict) else None
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
+                self.call_name[block["id"]] = str(block.get("name"))
+
+    def entries(self, line: JsonDict) -> list[JsonDict]:
+        self.remember_calls(line)
+        entries = claude_code_to_pi_entries(line, self.call_name)
+        if entries and STASH not in line:
+            entries[0] = entries[0] | self._placement(line, entries[0])
+            uuid_ = line.get("uuid")
+            if len(entries) > 1 and isinstance(uuid_, str) and isinstance(entries[-1].get("id"), str):
+                self.last_entry_of[uuid_] = entries[-1]["id"]
+            if line.get("type") == "assistant" and isinstance(uuid_, str):
+                self.assistant_uuids.add(uuid_)
+        if entries and isinstance(entries[-1].get("id"), str):
+            self.last_id = entries[-1]["id"]
+        return entries
+
+    def _placement(self, line: JsonDict, first: JsonDict) -> JsonDict:
+        """The ``id``/``parentId`` changes that keep the first entry of ``line`` on pi's path."""
+        parent = first.get("parentId")
+        if isinstance(parent, str) and parent in self.last_entry_of:
+            return {"parentId": self.last_entry_of[parent]}
+        if parent in self.assistant_uuids and _holds_tool_result(line) and self.last_id is not None:
+            return {"parentId": self.last_id}
+        if first.get("id") is None and self.last_id is not None:
+            # A line off Claude Code's chain (metadata: summary, custom-title…) is appended to the leaf, as
+            # pi appends every entry, so the last line in file order still leads to the conversation.
+            return {"id": f"{self.last_id}+", "parentId": self.last_id}
+        return {}
+
+
+def _holds_tool_result(line: JsonDict) -> bool:
+    payload = line.get("message")
+    content = payload.get("content") if isinstance(payload, dict) else None
+    return line.get("type") == "user" and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content or []
+    )
+
+
+def new_pi_header(session_id: str, *, timestamp: str | None, cwd: str | None) -> JsonDict:
+    """A v3 session header (P7.4) for a session that did not start as a pi file."""
+    return {"type": "session", "version": 3, "id": session_id, "timestamp": timestamp, "cwd": cwd}
+
+
 def claude_code_to_session(lines: Iterable[JsonDict]) -> tuple[JsonDict, list[JsonDict]]:
     """Claude Code lines as a pi session: the header kept aside on the first line, or a new v3 one."""
     materialized = list(lines)
-    call_name: dict[str, str] = {}
+    mapping = ClaudeCodeToPi()
     for line in materialized:
-        for block in (line.get("message") or {}).get("content") or []:
-            if isinstance(block, dict) and block.get("type") == "tool_use" and isinstance(block.get("id"), str):
-                call_name[block["id"]] = str(block.get("name"))
+        mapping.remember_calls(line)
     header = (materialized[0].get(STASH) or {}).get("header") if materialized else None
     if header is None:
         first = materialized[0] if materialized else {}
-        header = {
-            "type": "session",
-            "version": 3,
-            "id": first.get("sessionId", "claude-code-session"),
-            "timestamp": first.get("timestamp"),
-            "cwd": first.get("cwd"),
-        }
-    return header, [entry for line in materialized for entry in claude_code_to_pi_entries(line, call_name)]
+        header = new_pi_header(
+            first.get("sessionId", "claude-code-session"), timestamp=first.get("timestamp"), cwd=first.get("cwd")
+        )
+    return header, [entry for line in materialized for entry in mapping.entries(line)]
 
 
 def iter_tool_calls(entries: Iterable[JsonDict]) -> Iterator[tuple[str, str]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 COMPACTION_SUMMARY_PREFIX = (
     "The conversation history before this point was compacted into the following summary:\n\n<summary>\n"
 )
@@ -27,3 +29,6 @@ BRANCH_ROOT = "root"
 
 FAILED_STOP_REASONS = frozenset({"error", "aborted"})
 """P3.7–P3.9: an assistant message that ended in one of these is a failed turn."""
+
+TranscriptFormat = Literal["pi", "claude-code"]
+"""The two session file formats agentbus reads and writes (``--format``, ``AGENTBUS_TRANSCRIPT_FORMAT``)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, SerializeAsAny, Tag
+from pydantic import Discriminator, SerializeAsAny, Tag, TypeAdapter
 
 from shared.json_types import JsonValue
 from shared.pi.constants import FAILED_STOP_REASONS
@@ -174,3 +174,6 @@ PiMessage = Annotated[
 
 PiLlmMessage = PiUserMessage | PiAssistantMessage | PiToolResultMessage
 """P1.1: what ``convertToLlm`` hands to a provider."""
+
+PI_MESSAGE_ADAPTER: TypeAdapter[PiMessage] = TypeAdapter(PiMessage)
+"""Validates a pi message's wire object (``by_alias=True, by_name=False``)."""

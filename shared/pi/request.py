@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.messages import Message, parse_message
@@ -21,7 +21,7 @@ from shared.pi.anthropic import ApiObject, convert_messages
 from shared.pi.claude_code import STASH, claude_code_uuid, ms_to_iso, session_to_claude_code
 from shared.pi.context import LAST_ENTRY, PiContext, _LastEntry, build_session_context
 from shared.pi.convert import convert_to_llm
-from shared.pi.messages import PiLlmMessage
+from shared.pi.messages import PiLlmMessage, PiUserMessage
 from shared.pi.session import PiSession
 from shared.pi.transform import PiTargetModel, normalize_anthropic_tool_call_id, rewrite_for_model
 
@@ -67,6 +67,18 @@ def claude_code_messages(view: PiLlmView, *, session_id: str, cwd: str | None) -
     header = {"type": "session", "id": session_id, "cwd": cwd}
     lines = session_to_claude_code(header, entries)
     return [parse_message({key: value for key, value in line.items() if key != STASH}) for line in lines]
+
+
+def context_as_claude_code(session: PiSession, *, leaf: str | _LastEntry | None = LAST_ENTRY) -> list[Message]:
+    """Ours: the session's context at ``leaf`` (P8) as Claude Code messages; what ``agentbus normalize``
+    normalizes and what ``agentbus replay`` publishes for a pi file."""
+    view = llm_view(session, leaf=leaf)
+    return claude_code_messages(view, session_id=session.session_id, cwd=session.header.cwd)
+
+
+def with_prompt(view: PiLlmView, prompt: str, *, now_ms: int = 0) -> PiLlmView:
+    """``view`` with a new user prompt appended, as pi's ``prompt()`` does before a request."""
+    return replace(view, llm=[*view.llm, PiUserMessage(content=prompt, timestamp=now_ms)])
 
 
 def _as_entry(index: int, message: PiLlmMessage) -> dict[str, Any]:

@@ -49,7 +49,7 @@ class PiSession:
     migrated_from: int | None = None
     """The file's version when it was older than 3 (the entries are the migrated ones)."""
     raw_header: str | None = None
-    raw_entries: list[str] | None = None
+    raw_entries: list[str | None] | None = None
     """The text of each entry's line as read: :func:`write_pi_session` writes an unchanged entry back
     byte for byte and a changed one in its original key order."""
 
@@ -104,7 +104,7 @@ def read_pi_session(data: bytes, *, ids: IdSource) -> PiSession:
     migrated_from = migrate_to_current(header, values, ids)
     entries: list[PiEntry] = []
     lines: list[int] = []
-    raw_entries: list[str] = []
+    raw_entries: list[str | None] = []
     for (number, _, raw), value in zip(objects[1:], values, strict=True):
         try:
             entries.append(ENTRY_ADAPTER.validate_python(value, by_alias=True, by_name=False))

@@ -8,12 +8,18 @@ connect as their own Redis ACL user (deploy/redis/users.acl) and a producer that
 - Session ids are checked: ``..``, ``/``, control characters, overlong ids → ``invalid_session_id``.
 - Size limits: an entry over ``AGENTBUS_MAX_INGRESS_ENTRY_BYTES`` → ``too_large`` with its size.
 
-:func:`door_cases` is the table of (kind, raw entry, expected reason): extend it with new kinds.
+:func:`door_cases` is the table of (kind, raw entry, expected reason): the door's refusals above plus every
+malformed kind of entry (:func:`malformed_cases`: not JSON, not an object, undecodable bytes, an unknown
+payload, missing or mistyped fields, a future schema version, a session on another shard's stream,
+malformed blocks and stream events). The main test sends all of them, shuffled and twice over, between
+good sessions' traffic (the issue's fuzz test): each is dead-lettered at ingress with its own reason, no
+worker exits, nothing is dead-lettered further down, and every good session's transcript is complete.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +47,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MAX_ENTRY_BYTES = 64 * 1024
 FORGED_TEXT = "FORGED RESULT"
+UNICODE_SESSION = "door-unicode"
+
+
+def elsewhere(bus: AgentbusClient, session: str) -> str:
+    """A session id whose shard is not ``session``'s."""
+    shard_of = bus.topology.names.shard_of
+    return next(other for other in (f"elsewhere-{n}" for n in range(1000)) if shard_of(other) != shard_of(session))
 
 
 class AclCluster(WorkerCluster):
@@ -203,6 +216,56 @@ def door_cases(target: PendingCall) -> list[DoorCase]:
     ]
 
 
+def raw(body: object) -> dict[str, bytes]:
+    """Stream fields whose ``data`` is ``body`` as JSON, whatever its shape."""
+    return {"data": orjson.dumps(body)}
+
+
+def malformed_cases(target: PendingCall, session_elsewhere: str) -> list[DoorCase]:
+    """Every malformed kind of ingress entry, each written to ``target``'s shard (``session_elsewhere`` is
+    a session of another shard: a valid entry of it on this shard's stream is misrouted)."""
+    session = target.session
+    prompt = {"type": "user_prompt", "content": "x"}
+
+    def with_payload(payload: object, **overrides: object) -> dict[str, bytes]:
+        body = {"v": SCHEMA_VERSION, "session_id": session, "idempotency_key": f"m:{uuid.uuid4()}", "payload": payload}
+        return raw(body | overrides)
+
+    call_without_id = {"type": "tool_use", "name": "Bash", "input": {}}
+    reply: dict[str, Any] = json.loads(create_assistant_message([TextBlock(text="t")]).to_wire_json())
+    reply["message"]["content"] = [call_without_id]
+    delta_first = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}
+    system_user = {"type": "system_message", "message": create_user_message("x").to_wire()}
+    prompt_call = {"type": "user_prompt", "content": [call_without_id]}
+    early_delta = {"type": "stream_event", "request_id": "r", "event": delta_first}
+    invalid, bad_input = "invalid_entry", "invalid_input"
+    cases: list[tuple[str, dict[str, bytes], str]] = [
+        ("no_data_field", {"other": b"1"}, "decode_error"),
+        ("not_json", {"data": b"{not json"}, invalid),
+        ("json_array", {"data": b"[1,2]"}, invalid),
+        ("json_string", {"data": b'"hello"'}, invalid),
+        ("undecodable_bytes", {"data": b'{"v":1,"session_id":"\xff\xfe"}'}, invalid),
+        ("unknown_payload_type", with_payload({"type": "launch_missiles"}), invalid),
+        ("payload_not_an_object", with_payload("hello"), invalid),
+        ("missing_session_id", raw({"v": SCHEMA_VERSION, "idempotency_key": "k", "payload": prompt}), invalid),
+        ("session_id_not_a_string", with_payload(prompt, session_id=7), invalid),
+        ("empty_idempotency_key", with_payload(prompt, idempotency_key=""), invalid),
+        ("future_schema_version", with_payload(prompt, v=99), "unsupported_schema_version"),
+        ("prompt_content_a_number", with_payload({"type": "user_prompt", "content": 42}), invalid),
+        ("system_notice_carrying_a_user_message", with_payload(system_user), invalid),
+        ("interrupt_with_an_unknown_reason", with_payload({"type": "interrupt", "reason": "because"}), invalid),
+        ("stream_event_without_request_id", with_payload({"type": "stream_event", "event": {}}), invalid),
+        ("prompt_with_a_call_without_id", with_payload(prompt_call), bad_input),
+        ("reply_with_a_call_without_id", with_payload({"type": "assistant_message", "message": reply}), bad_input),
+        ("stream_event_out_of_order", with_payload(early_delta), bad_input),
+    ]  # fmt: skip
+    misrouted = envelope(session_elsewhere, prompt)
+    return [
+        *(DoorCase(kind, session, fields, reason) for kind, fields, reason in cases),
+        DoorCase("session_on_another_shards_stream", session, misrouted, "wrong_shard"),
+    ]
+
+
 async def ingress_letters(operator: aioredis.Redis, topology: Topology) -> list[DeadLetter]:
     letters: list[DeadLetter] = []
     for shard in range(topology.shards):
@@ -270,17 +333,27 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
         cases = door_cases(pending[0]) + [
             case for target in pending[1:] for case in door_cases(target) if case.reason == "forged_internal_event"
         ]
+        cases += [case for target in pending for case in malformed_cases(target, elsewhere(bus, target.session))]
+        cases = cases * 2
+        random.Random(15).shuffle(cases)
         probes: dict[str, DoorCase] = {}
         for index, case in enumerate(cases):
             probe = f"{index}:{case.kind}"
             probes[probe] = case
-            await bus.redis.xadd(bus.topology.ingress_for(case.session), {**case.fields, "probe": probe.encode()})  # type: ignore[dict-item]
+            stream = bus.topology.ingress_for(case.session)
+            await bus.redis.xadd(stream, {**case.fields, "probe": probe.encode()})  # type: ignore[dict-item]
+            if index % 10 == 0:  # good traffic between the bad: NUL, emoji, bidi override
+                await bus.send_prompt(UNICODE_SESSION, f"mixed {index} \x00 \U0001f600 \u202e")
 
         async def all_dead_lettered() -> bool:
             return len(await ingress_letters(operator, bus.topology)) >= len(cases)
 
-        await eventually(all_dead_lettered, timeout_s=30)
-        letters = await ingress_letters(operator, bus.topology)
+        try:
+            await eventually(all_dead_lettered, timeout_s=30)
+        finally:  # on a timeout, name the kinds that got past the door
+            letters = await ingress_letters(operator, bus.topology)
+            missing = set(probes) - {letter.fields.get("probe", b"").decode() for letter in letters}
+            assert not missing, sorted({probe.split(":", 1)[1] for probe in missing})
         got = sorted((letter.fields["probe"].decode(), letter.reason) for letter in letters)
         assert got == sorted((probe, case.reason) for probe, case in probes.items())
         for letter in letters:
@@ -289,6 +362,7 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
             assert {k: v for k, v in letter.fields.items() if k != "probe"} == case.fields
             if case.reason == "too_large":
                 assert f"{len(case.fields['data'])} bytes" in letter.detail
+            assert case.kind != "session_on_another_shards_stream" or "does not belong" in letter.detail
         # No file was created from a bad id, inside the data dir or outside it.
         assert not (cluster.root / "escape-test.lock").exists()
         assert not list(cluster.root.rglob("*escape-test*"))
@@ -314,6 +388,13 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
             persisted = [m.uuid for m in history if m.type in {"user", "assistant", "system"}]
             assert [line["uuid"] for line in lines] == persisted
             assert len(persisted) == 3  # prompt, reply, real result
+
+        # The prompts sent between the bad entries are all persisted.
+        unicode_history = await bus.history(UNICODE_SESSION)
+        assert len(unicode_history) == len(range(0, len(cases), 10))
+        settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+        path = await wait_until_persisted(bus, UNICODE_SESSION, settings=settings, timeout_s=30)
+        assert len(path.read_text().splitlines()) == len(unicode_history)
 
         # Nothing but the door's refusals was dead-lettered, and no worker exited.
         others = [s for s in await dead_letter_streams(operator, bus.topology.names) if ":ingress:" not in s]
@@ -380,3 +461,26 @@ async def test_a_tool_workers_abandon_answers_a_dead_lettered_job_under_acl(acl_
         await bus.close()
         await operator.aclose()
         await tools_user.aclose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_refused_entry_does_not_use_up_its_idempotency_key(cluster: WorkerCluster) -> None:
+    """A producer's corrected retry under the key of an entry refused as bad input is applied, not dropped
+    as a duplicate (nothing of the refused entry was applied)."""
+    cluster.start("ingestion")
+    cluster.wait_ready()
+    session = "door-retry"
+    async with cluster.client() as bus:
+        stream = bus.topology.ingress_for(session)
+        call_without_id = {"type": "tool_use", "name": "Bash", "input": {}}
+        await bus.redis.xadd(stream, envelope(session, {"type": "user_prompt", "content": [call_without_id]}, key="k1"))  # type: ignore[arg-type]
+        await bus.redis.xadd(stream, envelope(session, {"type": "user_prompt", "content": "corrected"}, key="k1"))  # type: ignore[arg-type]
+
+        async def logged() -> bool:
+            return len(await bus.history(session)) == 1
+
+        await eventually(logged, timeout_s=60)
+        (entry,) = await bus.history(session)
+        assert entry.message.to_wire()["message"]["content"] == "corrected"
+        letters = await list_dead_letters(bus.redis, dead_letter_stream(stream), count=10)
+        assert [letter.reason for letter in letters] == ["invalid_input"]
