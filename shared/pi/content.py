@@ -6,11 +6,12 @@ types (a newer pi) are kept verbatim, so a session survives a round trip through
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Discriminator, Field, SerializeAsAny, Tag
 
 from shared.json_types import JsonValue
+from shared.pi.routing import is_string, tag_router
 from shared.wire import CamelModel
 
 
@@ -55,24 +56,17 @@ class PiUnknownBlock(CamelModel):
     type: str | None = None
 
 
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "text": ("text",),
-    "thinking": ("thinking",),
-    "image": ("data", "mimeType"),
-    "toolCall": ("id", "name"),
-}
-
-
-def _block_tag(value: Any) -> str:
-    if isinstance(value, CamelModel):
-        return "unknown" if isinstance(value, PiUnknownBlock) else str(getattr(value, "type", "unknown"))
-    if not isinstance(value, dict):
-        return "unknown"
-    kind = value.get("type")
-    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
-    if required is None or any(not isinstance(value.get(key), str) for key in required):
-        return "unknown"
-    return str(kind)
+_block_tag = tag_router(
+    "type",
+    {
+        "text": {"text": is_string},
+        "thinking": {"thinking": is_string},
+        "image": {"data": is_string, "mimeType": is_string},
+        "toolCall": {"id": is_string, "name": is_string},
+    },
+    "unknown",
+    PiUnknownBlock,
+)
 
 
 PiBlock = Annotated[

@@ -6,13 +6,14 @@ still carry ``id``/``parentId`` and so stay on the tree (P8.2 walks through them
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Discriminator, SerializeAsAny, Tag
 
 from shared.json_types import JsonValue
 from shared.pi.content import PiBlock
 from shared.pi.messages import Number, PiMessage
+from shared.pi.routing import is_object, present, tag_router
 from shared.wire import CamelModel
 
 
@@ -105,31 +106,22 @@ class PiOtherEntry(PiEntryBase):
     type: str | None = None
 
 
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "message": ("message",),
-    "thinking_level_change": ("thinkingLevel",),
-    "model_change": ("provider", "modelId"),
-    "compaction": ("summary",),
-    "branch_summary": (),
-    "custom": (),
-    "custom_message": ("content",),
-    "label": (),
-    "session_info": (),
-}
-
-
-def _entry_tag(value: Any) -> str:
-    if isinstance(value, CamelModel):
-        return "other" if isinstance(value, PiOtherEntry) else str(getattr(value, "type", "other"))
-    if not isinstance(value, dict):
-        return "other"
-    kind = value.get("type")
-    required = _REQUIRED.get(kind) if isinstance(kind, str) else None
-    if required is None or any(key not in value for key in required):
-        return "other"
-    if kind == "message" and not isinstance(value.get("message"), dict):
-        return "other"
-    return str(kind)
+_entry_tag = tag_router(
+    "type",
+    {
+        "message": {"message": is_object},
+        "thinking_level_change": {"thinkingLevel": present},
+        "model_change": {"provider": present, "modelId": present},
+        "compaction": {"summary": present},
+        "branch_summary": {},
+        "custom": {},
+        "custom_message": {"content": present},
+        "label": {},
+        "session_info": {},
+    },
+    "other",
+    PiOtherEntry,
+)
 
 
 PiEntry = Annotated[

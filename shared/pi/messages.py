@@ -5,13 +5,14 @@ agent's own kinds (``bashExecution``, ``custom``, and the context-only ``branchS
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Discriminator, SerializeAsAny, Tag, TypeAdapter
 
 from shared.json_types import JsonValue
 from shared.pi.constants import FAILED_STOP_REASONS
 from shared.pi.content import PiBlock, PiToolCall
+from shared.pi.routing import present, tag_router
 from shared.wire import CamelModel
 
 Number = int | float
@@ -135,27 +136,20 @@ class PiOtherMessage(CamelModel):
     role: str | None = None
 
 
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "user": ("content",),
-    "assistant": ("content",),
-    "toolResult": ("toolCallId", "content"),
-    "bashExecution": ("command",),
-    "custom": ("content",),
-    "branchSummary": ("summary",),
-    "compactionSummary": ("summary",),
-}
-
-
-def _message_tag(value: Any) -> str:
-    if isinstance(value, CamelModel):
-        return "other" if isinstance(value, PiOtherMessage) else str(getattr(value, "role", "other"))
-    if not isinstance(value, dict):
-        return "other"
-    role = value.get("role")
-    required = _REQUIRED.get(role) if isinstance(role, str) else None
-    if required is None or any(key not in value for key in required):
-        return "other"
-    return str(role)
+_message_tag = tag_router(
+    "role",
+    {
+        "user": {"content": present},
+        "assistant": {"content": present},
+        "toolResult": {"toolCallId": present, "content": present},
+        "bashExecution": {"command": present},
+        "custom": {"content": present},
+        "branchSummary": {"summary": present},
+        "compactionSummary": {"summary": present},
+    },
+    "other",
+    PiOtherMessage,
+)
 
 
 PiMessage = Annotated[
