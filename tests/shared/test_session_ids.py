@@ -3,8 +3,6 @@ every path-building function uses."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from shared.errors import AgentbusError
@@ -13,7 +11,16 @@ from shared.session_ids import InvalidSessionId, check_session_id, session_id_pr
 
 @pytest.mark.parametrize(
     "session_id",
-    [str(uuid.uuid4()), "s1", "dlq-good-0", "team.agent:run_7", "a" * 128, "...", ".hidden", "a..b"],
+    [
+        "504d6d3b-cdb2-4e03-b956-6dbb2814de1b",
+        "s1",
+        "dlq-good-0",
+        "team.agent:run_7",
+        "a" * 128,
+        "...",
+        ".hidden",
+        "a..b",
+    ],
 )
 def test_valid_session_ids_pass(session_id: str) -> None:
     assert session_id_problem(session_id) is None
