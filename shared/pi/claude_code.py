@@ -31,7 +31,7 @@ not apply pi's compaction cut (P8.6), which only a pi reader of the original (or
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -497,13 +497,3 @@ def claude_code_to_session(lines: Iterable[JsonDict]) -> tuple[JsonDict, list[Js
             first.get("sessionId", "claude-code-session"), timestamp=first.get("timestamp"), cwd=first.get("cwd")
         )
     return header, [entry for line in materialized for entry in mapping.entries(line)]
-
-
-def iter_tool_calls(entries: Iterable[JsonDict]) -> Iterator[tuple[str, str]]:
-    """(call id, tool name) of every toolCall in the entries' assistant messages."""
-    for entry in entries:
-        message = entry.get("message")
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            for block in message.get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "toolCall":
-                    yield str(block.get("id")), str(block.get("name"))

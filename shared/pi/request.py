@@ -12,13 +12,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from shared.messages import Message, parse_message
 from shared.pi.anthropic import ApiObject, convert_messages
-from shared.pi.claude_code import STASH, claude_code_uuid, ms_to_iso, session_to_claude_code
+from shared.pi.claude_code import STASH, ms_to_iso, session_to_claude_code
 from shared.pi.context import LAST_ENTRY, PiContext, _LastEntry, build_session_context
 from shared.pi.convert import convert_to_llm
 from shared.pi.messages import PiLlmMessage, PiUserMessage
@@ -91,8 +90,3 @@ def _as_entry(index: int, message: PiLlmMessage) -> dict[str, Any]:
         "timestamp": ms_to_iso(timestamp) if isinstance(timestamp, int | float) else None,
         "message": wire,
     }
-
-
-def context_uuids(session_id: str, count: int) -> Sequence[str]:
-    """The uuids :func:`claude_code_messages` gives the context's messages, in order."""
-    return [claude_code_uuid(session_id, f"context-{index}") for index in range(count)]
