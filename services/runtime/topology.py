@@ -107,6 +107,19 @@ class Topology:
         """The latest API request of the session (JSON with its seq)."""
         return self.names.session_key(session_id, "request")
 
+    def session_config(self, session_id: str) -> str:
+        """The session's :class:`shared.model.session_config.SessionModelConfig` (JSON; absent: defaults)."""
+        return self.names.session_key(session_id, "config")
+
+    def usage(self, session_id: str) -> str:
+        """Hash of the session's accumulated model usage and cost (M10)."""
+        return self.names.session_key(session_id, "usage")
+
+    @property
+    def tool_catalog(self) -> str:
+        """Hash of the tools each live tool worker can run (field: worker id; value: its definitions)."""
+        return self.names.stream("tools:catalog")
+
     def deadlines(self, shard: int) -> str:
         """Sorted set of the shard's sessions scored by their next tool deadline (epoch ms)."""
         return self.names.shard_stream(shard, "deadlines")
