@@ -47,6 +47,9 @@ class AssistantReply(WireModel):
     type: Literal["assistant_message"] = "assistant_message"
     message: AssistantMessage
     execute_tools: bool = True
+    request_seq: int | None = None
+    """Set by the model worker: the ``seq`` of the API request this reply answers. A reply to a request older
+    than the session's last interrupt is dropped (the interrupt closed that turn, R10.1)."""
 
 
 class StreamEvent(WireModel):
@@ -56,6 +59,8 @@ class StreamEvent(WireModel):
     request_id: str
     event: JsonObject
     execute_tools: bool = True
+    request_seq: int | None = None
+    """As :attr:`AssistantReply.request_seq`: a stream of a request older than the last interrupt is dropped."""
 
 
 class StreamFallback(WireModel):

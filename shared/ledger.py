@@ -79,6 +79,9 @@ class LedgerState(WireHolder):
     """Calls of tombstoned messages: they never run, and a result for one is dropped."""
     interrupt_reason: str | None = None
     """Set while dispatched tools finish after an interrupt (R10.2)."""
+    interrupted_seq: int | None = None
+    """The log seq when the last interrupt was applied: a model reply to a request built at or before it (its
+    ``request_seq``) belongs to the interrupted turn and is dropped."""
     open_replies: dict[str, OpenReply] = Field(default_factory=dict)
 
 
@@ -99,6 +102,9 @@ class LedgerOutput:
     closed_tool_use_ids: list[str] = field(default_factory=list)
     retracted_uuids: list[str] = field(default_factory=list)
     interrupt_tools: bool = False
+    interrupt_model: bool = False
+    """An interrupt was applied: the model worker must abort the session's call in flight (published on the
+    interrupts channel)."""
     dropped: list[Dropped] = field(default_factory=list)
     invalid: str | None = None
     """Set when the payload is bad input: the worker dead-letters the raw entry with this reason."""
@@ -112,6 +118,7 @@ class LedgerOutput:
         self.closed_tool_use_ids += other.closed_tool_use_ids
         self.retracted_uuids += other.retracted_uuids
         self.interrupt_tools = self.interrupt_tools or other.interrupt_tools
+        self.interrupt_model = self.interrupt_model or other.interrupt_model
         self.dropped += other.dropped
         self.invalid = self.invalid or other.invalid
         self.state_changed = self.state_changed or other.state_changed
@@ -179,6 +186,8 @@ class SessionLedger:
                     out.invalid = f"user_prompt: {problem}"
                 else:
                     self._log(out, prompt, trace)
+            case AssistantReply() if self._interrupted(payload.request_seq):
+                out.dropped.append(Dropped("interrupted", f"reply to request seq {payload.request_seq}"))
             case AssistantReply():
                 if (problem := malformed_block_problem(payload.message)) is not None:
                     out.invalid = f"assistant_message {payload.message.uuid}: {problem}"
@@ -319,6 +328,12 @@ class SessionLedger:
     ) -> None:
         reply = self.state.open_replies.get(payload.request_id)
         opened = reply is None
+        if reply is None and self._interrupted(payload.request_seq):
+            out.dropped.append(
+                Dropped("interrupted", f"stream {payload.request_id} of request seq {payload.request_seq}")
+            )
+            out.state_changed = False
+            return
         if reply is None:
             reply = OpenReply(
                 request_id=payload.request_id,
@@ -356,12 +371,29 @@ class SessionLedger:
         if partials:
             self.state.chain_parent = reply.parent_before
 
+    def _interrupted(self, request_seq: int | None) -> bool:
+        """A model reply to the request built at ``request_seq`` belongs to a turn an interrupt closed."""
+        interrupted = self.state.interrupted_seq
+        return request_seq is not None and interrupted is not None and request_seq <= interrupted
+
     def _apply_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
+        out.interrupt_model = True
+        try:
+            self._close_turn_on_interrupt(out, reason, traceparent)
+        finally:
+            self.state.interrupted_seq = self.state.seq
+
+    def _close_turn_on_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
         streaming = list(self.state.open_replies.values())
         if streaming:
-            # R10.1: abort during streaming — every collected call is answered, then the interrupt text.
+            # R10.1: abort during streaming — the blocks finished so far are kept (the held-back last one is
+            # logged now, without a final usage: none came), every collected call is answered, then the text.
             self.state.open_replies.clear()
             for reply in streaming:
+                if reply.held is not None:
+                    self._log(out, reply.held, traceparent)
+                    reply.logged.append(reply.held)
+                    reply.held = None
                 for message in reply.emitted_messages():
                     for call in tool_uses_of(message):
                         self._log(out, self._error_result(call.id, message.uuid, INTERRUPTED_BY_USER), traceparent)

@@ -324,7 +324,7 @@ class IngestionWorker:
             batch.closed.setdefault(session, []).extend(out.closed_tool_use_ids)
         if out.retracted_uuids:
             batch.retracted.setdefault(session, []).extend(out.retracted_uuids)
-        if out.interrupt_tools:
+        if out.interrupt_tools or out.interrupt_model:
             batch.interrupts[session] = self.now_ms()
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
 

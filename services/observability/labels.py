@@ -22,8 +22,8 @@ from shared.normalize.report import RepairKind
 OTHER: Final = "other"
 """The catch-all label value for anything outside an allowlist."""
 
-WorkerType = Literal["ingestion", "tools", "normalization", "transcripts"]
-WORKER_TYPES: Final[tuple[WorkerType, ...]] = ("ingestion", "tools", "normalization", "transcripts")
+WorkerType = Literal["ingestion", "tools", "normalization", "transcripts", "model"]
+WORKER_TYPES: Final[tuple[WorkerType, ...]] = ("ingestion", "tools", "normalization", "transcripts", "model")
 """The four worker types; the names of ``agentbus worker NAME`` and the ``worker`` label."""
 
 StreamFamily = Literal["ingress", "log", "tool_jobs", "requests"]
