@@ -20,6 +20,8 @@ from services.runtime.local_cluster import LocalRedisCluster, start_local_cluste
 from services.runtime.local_redis import LocalRedis, start_local_redis
 from tests.integration.cluster import WorkerCluster
 
+pytest_plugins = ["tests.fake_model_fixture"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ROOT = REPO_ROOT.parent / "shared"
 CORPUS_ROOT = Path(os.environ.get("AGENTBUS_CORPUS", REFERENCE_ROOT / "corpus"))

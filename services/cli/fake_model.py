@@ -1,0 +1,38 @@
+"""``agentbus fake-model``: the fake Anthropic-compatible model server as a process (tests, the demo).
+
+It prints its URL on stderr once it accepts requests (``--port 0`` picks a free port) and stops on SIGINT
+or SIGTERM, cutting any request still in flight. The protocol and the scripting endpoints are in
+``services/model/fake_app.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from services.cli.common import fail
+from services.model.fake_scripts import FallbackScript
+from services.model.fake_server import serve_until_signalled
+
+
+def fake_model_command(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port; 0 picks a free one.")] = 0,
+    script: Annotated[
+        FallbackScript,
+        typer.Option(
+            "--script",
+            help='Answer of a request nothing was scripted for: echo ("You said: …") or demo (the demo\'s tour).',
+        ),
+    ] = "echo",
+) -> None:
+    """Serve the Messages API from scripted replies and faults; prints its URL on stderr."""
+
+    def announce(url: str) -> None:
+        typer.echo(url, err=True)
+
+    try:
+        serve_until_signalled(host=host, port=port, script=script, on_listening=announce)
+    except OSError as error:
+        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
