@@ -114,12 +114,14 @@ def _is_family_of(key: str, name: str) -> bool:
     return False
 
 
-def _count(usage: Mapping[str, JsonValue], key: str) -> int:
+def usage_count(usage: Mapping[str, JsonValue], key: str) -> int:
+    """A counter of a usage object; missing, negative, fractional or non-numeric values count as 0."""
     value = usage.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _object(usage: Mapping[str, JsonValue], key: str) -> Mapping[str, JsonValue]:
+def usage_object(usage: Mapping[str, JsonValue], key: str) -> Mapping[str, JsonValue]:
+    """A nested object of a usage object (``cache_creation``, ``server_tool_use``); anything else counts as {}."""
     value = usage.get(key)
     return value if isinstance(value, dict) else {}
 
@@ -135,10 +137,10 @@ class CacheWrites:
 def cache_writes(usage: Mapping[str, JsonValue]) -> CacheWrites:
     """``cache_creation.ephemeral_5m/1h_input_tokens``; whatever of ``cache_creation_input_tokens`` the
     breakdown does not cover (all of it when there is none) counts as 5-minute writes."""
-    split = _object(usage, "cache_creation")
-    five = _count(split, "ephemeral_5m_input_tokens")
-    hour = _count(split, "ephemeral_1h_input_tokens")
-    rest = _count(usage, "cache_creation_input_tokens") - five - hour
+    split = usage_object(usage, "cache_creation")
+    five = usage_count(split, "ephemeral_5m_input_tokens")
+    hour = usage_count(split, "ephemeral_1h_input_tokens")
+    rest = usage_count(usage, "cache_creation_input_tokens") - five - hour
     return CacheWrites(five_minutes=five + max(rest, 0), one_hour=hour)
 
 
@@ -155,13 +157,13 @@ def price_call(model: str, usage: Mapping[str, JsonValue], table: PriceTable) ->
         prices = prices.fast
     writes = cache_writes(usage)
     tokens_usd = (
-        _count(usage, "input_tokens") * prices.input
-        + _count(usage, "output_tokens") * prices.output
-        + _count(usage, "cache_read_input_tokens") * prices.cache_read
+        usage_count(usage, "input_tokens") * prices.input
+        + usage_count(usage, "output_tokens") * prices.output
+        + usage_count(usage, "cache_read_input_tokens") * prices.cache_read
         + writes.five_minutes * prices.cache_write_5m
         + writes.one_hour * prices.cache_write_1h
     ) / PER_MTOK
-    searches = _count(_object(usage, "server_tool_use"), "web_search_requests")
+    searches = usage_count(usage_object(usage, "server_tool_use"), "web_search_requests")
     return CallCost(
         usd=tokens_usd + searches * table.web_search_usd,
         priced=found is not None,

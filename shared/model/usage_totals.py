@@ -16,7 +16,7 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from shared.json_types import JsonValue
-from shared.model.cost import CallCost, cache_writes
+from shared.model.cost import CallCost, cache_writes, usage_count, usage_object
 
 NANO_USD_PER_USD: Final = 1_000_000_000
 
@@ -72,11 +72,6 @@ class ModelUsage(BaseModel):
         return ModelUsage(**{name: getattr(self, name) + getattr(other, name) for name in COUNTERS})
 
 
-def _count(usage: Mapping[str, JsonValue], key: str) -> int:
-    value = usage.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def nano_usd(usd: float) -> int:
     """``usd`` in whole nano-dollars (negative and non-finite amounts count as 0)."""
     return round(usd * NANO_USD_PER_USD) if usd > 0 and usd != float("inf") else 0
@@ -85,17 +80,16 @@ def nano_usd(usd: float) -> int:
 def call_usage(usage: Mapping[str, JsonValue], *, cost_usd: float, priced: bool = True) -> ModelUsage:
     """One call's contribution to the totals, from its final (merged) API usage object and its cost."""
     writes = cache_writes(usage)
-    server = usage.get("server_tool_use")
-    server_use: Mapping[str, JsonValue] = server if isinstance(server, dict) else {}
+    server_use = usage_object(usage, "server_tool_use")
     return ModelUsage(
         requests=1,
-        input_tokens=_count(usage, "input_tokens"),
-        output_tokens=_count(usage, "output_tokens"),
+        input_tokens=usage_count(usage, "input_tokens"),
+        output_tokens=usage_count(usage, "output_tokens"),
         cache_creation_5m_input_tokens=writes.five_minutes,
         cache_creation_1h_input_tokens=writes.one_hour,
-        cache_read_input_tokens=_count(usage, "cache_read_input_tokens"),
-        web_search_requests=_count(server_use, "web_search_requests"),
-        web_fetch_requests=_count(server_use, "web_fetch_requests"),
+        cache_read_input_tokens=usage_count(usage, "cache_read_input_tokens"),
+        web_search_requests=usage_count(server_use, "web_search_requests"),
+        web_fetch_requests=usage_count(server_use, "web_fetch_requests"),
         cost_nano_usd=nano_usd(cost_usd),
         unpriced_requests=0 if priced else 1,
     )

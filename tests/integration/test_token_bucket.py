@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -16,27 +15,13 @@ from services.runtime import redis_client
 from services.runtime.settings import RateLimitSettings, TenantRateLimit
 from services.runtime.streams import StreamNames
 from services.runtime.token_bucket import TokenBucket, rate_limit_key
-from tests.conftest import ON_EVERY_TARGET, flushed_target_url
+from tests.conftest import ON_EVERY_TARGET
 
 pytestmark = [pytest.mark.integration, ON_EVERY_TARGET]
 
 NAMES = StreamNames(shards=8)
 T0 = 1_800_000_000_000.0
 """The injected clock's time (epoch ms)."""
-
-
-@pytest.fixture
-def bus_url(redis_target: str, request: pytest.FixtureRequest) -> str:
-    return flushed_target_url(request, redis_target)
-
-
-@pytest.fixture
-async def bus_redis(bus_url: str) -> AsyncIterator[aioredis.Redis]:
-    client = redis_client.connect(bus_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 def at_t0(redis: aioredis.Redis, **limits: int) -> TokenBucket:
@@ -57,16 +42,16 @@ def starts_within_limit(starts_ms: list[float], limit_per_min: int, costs: list[
     return True
 
 
-async def test_unlimited_tenant_goes_at_once_without_touching_redis(bus_redis: aioredis.Redis) -> None:
-    bucket = TokenBucket(bus_redis, NAMES, RateLimitSettings())
+async def test_unlimited_tenant_goes_at_once_without_touching_redis(target_redis: aioredis.Redis) -> None:
+    bucket = TokenBucket(target_redis, NAMES, RateLimitSettings())
     assert await bucket.acquire("acme", tokens=10**9) == 0.0
-    assert await bus_redis.exists(rate_limit_key(NAMES, "acme")) == 0
+    assert await target_redis.exists(rate_limit_key(NAMES, "acme")) == 0
 
 
-async def test_requests_per_min_concurrent_workers_never_exceed_the_limit(bus_url: str) -> None:
+async def test_requests_per_min_concurrent_workers_never_exceed_the_limit(target_url: str) -> None:
     """Four workers reserve 100 calls at the same instant against 60 requests/min: 60 go at once (a full
     bucket), the other 40 are spread one second apart, first come first served — none is refused."""
-    workers = [redis_client.connect(bus_url) for _ in range(4)]
+    workers = [redis_client.connect(target_url) for _ in range(4)]
     try:
         buckets = [at_t0(worker, requests_per_min=60) for worker in workers]
         reservations = await asyncio.gather(
@@ -82,15 +67,15 @@ async def test_requests_per_min_concurrent_workers_never_exceed_the_limit(bus_ur
     assert starts_within_limit([reservation.start_ms for reservation in reservations], 60)
 
 
-async def test_tokens_per_min_a_call_waits_until_its_estimate_fits(bus_redis: aioredis.Redis) -> None:
+async def test_tokens_per_min_a_call_waits_until_its_estimate_fits(target_redis: aioredis.Redis) -> None:
     """1 000 tokens/min: three calls of 300 go at once, the fourth needs 200 more tokens = 12 s."""
-    bucket = at_t0(bus_redis, tokens_per_min=1000)
+    bucket = at_t0(target_redis, tokens_per_min=1000)
     waits = [(await bucket.reserve("acme", tokens=300)).wait_s for _ in range(4)]
     assert waits == pytest.approx([0, 0, 0, 12])
 
 
-async def test_tokens_per_min_concurrent_mixed_sizes_stay_within_the_limit(bus_url: str) -> None:
-    workers = [redis_client.connect(bus_url) for _ in range(3)]
+async def test_tokens_per_min_concurrent_mixed_sizes_stay_within_the_limit(target_url: str) -> None:
+    workers = [redis_client.connect(target_url) for _ in range(3)]
     sizes = [(n * 37) % 500 + 1 for n in range(60)]
     try:
         buckets = [at_t0(worker, tokens_per_min=2000) for worker in workers]
@@ -106,16 +91,16 @@ async def test_tokens_per_min_concurrent_mixed_sizes_stay_within_the_limit(bus_u
 
 
 async def test_an_estimate_over_the_limit_goes_with_a_full_bucket_and_later_calls_pay_the_debt(
-    bus_redis: aioredis.Redis,
+    target_redis: aioredis.Redis,
 ) -> None:
-    bucket = at_t0(bus_redis, tokens_per_min=1000)
+    bucket = at_t0(target_redis, tokens_per_min=1000)
     assert (await bucket.reserve("acme", tokens=3000)).wait_s == 0  # never refused, however large
     # The bucket is 2 000 in debt: the next 100 tokens wait for 2 100 tokens of refill = 126 s.
     assert (await bucket.reserve("acme", tokens=100)).wait_s == pytest.approx(126)
 
 
-async def test_both_limits_the_later_of_the_two_decides(bus_redis: aioredis.Redis) -> None:
-    bucket = at_t0(bus_redis, requests_per_min=2, tokens_per_min=600)
+async def test_both_limits_the_later_of_the_two_decides(target_redis: aioredis.Redis) -> None:
+    bucket = at_t0(target_redis, requests_per_min=2, tokens_per_min=600)
     first, second, third = [await bucket.reserve("acme", tokens=250) for _ in range(3)]
     assert (first.wait_s, second.wait_s) == (0, 0)
     # Requests: 0 left, one more in 30 s. Tokens: 100 left, 150 more in 15 s. Requests decide.
@@ -127,8 +112,8 @@ async def test_both_limits_the_later_of_the_two_decides(bus_redis: aioredis.Redi
     assert fourth.bound_by == "tokens"
 
 
-async def test_settle_gives_back_an_over_estimate_and_charges_an_under_estimate(bus_redis: aioredis.Redis) -> None:
-    bucket = at_t0(bus_redis, tokens_per_min=1000)
+async def test_settle_gives_back_an_over_estimate_and_charges_an_under_estimate(target_redis: aioredis.Redis) -> None:
+    bucket = at_t0(target_redis, tokens_per_min=1000)
     await bucket.reserve("acme", tokens=900)
     await bucket.settle("acme", estimated=900, actual=100)  # 800 back: 900 available
     assert (await bucket.reserve("acme", tokens=900)).wait_s == 0
@@ -136,21 +121,21 @@ async def test_settle_gives_back_an_over_estimate_and_charges_an_under_estimate(
     assert (await bucket.reserve("acme", tokens=100)).wait_s == pytest.approx(36)  # 600 tokens of refill
 
 
-async def test_tenants_have_their_own_budgets_and_overrides(bus_redis: aioredis.Redis) -> None:
+async def test_tenants_have_their_own_budgets_and_overrides(target_redis: aioredis.Redis) -> None:
     limits = RateLimitSettings(requests_per_min=1, tenants={"big": TenantRateLimit(requests_per_min=100)})
-    bucket = TokenBucket(bus_redis, NAMES, limits, clock_ms=lambda: T0)
+    bucket = TokenBucket(target_redis, NAMES, limits, clock_ms=lambda: T0)
     assert [(await bucket.reserve("small", tokens=0)).wait_s for _ in range(2)] == [0, 60]
     assert [(await bucket.reserve("big", tokens=0)).wait_s for _ in range(2)] == [0, 0]
     assert [(await bucket.reserve("{other}", tokens=0)).wait_s for _ in range(2)] == [0, 60]
 
 
-async def test_acquire_sleeps_the_wait_and_counts_it_in_the_metrics(bus_redis: aioredis.Redis) -> None:
+async def test_acquire_sleeps_the_wait_and_counts_it_in_the_metrics(target_redis: aioredis.Redis) -> None:
     """The real path: Redis's clock, a real sleep (a short one: 60 000 tokens/min = 1 token/ms)."""
 
     def waits() -> float:
         return REGISTRY.get_sample_value("agentbus_model_rate_limit_waits_total", {"limit": "tokens"}) or 0.0
 
-    bucket = TokenBucket(bus_redis, NAMES, RateLimitSettings(tokens_per_min=60_000))
+    bucket = TokenBucket(target_redis, NAMES, RateLimitSettings(tokens_per_min=60_000))
     before = waits()
     assert await bucket.acquire("acme", tokens=60_000) == 0.0
     started = time.monotonic()
@@ -163,12 +148,12 @@ async def test_acquire_sleeps_the_wait_and_counts_it_in_the_metrics(bus_redis: a
     assert count >= 1
 
 
-async def test_a_call_cancelled_while_waiting_gives_its_reservation_back(bus_redis: aioredis.Redis) -> None:
-    bucket = at_t0(bus_redis, requests_per_min=1)
+async def test_a_call_cancelled_while_waiting_gives_its_reservation_back(target_redis: aioredis.Redis) -> None:
+    bucket = at_t0(target_redis, requests_per_min=1)
     assert (await bucket.reserve("acme", tokens=0)).wait_s == 0
     waiting = asyncio.create_task(bucket.acquire("acme", tokens=0))  # 60 s in line
     key = rate_limit_key(NAMES, "acme")
-    while float(await bus_redis.hget(key, "at") or 0) <= T0:
+    while float(await target_redis.hget(key, "at") or 0) <= T0:
         await asyncio.sleep(0.001)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
