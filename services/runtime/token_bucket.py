@@ -138,7 +138,7 @@ class Reservation:
     bound_by: BoundBy
     """Which limit made it wait."""
     start_ms: float
-    """When it may start (epoch ms, on the clock the script used)."""
+    """When it may start (epoch ms, on the clock the script used; 0 for a tenant without limits)."""
 
 
 def rate_limit_key(names: StreamNames, tenant: str) -> str:
@@ -179,8 +179,9 @@ class TokenBucket:
 
     async def acquire(self, tenant: str, *, tokens: int) -> float:
         """Wait until ``tenant``'s requests/min and tokens/min budgets allow one call of ``tokens`` (an
-        estimate: :meth:`settle` corrects it); returns the seconds waited. Never fails because of the
-        limit. Cancelled while waiting, it gives the reservation back."""
+        estimate, e.g. the request's input tokens plus its ``max_tokens``: :meth:`settle` corrects it once
+        the reply's usage is known); returns the seconds waited. Never fails because of the limit.
+        Cancelled while waiting (an interrupt), it gives the reservation back."""
         reservation = await self.reserve(tenant, tokens=tokens)
         record_rate_limit_wait(reservation.bound_by, reservation.wait_s)
         if reservation.wait_s <= 0:
