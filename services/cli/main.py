@@ -46,6 +46,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "fake-model": CommandSpec(
         "services.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
     ),
+    "usage": CommandSpec("services.cli.usage", "usage_command", "Show a session's model usage and cost."),
 }
 
 
