@@ -53,6 +53,9 @@ class ToolOutput:
     sibling_blocks: tuple[ContentBlock, ...] = ()
     outcome: str = ""
     """The metrics outcome when it is not plain ok/error: denied, timeout, interrupted."""
+    error_type: str = ""
+    """Why an error result failed, when the outcome does not say (the ``error.type`` of its span):
+    tool_not_found, invalid_input, tool_error, or the qualified class name of an exception."""
 
 
 class ToolError(Exception):
@@ -69,6 +72,8 @@ class ToolContext:
     """Per-call facts a tool may need."""
 
     tool_use_id: str
+    traceparent: str | None = None
+    """The call's own ``execute_tool`` span: a tool that starts work elsewhere (a child session) continues it."""
 
 
 class Tool(abc.ABC, Generic[InputT]):
