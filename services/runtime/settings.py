@@ -47,6 +47,12 @@ class ToolSettings(BaseModel):
     ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"] = Field(
         "reject", description="how an 'ask' resolves in a headless bus (no human to ask): reject = REJECT_MESSAGE"
     )
+    catalog_refresh_s: float = Field(
+        10.0, gt=0, description="how often a tool worker rewrites its entry in the tool catalog"
+    )
+    catalog_ttl_s: float = Field(
+        30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
+    )
 
 
 class RetentionSettings(BaseModel):
