@@ -1,4 +1,4 @@
-"""The four worker types and how to run one as a process (uvicorn serving its FastStream ASGI app)."""
+"""The five worker types and how to run one as a process (uvicorn serving its FastStream ASGI app)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from services.normalization import app as normalization_app
 from services.observability.wiring import configure_process
 from services.runtime.settings import Settings
 from services.runtime.supervisor import LISTEN_FD_ENV
-from services.runtime.worker_app import WorkerFactory, WorkerProcess, build_app
+from services.runtime.worker_app import WorkerContext, WorkerFactory, WorkerProcess, WorkerRuntime, build_app
 from services.tool_execution import app as tools_app
 from services.transcripts import app as transcripts_app
 
@@ -23,10 +23,19 @@ WORKER_FACTORIES: dict[str, WorkerFactory] = {
     "tools": tools_app.create,
     "normalization": normalization_app.create,
     "transcripts": transcripts_app.create,
+    "model": lambda context: _model_runtime(context),
 }
 """Every worker type by the name ``agentbus worker NAME`` takes."""
 
-SIGNING_WORKERS = frozenset({"ingestion", "tools"})
+def _model_runtime(context: WorkerContext) -> WorkerRuntime:
+    """The model worker, imported only by the process that runs it: the ``anthropic`` SDK costs seconds to
+    import, which the other worker types need not pay."""
+    from services.model import app as model_app
+
+    return model_app.create(context)
+
+
+SIGNING_WORKERS = frozenset({"ingestion", "tools", "model"})
 """The workers that sign or check internal events: they need ``AGENTBUS_INTERNAL_KEY``."""
 
 LISTEN_BACKLOG = 2048

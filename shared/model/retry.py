@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shared.json_types import JsonValue
+from shared.model.limits import ContextOverflow, ContextOverflowAction, decide_context_overflow, parse_context_overflow
 
 BASE_DELAY_MS = 500
 """M4.3 ``BASE_DELAY_MS``."""
@@ -29,17 +30,12 @@ DEFAULT_MAX_RETRIES = 10
 """M4.2: attempts run 1 … 11."""
 MAX_529_RETRIES = 3
 """M4.5.3 ``MAX_529_RETRIES``: overloads in a row before the fallback-model switch."""
-FLOOR_OUTPUT_TOKENS = 3_000
-"""M4.11 ``FLOOR_OUTPUT_TOKENS``."""
-CONTEXT_OVERFLOW_RESERVE = 1_000
-"""M4.11: tokens kept free below the context limit when ``max_tokens`` is lowered."""
 JITTER_FRACTION = 0.25
 """M4.3: up to a quarter of the base delay is added at random."""
 
 REPEATED_529_ERROR = "Repeated 529 Overloaded errors"
 """M6.4: the error a call fails with after three overloads and no fallback model."""
 
-_CONTEXT_OVERFLOW = re.compile(r"input length and `max_tokens` exceed context limit: (\d+) \+ (\d+) > (\d+)")
 _LEADING_DIGITS = re.compile(r"\s*(\d+)")
 _OAUTH_REVOKED = "OAuth token has been revoked"
 
@@ -68,12 +64,9 @@ class ApiFailure:
         return self.status == 529 or self.error_type == "overloaded_error"
 
     @property
-    def context_overflow(self) -> tuple[int, int, int] | None:
-        """M4.11: (input, max_tokens, limit) of the 400 "input length and `max_tokens` exceed context limit"."""
-        if self.status != 400:
-            return None
-        match = _CONTEXT_OVERFLOW.search(self.message)
-        return None if match is None else (int(match[1]), int(match[2]), int(match[3]))
+    def context_overflow(self) -> ContextOverflow | None:
+        """M4.11: the counts of the 400 "input length and `max_tokens` exceed context limit"."""
+        return parse_context_overflow(self.message) if self.status == 400 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,17 +206,13 @@ def should_retry(failure: ApiFailure) -> bool:
 
 
 def context_overflow_max_tokens(failure: ApiFailure, *, thinking_budget: int | None) -> int | None:
-    """M4.11: the ``max_tokens`` of the next attempt after a context overflow, None when what is left is below
-    the floor (the error is raised). ``188059 + 20000 > 200000`` → 10 941; ``198500 + 8000 > 200000`` → None."""
+    """M4.11 (``shared/model/limits.py``): the ``max_tokens`` of the next attempt after a context overflow,
+    None when what is left is below the floor (the error is final)."""
     overflow = failure.context_overflow
     if overflow is None:
         return None
-    input_tokens, _, limit = overflow
-    available = max(0, limit - input_tokens - CONTEXT_OVERFLOW_RESERVE)
-    if available < FLOOR_OUTPUT_TOKENS:
-        return None
-    budget = thinking_budget + 1 if thinking_budget is not None else 0
-    return max(FLOOR_OUTPUT_TOKENS, available, budget)
+    decision = decide_context_overflow(overflow, thinking_budget=thinking_budget)
+    return decision.max_tokens if decision.action is ContextOverflowAction.RETRY else None
 
 
 def decide(

@@ -1,0 +1,125 @@
+"""Publishing one model call's output into its session's ingress shard, in order.
+
+Raw stream events go out as they arrive: the first event of a burst is written at once (time to first
+token matters), and the events that arrive while that write is in flight go together in the next one. A
+write is one atomic script (``key_calls.py``): a batch of ``XADD``s, plus, for the reply's last batch, the
+in-flight record that says the request was answered (so a worker that takes the request over after a crash
+knows not to call again). Every entry is signed with the worker secret (``shared/internal_events.py``) and
+has a deterministic idempotency key, so a republished entry is applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import orjson
+import redis.asyncio as aioredis
+
+from services.runtime.codec import signed_entry_fields
+from services.runtime.key_calls import KeyCalls
+from services.runtime.topology import Topology
+from shared.events import IngressEnvelope, IngressPayload, StreamEvent
+from shared.json_types import JsonObject
+
+Fields = dict[str, bytes]
+
+
+class SessionPublisher:
+    """Writes the entries of one session's model call to its ingress (see the module docstring)."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        topology: Topology,
+        *,
+        session_id: str,
+        request_seq: int,
+        internal_key: bytes,
+        traceparent: str | None,
+    ) -> None:
+        self.redis = redis
+        self.topology = topology
+        self.session_id = session_id
+        self.request_seq = request_seq
+        self.internal_key = internal_key
+        self.traceparent = traceparent
+        self.ingress = topology.ingress_for(session_id)
+        self.inflight_key = topology.model_inflight(session_id)
+        self._pending: list[Fields] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._record: bytes | None = None
+        self.published = 0
+
+    # -- stream events: written behind the stream -------------------------------------------------
+
+    def record(self, state: JsonObject) -> None:
+        """Set the in-flight record to ``state`` in the next write, atomically with the events queued with it
+        (the record of a stream goes out with its first event; "answered" with its ``message_stop``)."""
+        self._record = orjson.dumps(state)
+
+    def add_event(self, request_id: str, index: int, event: JsonObject) -> None:
+        """Queue raw event number ``index`` of ``request_id``; it is written now if no write is in flight."""
+        payload = StreamEvent(request_id=request_id, event=event, request_seq=self.request_seq)
+        self._pending.append(self._fields(f"model:{request_id}:{index}", payload))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending())
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            calls = KeyCalls()
+            if self._record is not None:
+                calls.add("SET", self.inflight_key, self._record)
+                self._record = None
+            for fields in batch:
+                calls.add_xadd(self.ingress, fields)
+            try:
+                await calls.write(self.redis)
+            except BaseException as error:
+                self._failure = error
+                self._pending = []
+                raise
+            self.published += len(batch)
+
+    async def drain(self) -> None:
+        """Wait until every queued event is written; raises what a write raised."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._writer)
+        if self._failure is not None:
+            raise self._failure
+
+    def discard_pending(self) -> None:
+        """Drop the events not written yet (the stream failed or was aborted: they would be tombstoned)."""
+        self._pending = []
+
+    async def close(self) -> None:
+        """Stop writing (an abort): what is being written finishes, nothing queued is written."""
+        self.discard_pending()
+        if self._writer is not None and not self._writer.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._writer
+
+    # -- whole entries -----------------------------------------------------------------------------
+
+    async def publish(self, entries: list[tuple[str, IngressPayload]]) -> None:
+        """Write ``entries`` (idempotency key, payload) after every queued event, in one script, with the
+        in-flight record if one was set (:meth:`record`)."""
+        await self.drain()
+        calls = KeyCalls()
+        for key, payload in entries:
+            calls.add_xadd(self.ingress, self._fields(key, payload))
+        if self._record is not None:
+            calls.add("SET", self.inflight_key, self._record)
+            self._record = None
+        if len(calls):
+            await calls.write(self.redis)
+        self.published += len(entries)
+
+    def _fields(self, key: str, payload: IngressPayload) -> Fields:
+        envelope = IngressEnvelope(
+            session_id=self.session_id, idempotency_key=key, payload=payload, traceparent=self.traceparent
+        )
+        return signed_entry_fields(envelope, self.internal_key)
