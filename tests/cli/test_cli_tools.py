@@ -25,8 +25,9 @@ HOUR_MS = 3_600_000
 
 
 async def publish(redis: aioredis.Redis, worker: str, tools: list[ToolDefinition], *, offset_ms: int = 0) -> None:
+    """An entry that lives an hour (a CLI process may take many seconds to start on a loaded machine)."""
     await ToolCatalogPublisher(
-        redis, TOPOLOGY, worker=worker, tools=tools, now_ms=lambda: epoch_ms() + offset_ms
+        redis, TOPOLOGY, worker=worker, tools=tools, ttl_s=HOUR_MS / 1000, now_ms=lambda: epoch_ms() + offset_ms
     ).publish()
 
 
@@ -37,7 +38,7 @@ async def test_tools_ls_lists_live_workers_and_their_tools(
     agent = ToolDefinition(name="Agent", description="Launch a new agent", input_schema={"type": "object"})
     await publish(aredis, "tools-host-1-aaaaaa", builtin)
     await publish(aredis, "tools-host-2-bbbbbb", [agent], offset_ms=-2_000)
-    await publish(aredis, "tools-dead-3-cccccc", builtin, offset_ms=-HOUR_MS)  # expired: not listed
+    await publish(aredis, "tools-dead-3-cccccc", builtin, offset_ms=-2 * HOUR_MS)  # expired: not listed
     await aredis.hset(TOPOLOGY.tool_catalog, "garbage", "{")
 
     listed = agentbus("tools", "ls", cwd=tmp_path, env=cli_env(redis_url))

@@ -53,11 +53,11 @@ def console_spans(text: str) -> list[dict[str, Any]]:
 
 
 async def test_workers_publish_on_start_withdraw_on_stop_and_trace_their_calls(cluster: WorkerCluster) -> None:
-    """The TTL (60 s) outlasts the test: an entry that disappears was removed by its worker, not expired."""
+    """The TTL (10 min) outlasts the test: an entry that disappears was removed by its worker, not expired."""
     cluster.extra_env.update(
         {
             "AGENTBUS_TOOLS__CATALOG_REFRESH_S": "20",
-            "AGENTBUS_TOOLS__CATALOG_TTL_S": "60",
+            "AGENTBUS_TOOLS__CATALOG_TTL_S": "600",
             "OTEL_TRACES_EXPORTER": "console",
             # Exported (and printed) within 50 ms, not at exit: a worker stopped by SIGTERM ends by the signal,
             # so atexit never flushes the batch.
@@ -119,7 +119,7 @@ async def test_workers_publish_on_start_withdraw_on_stop_and_trace_their_calls(c
 
 
 async def test_a_killed_worker_drops_out_when_its_entry_expires(cluster: WorkerCluster) -> None:
-    cluster.extra_env.update({"AGENTBUS_TOOLS__CATALOG_REFRESH_S": "0.2", "AGENTBUS_TOOLS__CATALOG_TTL_S": "1.5"})
+    cluster.extra_env.update({"AGENTBUS_TOOLS__CATALOG_REFRESH_S": "0.5", "AGENTBUS_TOOLS__CATALOG_TTL_S": "4"})
     (worker,) = cluster.start("tools")
     cluster.wait_ready()
     topology = Topology(cluster.names)
