@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from shared.errors import AgentbusError
 from shared.json_types import JsonObject, JsonValue
 from shared.model.cache import CacheTtl, apply_cache_breakpoints
 from shared.model.max_tokens import (
@@ -140,6 +141,14 @@ def _options(params: Mapping[str, JsonValue]) -> JsonObject:
     return {key: value for key, value in params.items() if key in SDK_OPTIONS and key != "extra_body"}
 
 
+class InvalidStoredRequest(AgentbusError):
+    """The normalizer's stored request cannot be sent: ``field`` names the offending key."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class ModelDefaults:
     """The model worker's defaults, used where a session's :class:`SessionModelConfig` says nothing."""
@@ -224,16 +233,14 @@ def _with_thinking_fields(
     model: str,
     requested: Mapping[str, JsonValue] | None,
     *,
+    max_tokens: int,
+    messages: list[JsonValue],
     temperature: float | None,
     capabilities: ThinkingCapabilities,
     table: MaxTokensTable,
 ) -> None:
-    """M1.6 on a params dict being built: ``thinking`` or ``temperature``, fitted to the open turn of
-    its messages (API §1.10)."""
-    max_tokens = params["max_tokens"]
-    assert isinstance(max_tokens, int)
-    messages = params["messages"]
-    assert isinstance(messages, list)
+    """M1.6 on a params dict being built (sending ``max_tokens`` and ``messages``): ``thinking`` or
+    ``temperature``, fitted to the open turn of the messages (API §1.10)."""
     thinking = thinking_param(
         model,
         requested,
@@ -273,14 +280,21 @@ def build_model_params(
     * ``thinking`` / ``temperature``: M1.6; a sub-agent (``config.agent_id`` set) runs without thinking
       (A3.6). Thinking is left out for a request continuing a tool loop whose assistant turn does not
       start with thinking, and the open turn's thinking is removed when thinking is off (API §1.10).
+
+    Raises :class:`InvalidStoredRequest` when ``api_request["messages"]`` is not a list.
     """
     model = config.model or _str(api_request.get("model")) or defaults.model
     table = defaults.max_tokens_table
     override = config.max_tokens if config.max_tokens is not None else defaults.max_tokens
-    messages = api_request.get("messages")
+    stored_messages = api_request.get("messages")
+    if not isinstance(stored_messages, list):
+        kind = type(stored_messages).__name__
+        raise InvalidStoredRequest(f"stored request: messages: expected a list, got {kind}", field="messages")
+    messages: list[JsonValue] = list(stored_messages)
+    max_tokens = resolve_max_tokens(model, override, table=table, capped_default=defaults.capped_default_max_tokens)
     params: JsonObject = {
         "model": model,
-        "messages": list(messages) if isinstance(messages, list) else [],
+        "messages": messages,
         "system": list(
             system_blocks(
                 defaults.system_prefix,
@@ -294,9 +308,7 @@ def build_model_params(
                 device_id=defaults.device_id, session_id=session_id, extra=defaults.extra_metadata
             )
         },
-        "max_tokens": resolve_max_tokens(
-            model, override, table=table, capped_default=defaults.capped_default_max_tokens
-        ),
+        "max_tokens": max_tokens,
     }
     offered = offered_tools(tools, config.tools)
     if offered:
@@ -312,6 +324,8 @@ def build_model_params(
         params,
         model,
         requested,
+        max_tokens=max_tokens,
+        messages=messages,
         temperature=defaults.temperature,
         capabilities=defaults.thinking_capabilities,
         table=table,
@@ -414,12 +428,15 @@ def with_model(
         requested = {"type": "enabled", "budget_tokens": budget} if budget not in (None, default_budget) else None
     body["model"] = model
     body["max_tokens"] = max_tokens
-    messages = body.get("messages")
-    body["messages"] = strip_thinking(messages) if isinstance(messages, list) else []
+    old_messages = body.get("messages")
+    messages = strip_thinking(old_messages) if isinstance(old_messages, list) else []
+    body["messages"] = messages
     _with_thinking_fields(
         body,
         model,
         requested,
+        max_tokens=max_tokens,
+        messages=messages,
         temperature=_number(body.get("temperature")),
         capabilities=capabilities,
         table=table,
@@ -452,6 +469,7 @@ __all__ = [
     "MAX_NON_STREAMING_TOKENS",
     "NON_STREAMING_TIMEOUT_S",
     "SDK_OPTIONS",
+    "InvalidStoredRequest",
     "ModelDefaults",
     "build_model_params",
     "metadata_user_id",

@@ -19,6 +19,7 @@ from shared.model.request import (
     AGENT_SDK_PREFIX,
     CLI_PREFIX,
     CREATE_KEYWORDS,
+    InvalidStoredRequest,
     ModelDefaults,
     build_model_params,
     metadata_user_id,
@@ -103,6 +104,13 @@ def test_m1_1_stored_request_keys_pass_through() -> None:
     assert params["extra_body"] == {"context_management": {"edits": []}}
     assert "stream" not in params
     assert params["max_tokens"] == 32_000
+
+
+@pytest.mark.parametrize("request_body_", [{}, {"messages": "hi"}])
+def test_m1_8_stored_request_without_messages_list_is_a_typed_error(request_body_: JsonObject) -> None:
+    with pytest.raises(InvalidStoredRequest) as raised:
+        build(request_body_)
+    assert raised.value.field == "messages"
 
 
 def test_m1_3_metadata_user_id_is_a_json_string() -> None:
