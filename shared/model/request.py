@@ -219,7 +219,20 @@ def offered_tools(tools: Sequence[ToolDefinition], allowed: Sequence[str] | None
     ``allowed=None`` = all of them. Names in ``allowed`` no tool has are ignored (A3.4);
     :func:`unknown_tool_names` lists them."""
     names = None if allowed is None else set(allowed)
-    return [tool.to_wire() for tool in tools if names is None or tool.name in names]
+    return [tool_wire(tool) for tool in tools if names is None or tool.name in names]
+
+
+def tool_wire(tool: ToolDefinition) -> JsonObject:
+    """``tool.to_wire()`` without pydantic's serializer (10 µs a tool, every request): the fields in
+    declaration order, ``description`` only when it was set, then the unknown keys. The values are the
+    tool's own (JSON already), shared, not copied."""
+    wire: JsonObject = {"name": tool.name}
+    if "description" in tool.model_fields_set:
+        wire["description"] = tool.description
+    wire["input_schema"] = tool.input_schema
+    if tool.model_extra:
+        wire.update(tool.model_extra)
+    return wire
 
 
 def unknown_tool_names(tools: Sequence[ToolDefinition], allowed: Sequence[str] | None) -> list[str]:
@@ -478,6 +491,7 @@ __all__ = [
     "request_body",
     "sdk_params",
     "system_blocks",
+    "tool_wire",
     "unknown_tool_names",
     "with_max_tokens",
     "with_model",

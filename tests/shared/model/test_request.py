@@ -25,6 +25,7 @@ from shared.model.request import (
     metadata_user_id,
     non_streaming_fallback_params,
     request_body,
+    tool_wire,
     unknown_tool_names,
     with_max_tokens,
     with_model,
@@ -245,6 +246,22 @@ def test_m1_8_tools_from_catalog_filtered_unknown_keys_kept() -> None:
     assert [tool["name"] for tool in params["tools"]] == ["Read"]
     assert "tools" not in build(config=SessionModelConfig(tools=[]))
     assert unknown_tool_names(CATALOG, ["Read", "Nope"]) == ["Nope"]
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        ToolDefinition(name="A", input_schema={"type": "object"}),
+        ToolDefinition(name="B", description="", input_schema={}),
+        ToolDefinition(
+            name="C", description="d", input_schema={"a": [1]}, strict=True, cache_control={"type": "ephemeral"}
+        ),
+        ToolDefinition.model_validate({"input_schema": {}, "defer_loading": True, "name": "D"}),
+    ],
+)
+def test_m1_8_tool_wire_equals_to_wire(tool: ToolDefinition) -> None:
+    assert tool_wire(tool) == tool.to_wire()
+    assert list(tool_wire(tool)) == list(tool.to_wire())
 
 
 def test_m9_4_messages_carry_one_marker_on_last_block() -> None:
