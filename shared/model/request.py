@@ -313,7 +313,7 @@ def build_model_params(
                 defaults.system_prefix,
                 _system_texts(api_request["system"])
                 if "system" in api_request
-                else [config.system_prompt or defaults.system_prompt or ""],
+                else [(config.system_prompt if config.system_prompt is not None else defaults.system_prompt) or ""],
             )
         ),
         "metadata": {
@@ -364,6 +364,14 @@ def _temperature_fields(
 
 def _number(value: JsonValue | None) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def fallback_model(config: SessionModelConfig, defaults: ModelDefaults, *, model: str) -> str | None:
+    """M6.1: the model to switch to after repeated 529s — the session's, else the worker's; ``None``
+    when there is none or it is ``model`` itself (Claude Code refuses a fallback equal to the main
+    model)."""
+    fallback = config.fallback_model or defaults.fallback_model
+    return fallback if fallback and fallback != model else None
 
 
 def with_max_tokens(
@@ -485,6 +493,7 @@ __all__ = [
     "InvalidStoredRequest",
     "ModelDefaults",
     "build_model_params",
+    "fallback_model",
     "metadata_user_id",
     "non_streaming_fallback_params",
     "offered_tools",

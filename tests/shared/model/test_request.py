@@ -22,6 +22,7 @@ from shared.model.request import (
     InvalidStoredRequest,
     ModelDefaults,
     build_model_params,
+    fallback_model,
     metadata_user_id,
     non_streaming_fallback_params,
     request_body,
@@ -149,6 +150,19 @@ def test_m1_4_rest_from_session_then_stored_request() -> None:
     params = build(stored, config=SessionModelConfig(system_prompt="ignored"))
     assert [block["text"] for block in params["system"]] == [CLI_PREFIX, "One.\n\nTwo."]
     assert build({"messages": [user("hi")], "system": "Plain."})["system"][1]["text"] == "Plain."
+
+
+def test_m1_4_empty_session_system_prompt_means_no_rest_block() -> None:
+    assert len(build(config=SessionModelConfig(system_prompt=""))["system"]) == 1
+
+
+def test_m6_1_fallback_model_session_then_worker_never_the_main_model() -> None:
+    defaults = ModelDefaults(model="claude-opus-4-6", fallback_model="claude-sonnet-4-6")
+    assert fallback_model(SessionModelConfig(), defaults, model="claude-opus-4-6") == "claude-sonnet-4-6"
+    config = SessionModelConfig(fallback_model="claude-haiku-4-5")
+    assert fallback_model(config, defaults, model="claude-opus-4-6") == "claude-haiku-4-5"
+    assert fallback_model(SessionModelConfig(), defaults, model="claude-sonnet-4-6") is None
+    assert fallback_model(SessionModelConfig(), DEFAULTS, model="claude-sonnet-4-5") is None
 
 
 def test_m1_5_max_tokens_default_and_bounded_override() -> None:
