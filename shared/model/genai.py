@@ -13,7 +13,7 @@ from typing import Final, TypeAlias
 
 from shared.json_types import JsonValue
 from shared.model.max_tokens import undated_model_id
-from shared.model.request import request_body
+from shared.model.sdk_params import request_body
 
 AttributeValue: TypeAlias = str | bool | int | float | list[str]
 Attributes: TypeAlias = dict[str, AttributeValue]

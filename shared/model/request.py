@@ -30,6 +30,7 @@ from shared.model.max_tokens import (
     max_tokens_upper_limit,
     resolve_max_tokens,
 )
+from shared.model.sdk_params import CREATE_KEYWORDS, SDK_OPTIONS, options_of, request_body, sdk_params
 from shared.model.session_config import SessionModelConfig
 from shared.model.thinking import (
     DEFAULT_THINKING_CAPABILITIES,
@@ -62,83 +63,23 @@ MAX_NON_STREAMING_TOKENS: Final = 64_000
 NON_STREAMING_TIMEOUT_S: Final = 300.0
 """M5.2: per-attempt timeout of the non-streaming fallback (``API_TIMEOUT_MS`` default 300 000 ms)."""
 
-CREATE_KEYWORDS: Final = frozenset(
+_BUILT_KEYS: Final = frozenset(
     {
-        "max_tokens",
-        "messages",
         "model",
-        "cache_control",
-        "container",
-        "inference_geo",
-        "metadata",
-        "output_config",
-        "service_tier",
-        "speed",
-        "stop_sequences",
+        "messages",
         "system",
-        "thinking",
-        "tool_choice",
         "tools",
+        "metadata",
+        "max_tokens",
+        "thinking",
+        "temperature",
+        "stream",
+        "cache_control",
     }
 )
-"""Body fields ``AsyncMessages.create`` takes as keyword arguments (anthropic 2.13; it has no
-``temperature``, ``top_k``, ``top_p``: those go in ``extra_body``; ``stream`` is the worker's)."""
-SDK_OPTIONS: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-"""Keyword arguments of ``create`` that are request options, not body fields."""
-M1_1_ORDER: Final = (
-    "model",
-    "messages",
-    "system",
-    "tools",
-    "tool_choice",
-    "betas",
-    "metadata",
-    "max_tokens",
-    "thinking",
-    "temperature",
-    "context_management",
-    "output_config",
-    "speed",
-)
-_BUILT_KEYS: Final = frozenset(
-    {"model", "messages", "system", "tools", "metadata", "max_tokens", "thinking", "temperature", "stream"}
-)
 """Fields :func:`build_model_params` derives itself; the stored request's values for them are replaced
-(``stream`` is passed by the caller)."""
-
-
-def request_body(params: Mapping[str, JsonValue]) -> JsonObject:
-    """The JSON body ``params`` sends: its body keywords with ``extra_body`` merged in (SDK options
-    such as ``timeout`` left out)."""
-    body: JsonObject = {key: value for key, value in params.items() if key not in SDK_OPTIONS}
-    extra = params.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(extra)
-    return body
-
-
-def sdk_params(body: Mapping[str, JsonValue], options: Mapping[str, JsonValue] | None = None) -> JsonObject:
-    """``create`` keyword arguments sending ``body``: M1.1's order, then the other fields; fields that
-    are not keywords of ``create`` go into ``extra_body`` (the SDK rejects unknown keywords and merges
-    ``extra_body`` into the body). ``options`` (``timeout``, ``extra_headers`` …) are kept."""
-    ordered = [key for key in M1_1_ORDER if key in body] + [key for key in body if key not in M1_1_ORDER]
-    result: JsonObject = {}
-    extra_body: JsonObject = {}
-    for key in ordered:
-        if key in CREATE_KEYWORDS:
-            result[key] = body[key]
-        elif key != "stream":
-            extra_body[key] = body[key]
-    for key, value in (options or {}).items():
-        if key != "extra_body":
-            result[key] = value
-    if extra_body:
-        result["extra_body"] = extra_body
-    return result
-
-
-def _options(params: Mapping[str, JsonValue]) -> JsonObject:
-    return {key: value for key, value in params.items() if key in SDK_OPTIONS and key != "extra_body"}
+(``stream`` is passed by the caller; a top-level ``cache_control`` — automatic caching, M9.1 — would be
+a breakpoint beyond the ones placed here)."""
 
 
 class InvalidStoredRequest(AgentbusError):
@@ -390,7 +331,7 @@ def with_max_tokens(
         else:
             del body["thinking"]
             _temperature_fields(body, _str(body.get("model")) or "", None, capabilities)
-    return sdk_params(body, _options(params))
+    return sdk_params(body, options_of(params))
 
 
 def non_streaming_fallback_params(params: JsonObject, *, timeout_s: float = NON_STREAMING_TIMEOUT_S) -> JsonObject:
@@ -406,7 +347,7 @@ def non_streaming_fallback_params(params: JsonObject, *, timeout_s: float = NON_
     budget = thinking_budget(thinking)
     if isinstance(thinking, dict) and budget is not None and budget > capped - 1:
         body["thinking"] = {**thinking, "budget_tokens": capped - 1}
-    return sdk_params(body, {**_options(params), "timeout": timeout_s})
+    return sdk_params(body, {**options_of(params), "timeout": timeout_s})
 
 
 def with_model(
@@ -463,7 +404,7 @@ def with_model(
         table=table,
     )
     cached = apply_cache_breakpoints(body, ttl=_marker_ttl(body), enabled=_has_markers(body))
-    return sdk_params(cached, _options(params))
+    return sdk_params(cached, options_of(params))
 
 
 def _marker_ttl(body: JsonObject) -> CacheTtl:
