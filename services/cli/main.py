@@ -47,6 +47,7 @@ COMMANDS: dict[str, CommandSpec] = {
         "services.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
     ),
     "usage": CommandSpec("services.cli.usage", "usage_command", "Show a session's model usage and cost."),
+    "tools": CommandSpec("services.cli.tools", "app", "List the live tool workers and the tools they offer the model."),
 }
 
 

@@ -35,7 +35,7 @@ def cache_control(ttl: CacheTtl = "5m") -> JsonObject:
 
 def _without_cache_control(block: JsonValue) -> JsonValue:
     """``block`` without its own ``cache_control`` and without those of a tool_result's nested blocks."""
-    if not isinstance(block, Mapping):
+    if not isinstance(block, dict):
         return block
     copy = {key: value for key, value in block.items() if key != "cache_control"}
     nested = copy.get("content")
@@ -45,7 +45,8 @@ def _without_cache_control(block: JsonValue) -> JsonValue:
 
 
 def _has_cache_control(block: JsonValue) -> bool:
-    if not isinstance(block, Mapping):
+    # ``dict``, not ``Mapping``: this runs for every block of every request, and an ABC check is slow.
+    if not isinstance(block, dict):
         return False
     if "cache_control" in block:
         return True
@@ -55,8 +56,8 @@ def _has_cache_control(block: JsonValue) -> bool:
 
 def _clean_message(message: JsonValue) -> JsonValue:
     """``message`` without message-level markers (the same object when it has none)."""
-    content = message.get("content") if isinstance(message, Mapping) else None
-    if not isinstance(message, Mapping) or not isinstance(content, list) or not any(map(_has_cache_control, content)):
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(content, list) or not any(map(_has_cache_control, content)):
         return message
     return {**message, "content": [_without_cache_control(block) for block in content]}
 
@@ -155,10 +156,12 @@ def apply_cache_breakpoints(
     messages = params.get("messages")
     if isinstance(messages, list):
         if enabled:
-            result["messages"] = mark_messages(messages, ttl, skip_cache_write=skip_cache_write)
+            marked_messages = mark_messages(messages, ttl, skip_cache_write=skip_cache_write)
         else:
-            result["messages"] = [_clean_message(message) for message in messages]
-        used += count_cache_breakpoints({"messages": result["messages"]})
+            marked_messages = [_clean_message(message) for message in messages]
+        result["messages"] = marked_messages
+        # Every other message was cleaned: the one marker sits on the last or second-to-last message.
+        used += count_cache_breakpoints({"messages": marked_messages[-2:]})
     tools = params.get("tools")
     if isinstance(tools, list):
         tool_objects = [tool for tool in tools if isinstance(tool, dict)]

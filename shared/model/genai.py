@@ -8,12 +8,12 @@ PII and are off by default.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from typing import Final, TypeAlias
 
 from shared.json_types import JsonValue
-from shared.model.request import request_body
+from shared.model.max_tokens import undated_model_id
+from shared.model.sdk_params import request_body
 
 AttributeValue: TypeAlias = str | bool | int | float | list[str]
 Attributes: TypeAlias = dict[str, AttributeValue]
@@ -120,8 +120,6 @@ KNOWN_MODEL_LABELS: Final = frozenset(
 )
 """Model labels metrics may carry (canonical ids, M10.3's models); anything else is ``_OTHER`` unless
 the worker adds its configured models."""
-
-_DATE_SUFFIX = re.compile(r"[-@]\d{8}$")
 
 
 def span_name(model: str, operation: str = OPERATION_CHAT) -> str:
@@ -238,17 +236,12 @@ def error_attributes(error: str) -> Attributes:
     return {"error.type": error if error in ERROR_TYPES else OTHER}
 
 
-def canonical_model(model: str) -> str:
-    """The model id without a dated snapshot suffix (``-20250929``, Vertex ``@20250929``), lowercase."""
-    return _DATE_SUFFIX.sub("", model.strip().lower())
-
-
 def model_label(model: str | None, known: Collection[str] = KNOWN_MODEL_LABELS) -> str:
     """A bounded metric label for a model: its canonical id when known, else ``_OTHER`` (a session can
     name any model; labels must not grow with them)."""
     if not model:
         return OTHER
-    canonical = canonical_model(model)
+    canonical = undated_model_id(model)
     return canonical if canonical in known else OTHER
 
 
@@ -307,7 +300,6 @@ __all__ = [
     "TOKEN_USAGE_BUCKETS",
     "AttributeValue",
     "Attributes",
-    "canonical_model",
     "error_attributes",
     "error_type",
     "metric_attributes",

@@ -3,8 +3,10 @@ override may reach, as data.
 
 Lookup order for one model id (compared lowercase):
 
-1. ``exact`` — a capability table keyed by exact model id (M1.5 [REC]): an entry ≥ 4 096 replaces the
-   upper limit and clamps the default (smaller entries are ignored, as in Claude Code);
+1. ``exact`` — entries keyed by exact model id (M1.5 [REC]), tried for the id as given and then without
+   a dated snapshot suffix (``-20250929``, ``@20250929``): either a full :class:`MaxTokensLimits` row, or
+   a capability (the model's max output tokens) that, when ≥ 4 096, replaces the upper limit and clamps
+   the default (smaller capabilities are ignored, as in Claude Code);
 2. ``families`` — Claude Code's substring rows, first match wins (so ``claude-opus-4-7``, newer than the
    snapshot, falls into ``opus-4`` → 32 000 / 32 000, M1.5 [OBS]);
 3. ``fallback`` — anything else: 32 000 / 64 000.
@@ -12,6 +14,7 @@ Lookup order for one model id (compared lowercase):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -22,6 +25,12 @@ ESCALATED_MAX_TOKENS = 64_000
 """M1.5/M8.5: the one escalation after a truncated reply under the capped default."""
 MIN_CAPABILITY_MAX_TOKENS = 4_096
 """M1.5: a capability-table entry below this is not trusted."""
+_DATE_SUFFIX = re.compile(r"[-@]\d{8}$")
+
+
+def undated_model_id(model: str) -> str:
+    """The model id, lowercase, without a dated snapshot suffix (``-20250929``, Vertex ``@20250929``)."""
+    return _DATE_SUFFIX.sub("", model.strip().lower())
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +70,8 @@ DEFAULT_FALLBACK_LIMITS = MaxTokensLimits(32_000, 64_000)
 class MaxTokensTable:
     """M1.5 as configuration: exact-id capability entries, substring rows, a fallback."""
 
-    exact: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    """Exact model id (lowercase) → the model's documented max output tokens."""
+    exact: Mapping[str, int | MaxTokensLimits] = field(default_factory=lambda: MappingProxyType({}))
+    """Exact model id → its limits, or its documented max output tokens (a capability)."""
     families: tuple[FamilyRow, ...] = DEFAULT_FAMILY_ROWS
     fallback: MaxTokensLimits = DEFAULT_FALLBACK_LIMITS
 
@@ -74,9 +83,11 @@ class MaxTokensTable:
         """M1.5: the default and upper ``max_tokens`` of ``model``."""
         name = model.lower()
         limits = self.family_limits(name)
-        capability = self.exact.get(name)
-        if capability is not None and capability >= MIN_CAPABILITY_MAX_TOKENS:
-            return MaxTokensLimits(default=min(limits.default, capability), upper=capability)
+        entry = self.exact.get(name, self.exact.get(undated_model_id(name)))
+        if isinstance(entry, MaxTokensLimits):
+            return entry
+        if entry is not None and entry >= MIN_CAPABILITY_MAX_TOKENS:
+            return MaxTokensLimits(default=min(limits.default, entry), upper=entry)
         return limits
 
     def family_limits(self, model: str) -> MaxTokensLimits:
@@ -132,4 +143,5 @@ __all__ = [
     "default_max_tokens",
     "max_tokens_upper_limit",
     "resolve_max_tokens",
+    "undated_model_id",
 ]

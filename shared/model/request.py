@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from shared.errors import AgentbusError
 from shared.json_types import JsonObject, JsonValue
 from shared.model.cache import CacheTtl, apply_cache_breakpoints
 from shared.model.max_tokens import (
@@ -29,6 +30,7 @@ from shared.model.max_tokens import (
     max_tokens_upper_limit,
     resolve_max_tokens,
 )
+from shared.model.sdk_params import CREATE_KEYWORDS, SDK_OPTIONS, options_of, request_body, sdk_params
 from shared.model.session_config import SessionModelConfig
 from shared.model.thinking import (
     DEFAULT_THINKING_CAPABILITIES,
@@ -61,83 +63,31 @@ MAX_NON_STREAMING_TOKENS: Final = 64_000
 NON_STREAMING_TIMEOUT_S: Final = 300.0
 """M5.2: per-attempt timeout of the non-streaming fallback (``API_TIMEOUT_MS`` default 300 000 ms)."""
 
-CREATE_KEYWORDS: Final = frozenset(
+_BUILT_KEYS: Final = frozenset(
     {
-        "max_tokens",
-        "messages",
         "model",
-        "cache_control",
-        "container",
-        "inference_geo",
-        "metadata",
-        "output_config",
-        "service_tier",
-        "speed",
-        "stop_sequences",
+        "messages",
         "system",
-        "thinking",
-        "tool_choice",
         "tools",
+        "metadata",
+        "max_tokens",
+        "thinking",
+        "temperature",
+        "stream",
+        "cache_control",
     }
 )
-"""Body fields ``AsyncMessages.create`` takes as keyword arguments (anthropic 2.13; it has no
-``temperature``, ``top_k``, ``top_p``: those go in ``extra_body``; ``stream`` is the worker's)."""
-SDK_OPTIONS: Final = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-"""Keyword arguments of ``create`` that are request options, not body fields."""
-M1_1_ORDER: Final = (
-    "model",
-    "messages",
-    "system",
-    "tools",
-    "tool_choice",
-    "betas",
-    "metadata",
-    "max_tokens",
-    "thinking",
-    "temperature",
-    "context_management",
-    "output_config",
-    "speed",
-)
-_BUILT_KEYS: Final = frozenset(
-    {"model", "messages", "system", "tools", "metadata", "max_tokens", "thinking", "temperature", "stream"}
-)
 """Fields :func:`build_model_params` derives itself; the stored request's values for them are replaced
-(``stream`` is passed by the caller)."""
+(``stream`` is passed by the caller; a top-level ``cache_control`` — automatic caching, M9.1 — would be
+a breakpoint beyond the ones placed here)."""
 
 
-def request_body(params: Mapping[str, JsonValue]) -> JsonObject:
-    """The JSON body ``params`` sends: its body keywords with ``extra_body`` merged in (SDK options
-    such as ``timeout`` left out)."""
-    body: JsonObject = {key: value for key, value in params.items() if key not in SDK_OPTIONS}
-    extra = params.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(extra)
-    return body
+class InvalidStoredRequest(AgentbusError):
+    """The normalizer's stored request cannot be sent: ``field`` names the offending key."""
 
-
-def sdk_params(body: Mapping[str, JsonValue], options: Mapping[str, JsonValue] | None = None) -> JsonObject:
-    """``create`` keyword arguments sending ``body``: M1.1's order, then the other fields; fields that
-    are not keywords of ``create`` go into ``extra_body`` (the SDK rejects unknown keywords and merges
-    ``extra_body`` into the body). ``options`` (``timeout``, ``extra_headers`` …) are kept."""
-    ordered = [key for key in M1_1_ORDER if key in body] + [key for key in body if key not in M1_1_ORDER]
-    result: JsonObject = {}
-    extra_body: JsonObject = {}
-    for key in ordered:
-        if key in CREATE_KEYWORDS:
-            result[key] = body[key]
-        elif key != "stream":
-            extra_body[key] = body[key]
-    for key, value in (options or {}).items():
-        if key != "extra_body":
-            result[key] = value
-    if extra_body:
-        result["extra_body"] = extra_body
-    return result
-
-
-def _options(params: Mapping[str, JsonValue]) -> JsonObject:
-    return {key: value for key, value in params.items() if key in SDK_OPTIONS and key != "extra_body"}
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -210,7 +160,20 @@ def offered_tools(tools: Sequence[ToolDefinition], allowed: Sequence[str] | None
     ``allowed=None`` = all of them. Names in ``allowed`` no tool has are ignored (A3.4);
     :func:`unknown_tool_names` lists them."""
     names = None if allowed is None else set(allowed)
-    return [tool.to_wire() for tool in tools if names is None or tool.name in names]
+    return [tool_wire(tool) for tool in tools if names is None or tool.name in names]
+
+
+def tool_wire(tool: ToolDefinition) -> JsonObject:
+    """``tool.to_wire()`` without pydantic's serializer (10 µs a tool, every request): the fields in
+    declaration order, ``description`` only when it was set, then the unknown keys. The values are the
+    tool's own (JSON already), shared, not copied."""
+    wire: JsonObject = {"name": tool.name}
+    if "description" in tool.model_fields_set:
+        wire["description"] = tool.description
+    wire["input_schema"] = tool.input_schema
+    if tool.model_extra:
+        wire.update(tool.model_extra)
+    return wire
 
 
 def unknown_tool_names(tools: Sequence[ToolDefinition], allowed: Sequence[str] | None) -> list[str]:
@@ -224,16 +187,14 @@ def _with_thinking_fields(
     model: str,
     requested: Mapping[str, JsonValue] | None,
     *,
+    max_tokens: int,
+    messages: list[JsonValue],
     temperature: float | None,
     capabilities: ThinkingCapabilities,
     table: MaxTokensTable,
 ) -> None:
-    """M1.6 on a params dict being built: ``thinking`` or ``temperature``, fitted to the open turn of
-    its messages (API §1.10)."""
-    max_tokens = params["max_tokens"]
-    assert isinstance(max_tokens, int)
-    messages = params["messages"]
-    assert isinstance(messages, list)
+    """M1.6 on a params dict being built (sending ``max_tokens`` and ``messages``): ``thinking`` or
+    ``temperature``, fitted to the open turn of the messages (API §1.10)."""
     thinking = thinking_param(
         model,
         requested,
@@ -273,20 +234,27 @@ def build_model_params(
     * ``thinking`` / ``temperature``: M1.6; a sub-agent (``config.agent_id`` set) runs without thinking
       (A3.6). Thinking is left out for a request continuing a tool loop whose assistant turn does not
       start with thinking, and the open turn's thinking is removed when thinking is off (API §1.10).
+
+    Raises :class:`InvalidStoredRequest` when ``api_request["messages"]`` is not a list.
     """
     model = config.model or _str(api_request.get("model")) or defaults.model
     table = defaults.max_tokens_table
     override = config.max_tokens if config.max_tokens is not None else defaults.max_tokens
-    messages = api_request.get("messages")
+    stored_messages = api_request.get("messages")
+    if not isinstance(stored_messages, list):
+        kind = type(stored_messages).__name__
+        raise InvalidStoredRequest(f"stored request: messages: expected a list, got {kind}", field="messages")
+    messages: list[JsonValue] = list(stored_messages)
+    max_tokens = resolve_max_tokens(model, override, table=table, capped_default=defaults.capped_default_max_tokens)
     params: JsonObject = {
         "model": model,
-        "messages": list(messages) if isinstance(messages, list) else [],
+        "messages": messages,
         "system": list(
             system_blocks(
                 defaults.system_prefix,
                 _system_texts(api_request["system"])
                 if "system" in api_request
-                else [config.system_prompt or defaults.system_prompt or ""],
+                else [(config.system_prompt if config.system_prompt is not None else defaults.system_prompt) or ""],
             )
         ),
         "metadata": {
@@ -294,9 +262,7 @@ def build_model_params(
                 device_id=defaults.device_id, session_id=session_id, extra=defaults.extra_metadata
             )
         },
-        "max_tokens": resolve_max_tokens(
-            model, override, table=table, capped_default=defaults.capped_default_max_tokens
-        ),
+        "max_tokens": max_tokens,
     }
     offered = offered_tools(tools, config.tools)
     if offered:
@@ -312,6 +278,8 @@ def build_model_params(
         params,
         model,
         requested,
+        max_tokens=max_tokens,
+        messages=messages,
         temperature=defaults.temperature,
         capabilities=defaults.thinking_capabilities,
         table=table,
@@ -339,6 +307,14 @@ def _number(value: JsonValue | None) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def fallback_model(config: SessionModelConfig, defaults: ModelDefaults, *, model: str) -> str | None:
+    """M6.1: the model to switch to after repeated 529s — the session's, else the worker's; ``None``
+    when there is none or it is ``model`` itself (Claude Code refuses a fallback equal to the main
+    model)."""
+    fallback = config.fallback_model or defaults.fallback_model
+    return fallback if fallback and fallback != model else None
+
+
 def with_max_tokens(
     params: JsonObject, max_tokens: int, *, capabilities: ThinkingCapabilities = DEFAULT_THINKING_CAPABILITIES
 ) -> JsonObject:
@@ -355,7 +331,7 @@ def with_max_tokens(
         else:
             del body["thinking"]
             _temperature_fields(body, _str(body.get("model")) or "", None, capabilities)
-    return sdk_params(body, _options(params))
+    return sdk_params(body, options_of(params))
 
 
 def non_streaming_fallback_params(params: JsonObject, *, timeout_s: float = NON_STREAMING_TIMEOUT_S) -> JsonObject:
@@ -371,7 +347,7 @@ def non_streaming_fallback_params(params: JsonObject, *, timeout_s: float = NON_
     budget = thinking_budget(thinking)
     if isinstance(thinking, dict) and budget is not None and budget > capped - 1:
         body["thinking"] = {**thinking, "budget_tokens": capped - 1}
-    return sdk_params(body, {**_options(params), "timeout": timeout_s})
+    return sdk_params(body, {**options_of(params), "timeout": timeout_s})
 
 
 def with_model(
@@ -414,18 +390,21 @@ def with_model(
         requested = {"type": "enabled", "budget_tokens": budget} if budget not in (None, default_budget) else None
     body["model"] = model
     body["max_tokens"] = max_tokens
-    messages = body.get("messages")
-    body["messages"] = strip_thinking(messages) if isinstance(messages, list) else []
+    old_messages = body.get("messages")
+    messages = strip_thinking(old_messages) if isinstance(old_messages, list) else []
+    body["messages"] = messages
     _with_thinking_fields(
         body,
         model,
         requested,
+        max_tokens=max_tokens,
+        messages=messages,
         temperature=_number(body.get("temperature")),
         capabilities=capabilities,
         table=table,
     )
     cached = apply_cache_breakpoints(body, ttl=_marker_ttl(body), enabled=_has_markers(body))
-    return sdk_params(cached, _options(params))
+    return sdk_params(cached, options_of(params))
 
 
 def _marker_ttl(body: JsonObject) -> CacheTtl:
@@ -452,14 +431,17 @@ __all__ = [
     "MAX_NON_STREAMING_TOKENS",
     "NON_STREAMING_TIMEOUT_S",
     "SDK_OPTIONS",
+    "InvalidStoredRequest",
     "ModelDefaults",
     "build_model_params",
+    "fallback_model",
     "metadata_user_id",
     "non_streaming_fallback_params",
     "offered_tools",
     "request_body",
     "sdk_params",
     "system_blocks",
+    "tool_wire",
     "unknown_tool_names",
     "with_max_tokens",
     "with_model",

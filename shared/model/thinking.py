@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from shared.api_request_view import THINKING_TYPES, read_request
+from shared.api_request_view import THINKING_TYPES
 from shared.json_types import JsonObject, JsonValue
 
 MIN_THINKING_BUDGET: Final = 1_024
@@ -101,51 +101,91 @@ def thinking_budget(thinking: object) -> int | None:
     return None
 
 
+def _blocks(message: JsonValue) -> list[JsonObject]:
+    """The well-formed blocks of a raw message (string content reads as one text block, as the API
+    reads it)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, list):
+        return []
+    return [block for block in content if isinstance(block, dict) and isinstance(block.get("type"), str)]
+
+
+def _holds(message: JsonValue, block_type: str, id_key: str) -> bool:
+    return any(block["type"] == block_type and isinstance(block.get(id_key), str) for block in _blocks(message))
+
+
+def _is_new_prompt(message: JsonValue) -> bool:
+    """A user message carrying no tool_result: where the open assistant turn begins (the same rule as
+    :meth:`shared.api_request_view.RequestView.open_assistant_turn`)."""
+    return (
+        isinstance(message, dict)
+        and message.get("role") == "user"
+        and not _holds(message, "tool_result", "tool_use_id")
+    )
+
+
+def open_turn_assistants(messages: Sequence[JsonValue]) -> list[int]:
+    """Indexes of the assistant messages of the turn a request continues: those after the last user
+    message that is a new prompt. A light scan of raw dicts from the end — in a long tool loop the
+    open turn is most of the request, and this runs for every request."""
+    indexes: list[int] = []
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if _is_new_prompt(message):
+            break
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            indexes.append(index)
+    indexes.reverse()
+    return indexes
+
+
 def open_turn_blocks_thinking(messages: Sequence[JsonValue]) -> bool:
     """API §1.10: with thinking on, the assistant turn a request continues (a tool-use loop) must start
     with a thinking block once it holds a tool_use. True when it holds one but does not start with
     thinking — e.g. the normalizer stripped it because its options say thinking is off — so this
     request must go without thinking ("keep one thinking configuration per assistant turn")."""
-    turn = read_request({"messages": list(messages)}, thinking_enabled=None, allow_prefill=True).open_assistant_turn()
-    if not any(message.ids("tool_use", "id") for message in turn):
+    turn = open_turn_assistants(messages)
+    if not any(_holds(messages[index], "tool_use", "id") for index in turn):
         return False
-    first = turn[0].blocks
-    return not first or first[0].type not in THINKING_TYPES
+    first = _blocks(messages[turn[0]])
+    return not first or first[0]["type"] not in THINKING_TYPES
 
 
 def strip_open_turn_thinking(messages: Sequence[JsonValue]) -> list[JsonValue]:
     """API §1.10: with thinking off, no assistant message of the open turn may carry thinking; a copy of
     ``messages`` without those blocks (the input is not changed; untouched messages are shared). A final
     assistant message left empty is dropped (it held only thinking, no tool_use)."""
-    view = read_request({"messages": list(messages)}, thinking_enabled=None, allow_prefill=True)
-    touched = {message.index for message in view.open_assistant_turn() if any(message.of_type(*THINKING_TYPES))}
-    return strip_thinking(messages, only=touched)
+    return strip_thinking(messages, only=set(open_turn_assistants(messages)))
+
+
+def _without_thinking(message: JsonValue) -> JsonValue | None:
+    """An assistant ``message`` without its thinking blocks: the message itself when it has none,
+    ``None`` when nothing else is left."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or message.get("role") != "assistant" or not isinstance(content, list):
+        return message
+    kept = [block for block in content if not (isinstance(block, dict) and block.get("type") in THINKING_TYPES)]
+    if len(kept) == len(content):
+        return message
+    return {**message, "content": kept} if kept else None
 
 
 def strip_thinking(messages: Sequence[JsonValue], *, only: set[int] | None = None) -> list[JsonValue]:
     """A copy of ``messages`` whose assistant messages (those at ``only``, or all) carry no thinking or
     redacted_thinking blocks (M6.6: thinking of another model is never replayed). A message left empty
     is dropped when it is the last one, else kept as it was (it would be invalid either way)."""
-    result: list[JsonValue] = []
-    last = len(messages) - 1
-    for index, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if (
-            not isinstance(message, Mapping)
-            or message.get("role") != "assistant"
-            or not isinstance(content, list)
-            or (only is not None and index not in only)
-        ):
-            result.append(message)
-            continue
-        kept = [block for block in content if not (isinstance(block, Mapping) and block.get("type") in THINKING_TYPES)]
-        if len(kept) == len(content):
-            result.append(message)
-        elif kept:
-            result.append({**message, "content": kept})
-        elif index != last:
-            result.append(message)
-    return result
+    result = list(messages)
+    last = len(result) - 1
+    drop_last = False
+    for index in range(len(result)) if only is None else sorted(only):
+        stripped = _without_thinking(result[index])
+        if stripped is not None:
+            result[index] = stripped
+        elif index == last:
+            drop_last = True
+    return result[:-1] if drop_last else result
 
 
 __all__ = [
@@ -153,6 +193,7 @@ __all__ = [
     "DISABLED_THINKING",
     "MIN_THINKING_BUDGET",
     "ThinkingCapabilities",
+    "open_turn_assistants",
     "open_turn_blocks_thinking",
     "strip_open_turn_thinking",
     "strip_thinking",

@@ -4,6 +4,8 @@ the truncated-reply recovery state machine (M12 vectors included)."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.model.limits import (
     OUTPUT_TOKEN_RECOVERY_MESSAGE,
@@ -164,3 +166,24 @@ def test_m1_5_precedence_retry_then_loop_then_default() -> None:
     assert loop_max_tokens(32_000, state=OutputLimitState()) == 32_000
     assert loop_max_tokens(32_000, state=state) == 64_000
     assert loop_max_tokens(32_000, state=state, retry_override=10_941) == 10_941
+
+
+@given(
+    st.integers(min_value=0, max_value=2_000_000),
+    st.integers(min_value=1, max_value=200_000),
+    st.integers(min_value=1, max_value=2_000_000),
+    st.one_of(st.none(), st.integers(min_value=1_024, max_value=100_000)),
+)
+def test_m4_11_retry_leaves_at_least_the_floor_and_fits_when_it_can(
+    input_tokens: int, max_tokens: int, limit: int, budget: int | None
+) -> None:
+    decision = decide_context_overflow(ContextOverflow(input_tokens, max_tokens, limit), thinking_budget=budget)
+    available = max(0, limit - input_tokens - 1_000)
+    assert decision.available_tokens == available
+    if available < 3_000:
+        assert decision.action is ContextOverflowAction.GIVE_UP
+        return
+    assert decision.action is ContextOverflowAction.RETRY
+    assert decision.max_tokens is not None
+    assert decision.max_tokens >= available
+    assert decision.max_tokens == available or (budget is not None and decision.max_tokens == budget + 1)

@@ -6,6 +6,7 @@ import pytest
 
 from shared.model.max_tokens import (
     CAPPED_DEFAULT_MAX_TOKENS,
+    MaxTokensLimits,
     MaxTokensTable,
     default_max_tokens,
     max_tokens_upper_limit,
@@ -62,9 +63,16 @@ def test_m1_5_capability_table_replaces_upper_and_clamps_default() -> None:
     assert max_tokens_upper_limit("claude-tiny", table=table) == 64_000
 
 
-def test_m1_5_exact_entry_wins_only_for_exact_id() -> None:
+def test_m1_5_exact_entry_for_exact_id_or_its_dated_snapshot() -> None:
     table = MaxTokensTable(exact={"claude-opus-4-7": 128_000})
-    assert max_tokens_upper_limit("claude-opus-4-7-20260101", table=table) == 32_000
+    assert max_tokens_upper_limit("claude-opus-4-7-20260101", table=table) == 128_000
+    assert max_tokens_upper_limit("claude-opus-4-7-fast", table=table) == 32_000
+
+
+def test_m1_5_exact_entry_can_be_a_full_row() -> None:
+    table = MaxTokensTable(exact={"claude-opus-4-7": MaxTokensLimits(64_000, 128_000)})
+    assert default_max_tokens("claude-opus-4-7", table=table) == 64_000
+    assert max_tokens_upper_limit("claude-opus-4-7", table=table) == 128_000
 
 
 def test_m1_5_override_bounded_by_upper_limit() -> None:

@@ -13,22 +13,27 @@ from anthropic.resources.messages import AsyncMessages
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.api_validation import validate_api_request
 from shared.json_types import JsonObject
 from shared.model.cache import MAX_CACHE_BREAKPOINTS, count_cache_breakpoints
 from shared.model.request import (
     AGENT_SDK_PREFIX,
     CLI_PREFIX,
     CREATE_KEYWORDS,
+    InvalidStoredRequest,
     ModelDefaults,
     build_model_params,
+    fallback_model,
     metadata_user_id,
     non_streaming_fallback_params,
     request_body,
+    tool_wire,
     unknown_tool_names,
     with_max_tokens,
     with_model,
 )
 from shared.model.session_config import SessionModelConfig
+from shared.model.thinking import open_turn_assistants
 from shared.tool_definitions import ToolDefinition
 from tests.shared.model.api_builders import MARKER, assistant, messages, text, thinking, tool_result, tool_use, user
 
@@ -105,6 +110,13 @@ def test_m1_1_stored_request_keys_pass_through() -> None:
     assert params["max_tokens"] == 32_000
 
 
+@pytest.mark.parametrize("request_body_", [{}, {"messages": "hi"}])
+def test_m1_8_stored_request_without_messages_list_is_a_typed_error(request_body_: JsonObject) -> None:
+    with pytest.raises(InvalidStoredRequest) as raised:
+        build(request_body_)
+    assert raised.value.field == "messages"
+
+
 def test_m1_3_metadata_user_id_is_a_json_string() -> None:
     params = build()
     assert params["metadata"] == {
@@ -140,6 +152,19 @@ def test_m1_4_rest_from_session_then_stored_request() -> None:
     params = build(stored, config=SessionModelConfig(system_prompt="ignored"))
     assert [block["text"] for block in params["system"]] == [CLI_PREFIX, "One.\n\nTwo."]
     assert build({"messages": [user("hi")], "system": "Plain."})["system"][1]["text"] == "Plain."
+
+
+def test_m1_4_empty_session_system_prompt_means_no_rest_block() -> None:
+    assert len(build(config=SessionModelConfig(system_prompt=""))["system"]) == 1
+
+
+def test_m6_1_fallback_model_session_then_worker_never_the_main_model() -> None:
+    defaults = ModelDefaults(model="claude-opus-4-6", fallback_model="claude-sonnet-4-6")
+    assert fallback_model(SessionModelConfig(), defaults, model="claude-opus-4-6") == "claude-sonnet-4-6"
+    config = SessionModelConfig(fallback_model="claude-haiku-4-5")
+    assert fallback_model(config, defaults, model="claude-opus-4-6") == "claude-haiku-4-5"
+    assert fallback_model(SessionModelConfig(), defaults, model="claude-sonnet-4-6") is None
+    assert fallback_model(SessionModelConfig(), DEFAULTS, model="claude-sonnet-4-5") is None
 
 
 def test_m1_5_max_tokens_default_and_bounded_override() -> None:
@@ -239,6 +264,22 @@ def test_m1_8_tools_from_catalog_filtered_unknown_keys_kept() -> None:
     assert unknown_tool_names(CATALOG, ["Read", "Nope"]) == ["Nope"]
 
 
+@pytest.mark.parametrize(
+    "tool",
+    [
+        ToolDefinition(name="A", input_schema={"type": "object"}),
+        ToolDefinition(name="B", description="", input_schema={}),
+        ToolDefinition(
+            name="C", description="d", input_schema={"a": [1]}, strict=True, cache_control={"type": "ephemeral"}
+        ),
+        ToolDefinition.model_validate({"input_schema": {}, "defer_loading": True, "name": "D"}),
+    ],
+)
+def test_m1_8_tool_wire_equals_to_wire(tool: ToolDefinition) -> None:
+    assert tool_wire(tool) == tool.to_wire()
+    assert list(tool_wire(tool)) == list(tool.to_wire())
+
+
 def test_m9_4_messages_carry_one_marker_on_last_block() -> None:
     params = build({"messages": [user("a"), assistant(text("b")), user(text("c"), text("d"))]})
     assert params["messages"][-1] == user(text("c"), text("d", cache_control=MARKER))
@@ -336,3 +377,34 @@ def test_m6_with_same_model_is_a_copy(model: str) -> None:
     params = build_sdk(config=SessionModelConfig(model=model))
     assert with_model(params, model) == params
     assert with_model(params, model) is not params
+
+
+THINKING_MODE_RULES = {"missing_leading_thinking", "thinking_while_disabled"}
+
+
+@given(
+    messages(),
+    st.sampled_from(["claude-sonnet-4-5", "claude-opus-4-1", "claude-3-5-haiku"]),
+    st.sampled_from([None, {"type": "disabled"}]),
+)
+def test_api_1_10_built_request_passes_the_thinking_mode_rules(
+    history: list[JsonObject], model: str, thinking_config: JsonObject | None
+) -> None:
+    """Whatever the history, the request sent breaks neither thinking-mode rule of shared/api_validation
+    (a tool loop without leading thinking goes without thinking; with thinking off the open turn holds
+    none) — except where an open-turn message holds nothing but thinking (it cannot be fixed here)."""
+    body = build({"messages": history}, config=SessionModelConfig(model=model, thinking=thinking_config))
+    sent = body["messages"]
+    if any(_only_thinking(sent[index]) for index in open_turn_assistants(sent)):
+        return
+    violations = validate_api_request(body, allow_prefill=True)
+    assert [v for v in violations if v.rule in THINKING_MODE_RULES] == []
+
+
+def _only_thinking(message: JsonObject) -> bool:
+    content = message.get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking") for b in content)
+    )
