@@ -10,6 +10,7 @@ import sys
 import uvicorn
 
 from services.ingestion import app as ingestion_app
+from services.model.api_key import require_api_key
 from services.normalization import app as normalization_app
 from services.observability.wiring import configure_process
 from services.runtime.settings import Settings
@@ -58,6 +59,8 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
     resolved = settings if settings is not None else Settings()
     if name in SIGNING_WORKERS:
         resolved.require_internal_key()  # refuse here, in one line, not as a startup traceback in the log
+    if name == "model":
+        require_api_key(resolved)
     configure_process(resolved, name)  # before any consumer binds its logger
     app, _ = build_worker(name, resolved)
     listener = inherited_listener()

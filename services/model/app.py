@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from anthropic import AsyncAnthropic
 
+from services.model.api_key import require_api_key
 from services.model.worker import ModelWorker
 from services.observability.metrics import instrument_handler
 from services.runtime.consumer import BatchConsumer
@@ -32,9 +33,8 @@ SHUTDOWN_GRACE_S = 30.0
 
 def model_client(settings: Settings) -> AsyncAnthropic:
     """M1.2: the SDK's own retries off (the worker retries, M4), our timeout, the configured base URL."""
-    key = settings.anthropic_api_key.get_secret_value() if settings.anthropic_api_key is not None else None
     return AsyncAnthropic(
-        api_key=key,
+        api_key=require_api_key(settings),
         base_url=settings.model.base_url,
         max_retries=0,
         timeout=settings.model.request_timeout_s,

@@ -66,6 +66,19 @@ INTERRUPT_ABORT = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
 )
 
+DEFINED: Final = (
+    TOKEN_USAGE,
+    OPERATION_DURATION,
+    TIME_TO_FIRST_CHUNK,
+    CALLS,
+    RETRIES,
+    FALLBACKS,
+    IN_FLIGHT,
+    COST,
+    INTERRUPT_ABORT,
+)
+"""Every metric of this module (``metrics.metric_families`` lists them with the rest)."""
+
 CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered"]
 
 
