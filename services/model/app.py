@@ -21,12 +21,13 @@ from services.runtime.price_table import load_price_table
 from services.runtime.settings import Settings
 from services.runtime.slots import JobSlots
 from services.runtime.token_bucket import TokenBucket
-from services.runtime.tool_catalog import read_tool_catalog
+from services.runtime.tool_catalog import ToolCatalogCache
 from services.runtime.topology import MODEL_GROUP
 from services.runtime.worker_app import WorkerContext
 from shared.model.request import ModelDefaults
 from shared.tool_definitions import ToolDefinition
 
+CATALOG_MAX_AGE_S = 1.0
 SHUTDOWN_GRACE_S = 30.0
 """How long a stopping worker lets its calls finish; the rest are cancelled and their notices redelivered."""
 
@@ -65,6 +66,8 @@ class ModelRuntime:
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         keepalive_s = max(min(claim_idle_ms, settings.model.session_lease_ms) / 3000, 0.05)
         self.client = model_client(settings)
+        # Read at most once a second: the catalog changes when tool workers come and go, not per request.
+        self.catalog = ToolCatalogCache(context.redis, self.topology, max_age_s=CATALOG_MAX_AGE_S)
         self.worker = ModelWorker(
             context.redis,
             self.topology,
@@ -92,7 +95,7 @@ class ModelRuntime:
         context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
 
     async def _tools(self) -> Sequence[ToolDefinition]:
-        return await read_tool_catalog(self.context.redis, self.topology)
+        return await self.catalog.tools()
 
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): abort its call in flight now."""

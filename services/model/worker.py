@@ -204,13 +204,14 @@ class ModelWorker:
         held = asyncio.Event()
         keepalive = asyncio.create_task(self._keep_alive(entry, lease, held))
         try:
-            if not await self._acquire(lease, notice):
+            state = await self._take(lease, notice)
+            if state is None:
                 self.stats.superseded += 1
                 model_metrics.record_call(self.defaults.model, "superseded")
                 return
             held.set()
             try:
-                await self._serve(entry, notice)
+                await self._serve(entry, notice, state)
             finally:
                 held.clear()
                 await lease.release()
@@ -218,6 +219,29 @@ class ModelWorker:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
+
+    async def _take(self, lease: SessionLease, notice: RequestReady) -> list[bytes | None] | None:
+        """Take the lease and read the session's state in one round trip (the common case: nobody holds it);
+        None when a newer request superseded this one while the lease was held by another call."""
+        acquired, *state = await self._read_state(notice.session_id, lease)
+        if acquired:
+            return state
+        if not await self._acquire(lease, notice):
+            return None
+        _, *state = await self._read_state(notice.session_id, None)
+        return state
+
+    async def _read_state(self, session: str, lease: SessionLease | None) -> list[bytes | None]:
+        """[lease taken?, stored request, in-flight record, session config, interrupt time]."""
+        pipe = self.redis.pipeline(transaction=False)
+        if lease is not None:
+            pipe.set(lease.key, lease.owner, nx=True, px=lease.ttl_ms)
+        pipe.get(self.topology.request(session))
+        pipe.get(self.topology.model_inflight(session))
+        pipe.get(self.topology.session_config(session))
+        pipe.get(self.topology.interrupt(session))
+        replies: list[bytes | None] = await pipe.execute()
+        return replies if lease is not None else [None, *replies]
 
     async def _acquire(self, lease: SessionLease, notice: RequestReady) -> bool:
         """Take the session's lease; False when a newer request of the session superseded this one meanwhile."""
@@ -252,14 +276,9 @@ class ModelWorker:
 
     # -- one request -------------------------------------------------------------------------------------
 
-    async def _serve(self, entry: StreamEntry, notice: RequestReady) -> None:
+    async def _serve(self, entry: StreamEntry, notice: RequestReady, state: list[bytes | None]) -> None:
         session = notice.session_id
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.get(self.topology.request(session))
-        pipe.get(self.topology.model_inflight(session))
-        pipe.get(self.topology.session_config(session))
-        pipe.get(self.topology.interrupt(session))
-        raw_request, raw_inflight, raw_config, interrupted_at = await pipe.execute()
+        raw_request, raw_inflight, raw_config, interrupted_at = state
         stored = orjson.loads(raw_request) if raw_request is not None else None
         if stored is None or stored.get("seq", -1) > notice.seq:
             self.stats.superseded += 1
