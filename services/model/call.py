@@ -283,7 +283,8 @@ class ModelCall:
             await stream.close()
         except Exception:  # the stream is already broken; closing is best effort
             log.debug("stream_close_failed", request_id=request_id)
-        self.publisher.discard_pending()
+        # What arrived was published as it arrived (the queue is written out, not dropped: the log then holds
+        # the same partial messages whatever the timing, and the fallback tombstones them).
         if events:
             await self.publisher.publish([(f"model:{request_id}:fallback", StreamFallback(request_id=request_id))])
 

@@ -38,6 +38,7 @@ class SessionPublisher:
         request_seq: int,
         internal_key: bytes,
         traceparent: str | None,
+        request_digest: str | None = None,
     ) -> None:
         self.redis = redis
         self.topology = topology
@@ -45,6 +46,8 @@ class SessionPublisher:
         self.request_seq = request_seq
         self.internal_key = internal_key
         self.traceparent = traceparent
+        self.request_digest = request_digest
+        """Carried by every in-flight record (``worker.answered_already``)."""
         self.ingress = topology.ingress_for(session_id)
         self.inflight_key = topology.model_inflight(session_id)
         self._pending: list[Fields] = []
@@ -58,7 +61,7 @@ class SessionPublisher:
     def record(self, state: JsonObject) -> None:
         """Set the in-flight record to ``state`` in the next write, atomically with the events queued with it
         (the record of a stream goes out with its first event; "answered" with its ``message_stop``)."""
-        self._record = orjson.dumps(state)
+        self._record = orjson.dumps({**state, "digest": self.request_digest} if self.request_digest else state)
 
     def add_event(self, request_id: str, index: int, event: JsonObject) -> None:
         """Queue raw event number ``index`` of ``request_id``; it is written now if no write is in flight."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,6 +79,21 @@ class Bucket(Protocol):
 
 def parse_request_notice(data: str | bytes) -> RequestReady:
     return RequestReady.model_validate_json(data, by_alias=True, by_name=False)
+
+
+def request_digest(api_request: JsonObject) -> str:
+    """What the request asks, for telling a request apart from one already answered."""
+    return hashlib.sha256(orjson.dumps(api_request.get("messages"))).hexdigest()[:32]
+
+
+def answered_already(inflight: JsonObject | None, seq: int, digest: str) -> bool:
+    """The session's last call answered this request: its seq, or an identical request published again (a
+    stream fallback's tombstones make the normalizer publish the same conversation once more at a later seq,
+    while the call that tombstoned them answers it)."""
+    if inflight is None or inflight.get("state") not in FINAL_STATES:
+        return False
+    answered_seq = inflight.get("seq")
+    return (isinstance(answered_seq, int) and answered_seq >= seq) or inflight.get("digest") == digest
 
 
 def continues_tool_loop(api_request: JsonObject) -> bool:
@@ -285,7 +301,8 @@ class ModelWorker:
             model_metrics.record_call(self.defaults.model, "superseded")
             return
         inflight = orjson.loads(raw_inflight) if raw_inflight is not None else None
-        if inflight is not None and inflight.get("seq", -1) >= notice.seq and inflight.get("state") in FINAL_STATES:
+        digest = request_digest(stored["request"])
+        if answered_already(inflight, notice.seq, digest):
             self.stats.already_answered += 1
             model_metrics.record_call(self.defaults.model, "already_answered")
             return
@@ -296,6 +313,7 @@ class ModelWorker:
             request_seq=notice.seq,
             internal_key=self.internal_key,
             traceparent=notice.traceparent,
+            request_digest=digest,
         )
         if interrupted_at is not None and int(interrupted_at) >= entry_time_ms(entry.entry_id):
             # Interrupted after the request was published: the turn is over before the call began.
