@@ -61,6 +61,8 @@ class StreamEvent(WireModel):
     execute_tools: bool = True
     request_seq: int | None = None
     """As :attr:`AssistantReply.request_seq`: a stream of a request older than the last interrupt is dropped."""
+    max_tokens: int | None = None
+    """The request's ``max_tokens`` (on the stream's first event): the ``max_tokens`` error quotes it (M8.3)."""
 
 
 class StreamFallback(WireModel):

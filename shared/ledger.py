@@ -339,6 +339,7 @@ class SessionLedger:
                 request_id=payload.request_id,
                 parent_before=self.state.chain_parent,
                 execute_tools=payload.execute_tools,
+                **({"max_output_tokens": payload.max_tokens} if payload.max_tokens is not None else {}),
             )
             self.state.open_replies[payload.request_id] = reply
         try:

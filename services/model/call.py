@@ -82,6 +82,8 @@ class CallResult:
     error_type: str | None = None
     attempts: int = 0
     time_to_first_chunk_s: float | None = None
+    tool_use: bool = False
+    """The reply holds a tool_use block (M8.5: a truncated reply with one runs its tools, no recovery)."""
 
 
 @dataclass(slots=True)
@@ -95,12 +97,16 @@ class _StreamProgress:
     stopped: bool = False
     message_id: str | None = None
     model: str | None = None
+    tool_use: bool = False
     usage: JsonObject = field(default_factory=lambda: dict(EMPTY_USAGE))
 
     def feed(self, event: JsonObject) -> None:
         kind = event.get("type")
         if kind == "content_block_stop":
             self.blocks_done += 1
+        elif kind == "content_block_start":
+            block = event.get("content_block")
+            self.tool_use = self.tool_use or (isinstance(block, dict) and block.get("type") == "tool_use")
         elif kind == "message_start":
             self.started = True
             message = event.get("message")
@@ -228,6 +234,7 @@ class ModelCall:
             stop_reason=progress.stop_reason,
             attempts=self.attempts,
             time_to_first_chunk_s=self.first_chunk_s,
+            tool_use=progress.tool_use,
         )
 
     async def _open_stream(self) -> tuple[anthropic.AsyncStream[Any], str]:
@@ -249,6 +256,8 @@ class ModelCall:
         publisher = self.publisher
         loop = asyncio.get_running_loop()
         idle_s = self.settings.stream_idle_timeout_s
+        sent_max_tokens = request_body(self.params).get("max_tokens")
+        max_tokens = sent_max_tokens if isinstance(sent_max_tokens, int) else None
         index = 0
         try:
             async with asyncio.timeout(idle_s) as idle:
@@ -261,7 +270,7 @@ class ModelCall:
                     progress.feed(event)
                     if progress.stopped:
                         publisher.record(self._inflight(request_id, "answered"))
-                    publisher.add_event(request_id, index, event)
+                    publisher.add_event(request_id, index, event, max_tokens=max_tokens if index == 0 else None)
                     index += 1
         except asyncio.CancelledError:
             # An interrupt (M2.9): close the connection now; what was published stays (R10.1).
@@ -327,6 +336,7 @@ class ModelCall:
             stop_reason=response.get("stop_reason") if isinstance(response.get("stop_reason"), str) else None,  # type: ignore[arg-type]
             attempts=self.attempts,
             time_to_first_chunk_s=self.first_chunk_s,
+            tool_use=any(block.type == "tool_use" for block in message.blocks),
         )
 
     async def _create_nonstreaming(self) -> JsonObject:

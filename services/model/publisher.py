@@ -63,27 +63,32 @@ class SessionPublisher:
         (the record of a stream goes out with its first event; "answered" with its ``message_stop``)."""
         self._record = orjson.dumps({**state, "digest": self.request_digest} if self.request_digest else state)
 
-    def add_event(self, request_id: str, index: int, event: JsonObject) -> None:
+    def add_event(self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None) -> None:
         """Queue raw event number ``index`` of ``request_id``; it is written now if no write is in flight."""
-        self._pending.append(self.stream_event_fields(request_id, index, event))
+        self._pending.append(self.stream_event_fields(request_id, index, event, max_tokens=max_tokens))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
 
-    def stream_event_fields(self, request_id: str, index: int, event: JsonObject) -> Fields:
+    def stream_event_fields(
+        self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None
+    ) -> Fields:
         """The signed entry of one stream event: the JSON ``IngressEnvelope(payload=StreamEvent(…))`` dumps to,
         built directly (a fifth of the cost of validating the event into the models and dumping them again; the
         event is the SDK's parsed JSON already). ``tests/services/test_model_publisher.py`` holds it equal."""
+        payload: JsonObject = {
+            "type": "stream_event",
+            "request_id": request_id,
+            "event": event,
+            "request_seq": self.request_seq,
+        }
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
         data = orjson.dumps(
             {
                 "v": SCHEMA_VERSION,
                 "session_id": self.session_id,
                 "idempotency_key": f"model:{request_id}:{index}",
-                "payload": {
-                    "type": "stream_event",
-                    "request_id": request_id,
-                    "event": event,
-                    "request_seq": self.request_seq,
-                },
+                "payload": payload,
                 "traceparent": self.traceparent,
             }
         )

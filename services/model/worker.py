@@ -49,11 +49,18 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import MODEL_GROUP, Topology
 from services.runtime.usage_store import record_usage
 from shared.clock import Clock, utc_now
-from shared.events import RequestReady, StreamFallback
+from shared.events import RequestReady, StreamFallback, UserPrompt
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
 from shared.model.cost import PriceTable, price_call
 from shared.model.genai import error_attributes, request_attributes, response_attributes, span_name
+from shared.model.limits import (
+    OUTPUT_TOKEN_RECOVERY_MESSAGE,
+    OutputLimitAction,
+    OutputLimitState,
+    decide_output_limit,
+    output_limit_error,
+)
 from shared.model.request import ModelDefaults, build_model_params, request_body
 from shared.model.session_config import SessionModelConfig
 from shared.tool_definitions import ToolDefinition
@@ -94,6 +101,29 @@ def answered_already(inflight: JsonObject | None, seq: int, digest: str) -> bool
         return False
     answered_seq = inflight.get("seq")
     return (isinstance(answered_seq, int) and answered_seq >= seq) or inflight.get("digest") == digest
+
+
+def count_recoveries(api_request: JsonObject) -> int:
+    """M8.5: the "Output token limit hit" messages of the turn the request continues (after its last prompt)."""
+    messages = api_request.get("messages")
+    count = 0
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        text = _user_text(message.get("content"))
+        if OUTPUT_TOKEN_RECOVERY_MESSAGE in text:
+            count += 1
+        elif text:
+            break  # the prompt that started the turn
+    return count
+
+
+def _user_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
 
 
 def continues_tool_loop(api_request: JsonObject) -> bool:
@@ -399,6 +429,23 @@ class ModelWorker:
         duration = time.perf_counter() - started
         await self._account(session, tenant, estimate, result, duration)
         self._end_span(span, result)
+        await self._after_truncation(publisher, result, params)
+
+    async def _after_truncation(self, publisher: SessionPublisher, result: CallResult, params: JsonObject) -> None:
+        """M8.5: a reply cut by ``max_tokens`` (or the context window) without a tool call is resumed: the meta
+        user message asks the model to go on, and the normalizer's next request calls it again — at most 3
+        times in a turn (counted from the request itself, so any worker may serve the next one). The M8.3
+        error text of each cut reply is in the log already (ingestion writes it; Claude Code withholds it
+        until the recoveries are used up)."""
+        error = output_limit_error(result.stop_reason)
+        if error is None or result.outcome != "ok":
+            return
+        state = OutputLimitState(recovery_count=count_recoveries(request_body(params)))
+        decision = decide_output_limit(error, state=state, tool_use_streamed=result.tool_use)
+        if decision.action is not OutputLimitAction.RESUME:
+            return
+        prompt = UserPrompt(content=OUTPUT_TOKEN_RECOVERY_MESSAGE, is_meta=True)
+        await publisher.publish([(f"model:{result.request_id or publisher.request_seq}:resume", prompt)])
 
     async def _aborted(
         self, session: str, notice: RequestReady, publisher: SessionPublisher, call: ModelCall, interrupted_at: float

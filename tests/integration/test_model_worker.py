@@ -22,8 +22,10 @@ import orjson
 import pytest
 
 from services.runtime.topology import Topology
+from shared.constants import max_output_tokens_error
 from shared.messages import AssistantMessage, SystemMessage, UserMessage
 from shared.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
+from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from shared.model.retry import backoff_window_ms
 from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
 from tests.integration.cluster import WorkerCluster
@@ -398,3 +400,28 @@ async def _sleep(seconds: float) -> None:
 
 def _system(messages: list[Any]) -> list[SystemMessage]:
     return [m for m in messages if getattr(m, "type", None) == "system"]
+
+
+async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_with_the_meta_message(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    fake.script(
+        session,
+        [reply(text("The first half"), stop_reason="max_tokens"), reply(text("and the second half."))],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "Write a lot.")
+        history = await wait_for(
+            client, session, lambda h: any(text_of(m) == "and the second half." for m in live_messages(h))
+        )
+    requests = fake.requests(session)
+    assert len(requests) == 2
+    max_tokens = requests[0]["body"]["max_tokens"]
+    texts = [text_of(m) for m in live_messages(history)]
+    # M8.3: the cut reply's error quotes the request's max_tokens; M8.5: then the meta message, then the rest.
+    assert max_output_tokens_error(max_tokens) in texts
+    assert OUTPUT_TOKEN_RECOVERY_MESSAGE in json.dumps(requests[1]["body"]["messages"][-1], ensure_ascii=False)
+    assert (
+        texts.index("The first half") < texts.index(OUTPUT_TOKEN_RECOVERY_MESSAGE) < texts.index("and the second half.")
+    )

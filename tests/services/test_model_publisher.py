@@ -50,3 +50,11 @@ def test_stream_event_fields_equal_the_models_dump(event: JsonObject, traceparen
     )
     assert built == signed_entry_fields(envelope, KEY)
     assert parse_ingress(built["data"]) == envelope
+    first = publisher.stream_event_fields("req_9", 0, event, max_tokens=1234)
+    with_cap = envelope.model_copy(
+        update={
+            "idempotency_key": "model:req_9:0",
+            "payload": StreamEvent(request_id="req_9", event=event, request_seq=7, max_tokens=1234),
+        }
+    )
+    assert first == signed_entry_fields(with_cap, KEY)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from services.model.worker import answered_already, continues_tool_loop, request_digest
+from services.model.worker import answered_already, continues_tool_loop, count_recoveries, request_digest
+from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
 
 PROMPT = {"messages": [{"role": "user", "content": "hi"}]}
 DIGEST = request_digest(PROMPT)
@@ -28,3 +29,12 @@ def test_m6_3_a_request_ending_in_tool_results_continues_the_turn() -> None:
     results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
     assert continues_tool_loop({"messages": [*PROMPT["messages"], {"role": "assistant", "content": "x"}, results]})
     assert not continues_tool_loop(PROMPT)
+
+
+def test_m8_5_recoveries_are_counted_back_to_the_turns_prompt() -> None:
+    resume = {"role": "user", "content": [{"type": "text", "text": OUTPUT_TOKEN_RECOVERY_MESSAGE}]}
+    cut = {"role": "assistant", "content": [{"type": "text", "text": "part"}]}
+    older = [{"role": "user", "content": "first"}, cut, resume, cut]
+    turn = [{"role": "user", "content": "second"}, cut, resume, cut, resume]
+    assert count_recoveries({"messages": [*older, *turn]}) == 2
+    assert count_recoveries({"messages": turn[:2]}) == 0
