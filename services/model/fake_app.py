@@ -255,7 +255,8 @@ def _request_headers(request: Request) -> dict[str, str]:
 
 
 def _authenticated(headers: dict[str, str]) -> bool:
-    """A key of any value (``x-api-key``, or an OAuth bearer token) — never checked further."""
+    """A key of any value, never checked further: ``x-api-key``, or ``authorization: Bearer …`` (how the
+    SDK 2.13 sends an API key, and how OAuth tokens come)."""
     return bool(headers.get("x-api-key") or headers.get("authorization", "").lower().startswith("bearer "))
 
 

@@ -14,7 +14,6 @@ import pytest
 
 from services.model.fake_server import FakeModelServer
 from services.model.fake_steps import ReplyStep
-from shared.json_types import JsonObject
 
 MODEL = "claude-test-model"
 PROMPT: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Read both files, please."}]
@@ -176,11 +175,11 @@ async def test_echo_fallback_and_echo_marker_repeat_the_last_user_text(
 def tool_round(reply: anthropic.types.Message) -> list[anthropic.types.MessageParam]:
     """The assistant reply and a user message answering each of its tool calls."""
     calls = [block for block in reply.content if block.type == "tool_use"]
-    results: list[JsonObject] = [{"type": "tool_result", "tool_use_id": c.id, "content": "ok"} for c in calls]
-    return [
-        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in reply.content]},
-        {"role": "user", "content": results},  # type: ignore[typeddict-item]
+    results: list[anthropic.types.ToolResultBlockParam] = [
+        {"type": "tool_result", "tool_use_id": c.id, "content": "ok"} for c in calls
     ]
+    assistant: anthropic.types.MessageParam = {"role": "assistant", "content": reply.content}
+    return [assistant, {"role": "user", "content": results}]
 
 
 async def test_demo_script_plays_the_tour_by_assistant_turns_with_fresh_tool_ids() -> None:
