@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
 
 import anthropic
 import httpx2
@@ -21,18 +20,6 @@ from services.model.fake_steps import HangStep, HttpErrorStep, ReplyStep, prompt
 MODEL = "claude-test-model"
 PROMPT: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Tell me a long story."}]
 STORY = ReplyStep(content=[{"type": "text", "text": "Once upon a time there was a message bus. " * 3}])
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer.start(port=0) as server:
-        yield server
-
-
-@pytest.fixture
-async def client(fake: FakeModelServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk:
-        yield sdk
 
 
 async def ask(client: anthropic.AsyncAnthropic) -> anthropic.types.Message:
@@ -58,15 +45,15 @@ async def read_into(seen: list[str], stream: anthropic.AsyncStream[anthropic.typ
     ids=lambda value: str(value.status) if isinstance(value, HttpErrorStep) else "",
 )
 async def test_m3_1_http_error_step_raises_the_sdk_class_with_the_api_error_body(
-    fake: FakeModelServer,
-    client: anthropic.AsyncAnthropic,
+    fake_model: FakeModelServer,
+    fake_model_sdk: anthropic.AsyncAnthropic,
     step: HttpErrorStep,
     error_class: type[anthropic.APIStatusError],
     error_type: str,
 ) -> None:
-    await fake.script(None, [step])
+    await fake_model.script(None, [step])
     with pytest.raises(error_class) as raised:
-        await ask(client)
+        await ask(fake_model_sdk)
     error = raised.value
     assert error.status_code == step.status
     assert isinstance(error.body, dict)
@@ -77,34 +64,36 @@ async def test_m3_1_http_error_step_raises_the_sdk_class_with_the_api_error_body
         assert error.response.headers[name] == value
 
 
-async def test_m3_3_retry_headers_are_set_per_step(fake: FakeModelServer, client: anthropic.AsyncAnthropic) -> None:
+async def test_m3_3_retry_headers_are_set_per_step(
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
+) -> None:
     headers = {"retry-after": "2", "retry-after-ms": "1500", "x-should-retry": "false"}
-    await fake.script(None, [HttpErrorStep(status=429, headers=headers), HttpErrorStep(status=529)])
+    await fake_model.script(None, [HttpErrorStep(status=429, headers=headers), HttpErrorStep(status=529)])
     with pytest.raises(anthropic.RateLimitError) as limited:
-        await ask(client)
+        await ask(fake_model_sdk)
     assert {name: limited.value.response.headers[name] for name in headers} == headers
     with pytest.raises(anthropic.OverloadedError) as overloaded:
-        await ask(client)
+        await ask(fake_model_sdk)
     assert "retry-after" not in overloaded.value.response.headers
 
 
 async def test_m8_2_prompt_too_long_is_a_400_with_the_api_text(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
     text = prompt_too_long_message(137500, 135000)
     assert text == "prompt is too long: 137500 tokens > 135000 maximum"
-    await fake.script(None, [HttpErrorStep(status=400, message=text)])
+    await fake_model.script(None, [HttpErrorStep(status=400, message=text)])
     with pytest.raises(anthropic.BadRequestError) as raised:
-        await ask(client)
+        await ask(fake_model_sdk)
     assert isinstance(raised.value.body, dict)
     assert raised.value.body["error"] == {"type": "invalid_request_error", "message": text}
 
 
 async def test_m2_3_mid_stream_overloaded_error_raises_after_the_events_before_it(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [STORY.model_copy(update={"fail_after_events": 4, "fail_with": "overloaded_error"})])
-    stream = await client.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": 4, "fail_with": "overloaded_error"})])
+    stream = await fake_model_sdk.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
     seen: list[str] = []
     with pytest.raises(anthropic.APIStatusError) as raised:
         await read_into(seen, stream)
@@ -116,18 +105,22 @@ async def test_m2_3_mid_stream_overloaded_error_raises_after_the_events_before_i
     assert error.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
 
 
-async def test_m2_3_mid_stream_api_error_event(fake: FakeModelServer, client: anthropic.AsyncAnthropic) -> None:
-    await fake.script(None, [STORY.model_copy(update={"fail_after_events": 0, "fail_with": "api_error"})])
-    stream = await client.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
+async def test_m2_3_mid_stream_api_error_event(
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
+) -> None:
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": 0, "fail_with": "api_error"})])
+    stream = await fake_model_sdk.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
     with pytest.raises(anthropic.APIStatusError) as raised:
         await read_into([], stream)
     assert isinstance(raised.value.body, dict)
     assert raised.value.body["error"]["type"] == "api_error"
 
 
-async def test_drop_cuts_the_connection_mid_stream(fake: FakeModelServer, client: anthropic.AsyncAnthropic) -> None:
-    await fake.script(None, [STORY.model_copy(update={"fail_after_events": 3, "fail_with": "drop"})])
-    stream = await client.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
+async def test_drop_cuts_the_connection_mid_stream(
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
+) -> None:
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": 3, "fail_with": "drop"})])
+    stream = await fake_model_sdk.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
     seen: list[str] = []
     with pytest.raises((httpx2.RemoteProtocolError, anthropic.APIConnectionError)) as raised:
         await read_into(seen, stream)
@@ -136,52 +129,54 @@ async def test_drop_cuts_the_connection_mid_stream(fake: FakeModelServer, client
 
 
 async def test_drop_on_a_non_streaming_request_closes_without_an_answer(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [STORY.model_copy(update={"fail_after_events": 0, "fail_with": "drop"})])
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": 0, "fail_with": "drop"})])
     with pytest.raises(anthropic.APIConnectionError):
-        await ask(client)
+        await ask(fake_model_sdk)
 
 
 async def test_mid_stream_fault_on_a_non_streaming_request_is_the_status_error(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [STORY.model_copy(update={"fail_after_events": 5, "fail_with": "overloaded_error"})])
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": 5, "fail_with": "overloaded_error"})])
     with pytest.raises(anthropic.OverloadedError):
-        await ask(client)
+        await ask(fake_model_sdk)
 
 
 async def test_hang_ends_in_the_client_timeout_and_the_server_sees_the_client_leave(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [HangStep(seconds=600)])
+    await fake_model.script(None, [HangStep(seconds=600)])
     with pytest.raises(anthropic.APITimeoutError):
-        await client.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, timeout=0.2)
-    answer = await ask(client)  # the hung request holds nothing up
+        await fake_model_sdk.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, timeout=0.2)
+    answer = await ask(fake_model_sdk)  # the hung request holds nothing up
     assert answer.content[0].type == "text"
-    assert [r.step_kind for r in await fake.requests()] == ["hang", "echo"]
+    assert [r.step_kind for r in await fake_model.requests()] == ["hang", "echo"]
 
 
 async def test_hang_that_runs_out_closes_the_connection_unanswered(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [HangStep(seconds=0.01)])
+    await fake_model.script(None, [HangStep(seconds=0.01)])
     with pytest.raises(anthropic.APIConnectionError) as raised:
-        await ask(client)
+        await ask(fake_model_sdk)
     assert not isinstance(raised.value, anthropic.APITimeoutError)
 
 
 async def test_slow_stream_does_not_hold_up_other_requests(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script("slow", [STORY.model_copy(update={"chunk_delay_ms": 600_000})])
+    await fake_model.script("slow", [STORY.model_copy(update={"chunk_delay_ms": 600_000})])
     metadata: anthropic.types.MetadataParam = {"user_id": orjson.dumps({"session_id": "slow"}).decode()}
-    stream = await client.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True, metadata=metadata)
+    stream = await fake_model_sdk.messages.create(
+        model=MODEL, max_tokens=100, messages=PROMPT, stream=True, metadata=metadata
+    )
     events = stream.__aiter__()
     assert (await anext(events)).type == "message_start"
     next_event = asyncio.ensure_future(anext(events))
     for _ in range(3):  # other requests are answered while the slow stream waits for its next event
-        answer = await ask(client)
+        answer = await ask(fake_model_sdk)
         assert answer.content[0].type == "text"
     assert not next_event.done()
     next_event.cancel()
@@ -189,10 +184,12 @@ async def test_slow_stream_does_not_hold_up_other_requests(
 
 
 async def test_first_chunk_delay_holds_back_message_start(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [STORY.model_copy(update={"first_chunk_delay_ms": 600_000})])
-    stream = await client.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True, timeout=0.3)
+    await fake_model.script(None, [STORY.model_copy(update={"first_chunk_delay_ms": 600_000})])
+    stream = await fake_model_sdk.messages.create(
+        model=MODEL, max_tokens=100, messages=PROMPT, stream=True, timeout=0.3
+    )
     assert stream.response.status_code == 200  # headers come at once, the first event does not
     with pytest.raises(httpx2.ReadTimeout):
         await read_into([], stream)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import urllib.error
-from collections.abc import AsyncIterator
 
 import anthropic
 import orjson
@@ -20,18 +19,6 @@ MODEL = "claude-test-model"
 
 def text_step(text: str, *, chunk_delay_ms: float = 0) -> ReplyStep:
     return ReplyStep(content=[{"type": "text", "text": text}], chunk_delay_ms=chunk_delay_ms)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer.start(port=0) as server:
-        yield server
-
-
-@pytest.fixture
-async def client(fake: FakeModelServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk:
-        yield sdk
 
 
 async def reply_text(client: anthropic.AsyncAnthropic, session: str | None, prompt: str = "hello") -> str:
@@ -49,45 +36,45 @@ async def reply_text(client: anthropic.AsyncAnthropic, session: str | None, prom
 
 
 async def test_m1_3_session_queue_then_default_queue_then_fallback(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script("a", [text_step("a1")])
-    await fake.script(None, [text_step("default1")])
-    assert await reply_text(client, "a") == "a1"
-    assert await reply_text(client, "a") == "default1"
-    assert await reply_text(client, "a", "again") == "You said: again"
+    await fake_model.script("a", [text_step("a1")])
+    await fake_model.script(None, [text_step("default1")])
+    assert await reply_text(fake_model_sdk, "a") == "a1"
+    assert await reply_text(fake_model_sdk, "a") == "default1"
+    assert await reply_text(fake_model_sdk, "a", "again") == "You said: again"
 
 
 async def test_concurrent_sessions_take_only_their_own_steps_in_order(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
     sessions = [f"s{n}" for n in range(6)]
     for session in sessions:
         # A delay per event interleaves the streams; the queue order must still hold per session.
-        await fake.script(session, [text_step(f"{session}-{turn}", chunk_delay_ms=2) for turn in range(4)])
+        await fake_model.script(session, [text_step(f"{session}-{turn}", chunk_delay_ms=2) for turn in range(4)])
 
     async def converse(session: str) -> list[str]:
-        return [await reply_text(client, session) for _ in range(4)]
+        return [await reply_text(fake_model_sdk, session) for _ in range(4)]
 
     replies = await asyncio.gather(*(converse(session) for session in sessions))
     assert replies == [[f"{session}-{turn}" for turn in range(4)] for session in sessions]
-    recorded = await fake.requests()
+    recorded = await fake_model.requests()
     assert len(recorded) == 24
     assert {r.step_kind for r in recorded} == {"reply"}
     for session in sessions:
-        assert len(await fake.requests(session)) == 4
+        assert len(await fake_model.requests(session)) == 4
 
 
 async def test_requests_records_bodies_headers_and_steps_in_order(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script("rec", [text_step("scripted")])
-    assert await reply_text(client, "rec", "first") == "scripted"
-    assert await reply_text(client, "rec", "second") == "You said: second"
-    await reply_text(client, None, "anonymous")
-    everything = await fake.requests()
+    await fake_model.script("rec", [text_step("scripted")])
+    assert await reply_text(fake_model_sdk, "rec", "first") == "scripted"
+    assert await reply_text(fake_model_sdk, "rec", "second") == "You said: second"
+    await reply_text(fake_model_sdk, None, "anonymous")
+    everything = await fake_model.requests()
     assert [r.session_id for r in everything] == ["rec", "rec", None]
-    recorded = await fake.requests("rec")
+    recorded = await fake_model.requests("rec")
     assert [r.step_kind for r in recorded] == ["reply", "echo"]
     assert recorded[0].at_ms <= recorded[1].at_ms
     first = recorded[0]
@@ -96,35 +83,35 @@ async def test_requests_records_bodies_headers_and_steps_in_order(
     assert first.body["stream"] is True
     assert first.headers["authorization"] == "Bearer test"  # SDK 2.13 sends the API key as a bearer token
     assert first.headers["anthropic-version"]
-    await fake.reset()
-    assert await fake.requests() == []
+    await fake_model.reset()
+    assert await fake_model.requests() == []
 
 
-async def test_reset_drops_queued_steps(fake: FakeModelServer, client: anthropic.AsyncAnthropic) -> None:
-    assert await fake.script("r", [text_step("never")]) == 1
-    await fake.reset()
-    assert await reply_text(client, "r", "x") == "You said: x"
+async def test_reset_drops_queued_steps(fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic) -> None:
+    assert await fake_model.script("r", [text_step("never")]) == 1
+    await fake_model.reset()
+    assert await reply_text(fake_model_sdk, "r", "x") == "You said: x"
 
 
-async def test_script_refuses_a_bad_step_with_its_location(fake: FakeModelServer) -> None:
+async def test_script_refuses_a_bad_step_with_its_location(fake_model: FakeModelServer) -> None:
     bad = {"kind": "reply", "content": [{"type": "text", "text": "ok"}, {"type": "tool_use", "input": {}}]}
     with pytest.raises(urllib.error.HTTPError) as raised:
-        fake.admin._call("POST", "/_fake/script", {"session_id": "x", "steps": [bad]})
+        fake_model.admin._call("POST", "/_fake/script", {"session_id": "x", "steps": [bad]})
     with raised.value as error:
         assert error.code == 400
         problems = orjson.loads(error.read())["error"]
     assert problems[0]["loc"][:3] == ["steps", 0, "reply"]
     assert "content.1: a `tool_use` block needs name" in problems[0]["msg"]
-    assert await fake.requests() == []
+    assert await fake_model.requests() == []
 
 
 async def test_unparsable_metadata_user_id_uses_the_default_queue(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [text_step("default")])
-    message = await client.messages.create(
+    await fake_model.script(None, [text_step("default")])
+    message = await fake_model_sdk.messages.create(
         model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "x"}], metadata={"user_id": "not json"}
     )
     assert message.content[0].type == "text"
     assert message.content[0].text == "default"
-    assert [r.session_id for r in await fake.requests()] == [None]
+    assert [r.session_id for r in await fake_model.requests()] == [None]
