@@ -1,7 +1,8 @@
 """``agentbus fake-model``: the fake Anthropic-compatible model server as a process (tests, the demo).
 
-It prints its URL on stderr once it accepts requests (``--port 0`` picks a free port) and stops on SIGINT
-or SIGTERM, cutting any request still in flight. The protocol and the scripting endpoints are in
+It prints its URL on stderr once it accepts requests (``--port 0`` picks a free port; under ``agentbus up``
+it serves the socket the supervisor hands down and answers ``/readyz``) and stops on SIGINT or SIGTERM,
+cutting any request still in flight. The protocol and the scripting endpoints are in
 ``services/model/fake_app.py``.
 """
 
@@ -13,7 +14,7 @@ import typer
 
 from services.cli.common import fail
 from services.model.fake_scripts import FallbackScript
-from services.model.fake_server import serve_until_signalled
+from services.model.fake_server import listener_for_process, serve_until_signalled
 
 
 def fake_model_command(
@@ -33,6 +34,7 @@ def fake_model_command(
         typer.echo(url, err=True)
 
     try:
-        serve_until_signalled(host=host, port=port, script=script, on_listening=announce)
+        listener = listener_for_process(host, port)
     except OSError as error:
         fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+    serve_until_signalled(listener, script=script, on_listening=announce)

@@ -348,7 +348,8 @@ class FakeModelEndpoints:
         return Response(orjson.dumps([r.model_dump(mode="json") for r in chosen]), media_type="application/json")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"script": self.state.script})
+        """``/_fake/health``, and ``/healthz`` / ``/readyz`` for ``agentbus up``'s supervisor: serving."""
+        return JSONResponse({"status": "ok", "script": self.state.script})
 
 
 def _transport_closer(send: Send) -> Callable[[], None]:
@@ -369,6 +370,8 @@ def fake_model_app(state: FakeModelState) -> ASGIApp:
         Route("/_fake/reset", endpoints.reset, methods=["POST"]),
         Route("/_fake/requests", endpoints.requests, methods=["GET"]),
         Route("/_fake/health", endpoints.health, methods=["GET"]),
+        Route("/healthz", endpoints.health, methods=["GET"]),
+        Route("/readyz", endpoints.health, methods=["GET"]),
     ]
     inner = Starlette(routes=routes)
 

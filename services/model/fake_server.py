@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import threading
@@ -29,6 +30,7 @@ from pydantic import BaseModel
 from services.model.fake_app import FakeModelState, fake_model_app
 from services.model.fake_scripts import FallbackScript
 from services.model.fake_steps import STEP_ADAPTER, HangStep, HttpErrorStep, RecordedRequest, ReplyStep
+from services.runtime.supervisor import LISTEN_FD_ENV
 
 START_TIMEOUT_S: Final = 10.0
 ADMIN_TIMEOUT_S: Final = 10.0
@@ -73,9 +75,17 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family)
 
 
-def _url(sock: socket.socket, host: str) -> str:
-    port = sock.getsockname()[1]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+
+
+def listener_for_process(host: str, port: int) -> socket.socket:
+    """The socket ``agentbus up``'s supervisor bound and handed down (:data:`LISTEN_FD_ENV`, so its
+    ``/readyz`` check reaches this process and a restart serves the same port), else a new one on
+    ``host:port``. The variable is removed so nothing this process starts inherits it."""
+    fd = os.environ.pop(LISTEN_FD_ENV, None)
+    return socket.socket(fileno=int(fd)) if fd is not None else _listening_socket(host, port)
 
 
 def _uvicorn(state: FakeModelState, on_ready: Callable[[], None] | None = None) -> _Uvicorn:
@@ -149,7 +159,7 @@ class FakeModelServer:
             thread.start()
             if not server.ready.wait(START_TIMEOUT_S):
                 raise RuntimeError(f"the fake model server did not start within {START_TIMEOUT_S} s")
-            yield cls(_url(sock, host), script)
+            yield cls(_url(sock), script)
         finally:
             server.request_stop()
             thread.join(START_TIMEOUT_S)
@@ -178,22 +188,24 @@ class FakeModelServer:
         await asyncio.to_thread(self.admin.reset)
 
 
-def serve_until_signalled(*, host: str, port: int, script: FallbackScript, on_listening: Callable[[str], None]) -> None:
-    """Serve in this thread until SIGINT or SIGTERM; ``on_listening(url)`` once it accepts requests."""
-    sock = _listening_socket(host, port)
-    url = _url(sock, host)
+def serve_until_signalled(
+    listener: socket.socket, *, script: FallbackScript, on_listening: Callable[[str], None]
+) -> None:
+    """Serve on ``listener`` in this thread until SIGINT or SIGTERM; ``on_listening(url)`` once it
+    accepts requests."""
+    url = _url(listener)
     server = _uvicorn(FakeModelState(script=script), on_ready=lambda: on_listening(url))
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, server.request_stop)
-        await server.serve(sockets=[sock])
+        await server.serve(sockets=[listener])
 
     try:
         asyncio.run(main())
     finally:
-        sock.close()
+        listener.close()
 
 
-__all__ = ["FakeModelAdmin", "FakeModelServer", "serve_until_signalled"]
+__all__ = ["FakeModelAdmin", "FakeModelServer", "listener_for_process", "serve_until_signalled"]

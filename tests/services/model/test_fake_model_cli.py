@@ -3,10 +3,12 @@ its fallback script, and stops cleanly (exit 0) on SIGTERM or SIGINT, even with 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from services.model.fake_server import FakeModelAdmin
 from services.model.fake_steps import HangStep
+from services.runtime.supervisor import LISTEN_FD_ENV, bind_listener
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -70,3 +73,25 @@ def test_cli_fake_model_refuses_a_port_in_use(fake_model_process: tuple[subproce
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.startswith(f"agentbus: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_cli_fake_model_serves_the_socket_up_hands_down_and_answers_readyz() -> None:
+    listener = bind_listener("127.0.0.1", 0)
+    port = listener.getsockname()[1]
+    command = [sys.executable, "-m", "services.cli.main", "fake-model", "--port", "1"]  # the handed-down socket wins
+    env = {**os.environ, LISTEN_FD_ENV: str(listener.fileno())}
+    with (
+        listener,
+        subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, pass_fds=(listener.fileno(),), stderr=subprocess.PIPE, text=True
+        ) as process,
+    ):
+        try:
+            assert process.stderr is not None
+            assert process.stderr.readline().strip() == f"http://127.0.0.1:{port}"
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(f"http://127.0.0.1:{port}/readyz", timeout=30) as response:
+                assert response.status == 200
+        finally:
+            process.terminate()
+        assert process.wait(timeout=30) == 0
