@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from services.cli.common import fail
+from services.model.fake_app import DEFAULT_KEEP_REQUESTS, FakeModelState
 from services.model.fake_scripts import FallbackScript
 from services.model.fake_server import listener_for_process, serve_until_signalled
 
@@ -27,6 +28,9 @@ def fake_model_command(
             help='Answer of a request nothing was scripted for: echo ("You said: …") or demo (the demo\'s tour).',
         ),
     ] = "echo",
+    keep_requests: Annotated[
+        int, typer.Option("--keep-requests", min=1, help="How many of the latest requests /_fake/requests keeps.")
+    ] = DEFAULT_KEEP_REQUESTS,
 ) -> None:
     """Serve the Messages API from scripted replies and faults; prints its URL on stderr."""
 
@@ -37,4 +41,4 @@ def fake_model_command(
         listener = listener_for_process(host, port)
     except OSError as error:
         fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
-    serve_until_signalled(listener, script=script, on_listening=announce)
+    serve_until_signalled(listener, FakeModelState(script, keep_requests), on_listening=announce)

@@ -40,6 +40,7 @@ from services.model.fake_sse import (
     whole_message,
 )
 from services.model.fake_steps import (
+    DEFAULT_ERROR_MESSAGES,
     HangStep,
     HttpErrorStep,
     RecordedRequest,
@@ -76,18 +77,28 @@ ENFORCED_RULES: Final = frozenset(
 """The rules of shared/api_validation.py the fake rejects with 400. Left out: role alternation (the API
 merges same-role runs), prefill and thinking rules (they depend on the model and on real signatures)."""
 
+DEFAULT_KEEP_REQUESTS: Final = 10_000
+MAX_REQUEST_BYTES: Final = 32 * 1024 * 1024
+"""M1.9: the Messages API's request size limit (413 ``request_too_large`` from the edge)."""
+
 FAULT_STATUS: Final = {"overloaded_error": 529, "api_error": 500}
 """A reply's mid-stream fault met by a non-streaming request: the same error as a status (M2.3)."""
 
 
 @dataclass
 class FakeModelState:
-    """Step queues per session (None = the default queue) and every request received."""
+    """Step queues per session (None = the default queue) and the requests received, the latest
+    ``keep_requests`` of them (each holds its whole conversation, so a long demo would otherwise grow
+    without bound)."""
 
     script: FallbackScript
+    keep_requests: int = DEFAULT_KEEP_REQUESTS
     queues: dict[str | None, deque[ReplyStep | HttpErrorStep | HangStep]] = field(default_factory=dict)
-    received: list[RecordedRequest] = field(default_factory=list)
+    received: deque[RecordedRequest] = field(init=False)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.received = deque(maxlen=self.keep_requests)
 
     def next_step(self, session: str | None) -> ReplyStep | HttpErrorStep | HangStep | None:
         for queue_key in (session, None) if session is not None else (None,):
@@ -187,7 +198,10 @@ class WholeReplyResponse(_ExchangeResponse):
             return
         if self.step.fail_after_events is not None:
             error_type = self.step.fail_with
-            status, body = FAULT_STATUS[error_type], error_body(error_type, _fault_message(error_type), self.request_id)
+            status, body = (
+                FAULT_STATUS[error_type],
+                error_body(error_type, DEFAULT_ERROR_MESSAGES[error_type], self.request_id),
+            )
         else:
             status, body = 200, self.message
         await _send_whole(send, status, self.passed_headers(), orjson.dumps(body))
@@ -221,13 +235,9 @@ class StreamedReplyResponse(_ExchangeResponse):
             await exchange.cut()
             return
         if failing:
-            fault = error_body(step.fail_with, _fault_message(step.fail_with), self.request_id)
+            fault = error_body(step.fail_with, DEFAULT_ERROR_MESSAGES[step.fail_with], self.request_id)
             await send({"type": "http.response.body", "body": sse_frame(fault), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _fault_message(error_type: str) -> str:
-    return {"overloaded_error": "Overloaded", "api_error": "Internal server error"}.get(error_type, error_type)
 
 
 async def _send_whole(send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> None:
@@ -283,24 +293,26 @@ class FakeModelEndpoints:
         request_id = api_id("req")
         headers = _request_headers(request)
         raw = await request.body()
+        if len(raw) > MAX_REQUEST_BYTES:
+            self._record(None, headers, None, "request_too_large")
+            too_large = DEFAULT_ERROR_MESSAGES["request_too_large"]
+            return api_error_response(413, "request_too_large", too_large, request_id=request_id)
         try:
             body: JsonValue = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = raw.decode("utf-8", "replace")
         session = session_of(body) if isinstance(body, dict) else None
-        record = {"at_ms": time.time() * 1000, "session_id": session, "headers": headers, "body": body}
         if not _authenticated(headers):
-            self.state.received.append(RecordedRequest(**record, step_kind="unauthenticated"))
+            self._record(session, headers, body, "unauthenticated")
             return api_error_response(
                 401, "authentication_error", "x-api-key header is required", request_id=request_id
             )
         problem = _body_problem(body)
         if problem is not None or not isinstance(body, dict):
-            self.state.received.append(RecordedRequest(**record, step_kind="invalid_request"))
+            self._record(session, headers, body, "invalid_request")
             return api_error_response(400, "invalid_request_error", str(problem), request_id=request_id)
         step = self.state.next_step(session)
-        step_kind = step.kind if step is not None else self.state.script
-        self.state.received.append(RecordedRequest(**record, step_kind=step_kind))
+        self._record(session, headers, body, step.kind if step is not None else self.state.script)
         if step is None:
             step = fallback_step(self.state.script, body)
         if isinstance(step, HttpErrorStep):
@@ -314,6 +326,12 @@ class FakeModelEndpoints:
         if isinstance(step, HangStep):
             return HangResponse(self.state, step.seconds)
         return self._reply(with_echo(step, body), body, request_id)
+
+    def _record(self, session: str | None, headers: dict[str, str], body: JsonValue, step_kind: str) -> None:
+        at_ms = time.time() * 1000
+        self.state.received.append(
+            RecordedRequest(at_ms=at_ms, session_id=session, headers=headers, body=body, step_kind=step_kind)
+        )
 
     def _reply(self, step: ReplyStep, body: JsonObject, request_id: str) -> Response:
         content = completed_content(step)

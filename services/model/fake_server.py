@@ -27,7 +27,7 @@ import orjson
 import uvicorn
 from pydantic import BaseModel
 
-from services.model.fake_app import FakeModelState, fake_model_app
+from services.model.fake_app import DEFAULT_KEEP_REQUESTS, FakeModelState, fake_model_app
 from services.model.fake_scripts import FallbackScript
 from services.model.fake_steps import STEP_ADAPTER, HangStep, HttpErrorStep, RecordedRequest, ReplyStep
 from services.runtime.supervisor import LISTEN_FD_ENV
@@ -149,11 +149,16 @@ class FakeModelServer:
     @classmethod
     @contextlib.contextmanager
     def running(
-        cls, *, host: str = "127.0.0.1", port: int = 0, script: FallbackScript = "echo"
+        cls,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        script: FallbackScript = "echo",
+        keep_requests: int = DEFAULT_KEEP_REQUESTS,
     ) -> Iterator[FakeModelServer]:
         """Serve from a background thread while the block runs (blocking start and stop)."""
         sock = _listening_socket(host, port)
-        server = _uvicorn(FakeModelState(script=script))
+        server = _uvicorn(FakeModelState(script=script, keep_requests=keep_requests))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fake-model", daemon=True)
         try:
             thread.start()
@@ -168,10 +173,15 @@ class FakeModelServer:
     @classmethod
     @contextlib.asynccontextmanager
     async def start(
-        cls, *, host: str = "127.0.0.1", port: int = 0, script: FallbackScript = "echo"
+        cls,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        script: FallbackScript = "echo",
+        keep_requests: int = DEFAULT_KEEP_REQUESTS,
     ) -> AsyncIterator[FakeModelServer]:
         """:meth:`running` for async code: start and stop happen off the caller's event loop."""
-        manager = cls.running(host=host, port=port, script=script)
+        manager = cls.running(host=host, port=port, script=script, keep_requests=keep_requests)
         fake = await asyncio.to_thread(manager.__enter__)
         try:
             yield fake
@@ -189,12 +199,12 @@ class FakeModelServer:
 
 
 def serve_until_signalled(
-    listener: socket.socket, *, script: FallbackScript, on_listening: Callable[[str], None]
+    listener: socket.socket, state: FakeModelState, *, on_listening: Callable[[str], None]
 ) -> None:
     """Serve on ``listener`` in this thread until SIGINT or SIGTERM; ``on_listening(url)`` once it
     accepts requests."""
     url = _url(listener)
-    server = _uvicorn(FakeModelState(script=script), on_ready=lambda: on_listening(url))
+    server = _uvicorn(state, on_ready=lambda: on_listening(url))
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -160,11 +160,11 @@ class ScriptRequest(BaseModel):
 class RecordedRequest(BaseModel):
     """One ``POST /v1/messages`` as received, in ``GET /_fake/requests``. ``step_kind``: the step that
     answered it (``reply``, ``http_error``, ``hang``), the fallback (``echo``, ``demo``), or why it was
-    refused before any step (``unauthenticated``, ``invalid_request``)."""
+    refused before any step (``request_too_large``, ``unauthenticated``, ``invalid_request``)."""
 
     at_ms: float
     session_id: str | None
     headers: dict[str, str]
     body: JsonValue
-    """The JSON body; the raw text when it was not JSON."""
+    """The JSON body; the raw text when it was not JSON; None when it was too large to keep."""
     step_kind: str

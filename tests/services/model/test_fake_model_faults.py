@@ -268,3 +268,15 @@ def test_request_body_problems_get_the_api_400_text(fake_model: FakeModelServer,
     )
     assert (status, body["error"]) == (400, {"type": "invalid_request_error", "message": text})
     assert [r.step_kind for r in fake_model.admin.requests()] == ["invalid_request"]
+
+
+def test_m1_9_body_over_32_mb_gets_413_request_too_large(fake_model: FakeModelServer) -> None:
+    request = urllib.request.Request(
+        fake_model.base_url + "/v1/messages", data=b" " * (32 * 1024 * 1024 + 1), headers={"x-api-key": "k"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request)
+    with raised.value as error:
+        assert error.code == 413
+        assert orjson.loads(error.read())["error"]["type"] == "request_too_large"
+    assert [(r.step_kind, r.body) for r in fake_model.admin.requests()] == [("request_too_large", None)]

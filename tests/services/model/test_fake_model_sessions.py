@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from services.model.fake_server import FakeModelServer
-from services.model.fake_steps import ReplyStep
+from services.model.fake_steps import RecordedRequest, ReplyStep
+from shared.json_types import JsonValue
 
 MODEL = "claude-test-model"
 
@@ -115,3 +116,23 @@ async def test_unparsable_metadata_user_id_uses_the_default_queue(
     assert message.content[0].type == "text"
     assert message.content[0].text == "default"
     assert [r.session_id for r in await fake_model.requests()] == [None]
+
+
+async def test_only_the_latest_requests_are_kept() -> None:
+    async with (
+        FakeModelServer.start(keep_requests=2) as fake,
+        anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk,
+    ):
+        for prompt in ("one", "two", "three"):
+            await reply_text(sdk, None, prompt)
+        kept = await fake.requests()
+    assert [prompt_of(r) for r in kept] == ["two", "three"]
+
+
+def prompt_of(record: RecordedRequest) -> JsonValue:
+    """The first message's content of a recorded request."""
+    assert isinstance(record.body, dict)
+    messages = record.body["messages"]
+    assert isinstance(messages, list)
+    assert isinstance(messages[0], dict)
+    return messages[0]["content"]
