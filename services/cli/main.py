@@ -43,6 +43,7 @@ COMMANDS: dict[str, CommandSpec] = {
     ),
     "streams": CommandSpec("services.cli.bus", "streams_app", "Create and inspect the pipeline's streams and groups."),
     "dlq": CommandSpec("services.cli.bus", "dlq_app", "Inspect and replay dead letters."),
+    "usage": CommandSpec("services.cli.usage", "usage_command", "Show a session's model usage and cost."),
     "fake-model": CommandSpec(
         "services.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
     ),
