@@ -14,6 +14,7 @@ Everything runs on the server's event loop, so the state needs no locks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
@@ -41,6 +42,7 @@ from services.model.fake_sse import (
 )
 from services.model.fake_steps import (
     DEFAULT_ERROR_MESSAGES,
+    Ending,
     HangStep,
     HttpErrorStep,
     RecordedRequest,
@@ -99,6 +101,27 @@ class FakeModelState:
 
     def __post_init__(self) -> None:
         self.received = deque(maxlen=self.keep_requests)
+        self._an_exchange_ended = asyncio.Event()
+
+    def end(self, record: RecordedRequest, ending: Ending) -> None:
+        """Note how ``record``'s exchange ended and wake those waiting for requests to settle."""
+        record.ended = ending
+        record.ended_at_ms = time.time() * 1000
+        self._an_exchange_ended.set()
+        self._an_exchange_ended = asyncio.Event()
+
+    async def settled(self, chosen: Callable[[], list[RecordedRequest]], timeout_s: float) -> list[RecordedRequest]:
+        """``chosen()`` once none of its requests is still going, or as it is after ``timeout_s``."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        records = chosen()
+        while any(r.ended is None for r in records):
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._an_exchange_ended.wait(), remaining)
+            records = chosen()
+        return records
 
     def next_step(self, session: str | None) -> ReplyStep | HttpErrorStep | HangStep | None:
         for queue_key in (session, None) if session is not None else (None,):
@@ -129,6 +152,9 @@ class _Exchange:
         self.close_connection: Callable[[], None] = scope[CLOSE_CONNECTION]
         self.state = state
         self.gone = asyncio.Event()
+        self.completed = False
+        """Set by the response once its last byte is sent."""
+        self.client_left = False
         self._listener = asyncio.ensure_future(self._listen(receive))
 
     async def _listen(self, receive: Receive) -> None:
@@ -143,8 +169,16 @@ class _Exchange:
 
     async def cut(self) -> None:
         """Close the TCP connection now, whatever was sent (no terminating chunk, no response)."""
+        self.client_left = self.gone.is_set()
         self.close_connection()
         await self.gone.wait()
+
+    def ending(self) -> Ending:
+        if self.completed:
+            return "answered"
+        if self.state.stopping.is_set():
+            return "server_stopped"
+        return "client_left" if self.client_left else "cut"
 
     def done(self) -> None:
         self._listener.cancel()
@@ -153,9 +187,9 @@ class _Exchange:
 class _ExchangeResponse(Response):
     """A response that drives the connection itself (streams, faults) instead of sending one body."""
 
-    def __init__(self, state: FakeModelState, headers: dict[str, str]) -> None:
+    def __init__(self, state: FakeModelState, record: RecordedRequest, headers: dict[str, str]) -> None:
         super().__init__(headers=headers)
-        self.state = state
+        self.state, self.record = state, record
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = _Exchange(scope, receive, self.state)
@@ -163,6 +197,7 @@ class _ExchangeResponse(Response):
             await self.play(exchange, send)
         finally:
             exchange.done()
+            self.state.end(self.record, exchange.ending())
 
     async def play(self, exchange: _Exchange, send: Send) -> None:
         raise NotImplementedError
@@ -173,8 +208,8 @@ class _ExchangeResponse(Response):
 
 
 class HangResponse(_ExchangeResponse):
-    def __init__(self, state: FakeModelState, seconds: float) -> None:
-        super().__init__(state, {})
+    def __init__(self, state: FakeModelState, record: RecordedRequest, seconds: float) -> None:
+        super().__init__(state, record, {})
         self.seconds = seconds
 
     async def play(self, exchange: _Exchange, send: Send) -> None:
@@ -185,8 +220,10 @@ class HangResponse(_ExchangeResponse):
 class WholeReplyResponse(_ExchangeResponse):
     """``stream: false``: the Message after ``first_chunk_delay_ms``, or the fault as a whole."""
 
-    def __init__(self, state: FakeModelState, step: ReplyStep, message: JsonObject, request_id: str) -> None:
-        super().__init__(state, {"request-id": request_id, **step.headers})
+    def __init__(
+        self, state: FakeModelState, record: RecordedRequest, step: ReplyStep, message: JsonObject, request_id: str
+    ) -> None:
+        super().__init__(state, record, {"request-id": request_id, **step.headers})
         self.step, self.message, self.request_id = step, message, request_id
 
     async def play(self, exchange: _Exchange, send: Send) -> None:
@@ -205,15 +242,18 @@ class WholeReplyResponse(_ExchangeResponse):
         else:
             status, body = 200, self.message
         await _send_whole(send, status, self.passed_headers(), orjson.dumps(body))
+        exchange.completed = True
 
 
 class StreamedReplyResponse(_ExchangeResponse):
     """``stream: true``: SSE events with the step's delays, a ``ping`` after ``message_start`` (M2.1), and
     the step's fault after ``fail_after_events`` events."""
 
-    def __init__(self, state: FakeModelState, step: ReplyStep, message: JsonObject, request_id: str) -> None:
+    def __init__(
+        self, state: FakeModelState, record: RecordedRequest, step: ReplyStep, message: JsonObject, request_id: str
+    ) -> None:
         headers = {"request-id": request_id, "cache-control": "no-cache", **step.headers}
-        super().__init__(state, headers)
+        super().__init__(state, record, headers)
         self.step, self.message, self.request_id = step, message, request_id
 
     async def play(self, exchange: _Exchange, send: Send) -> None:
@@ -238,6 +278,7 @@ class StreamedReplyResponse(_ExchangeResponse):
             fault = error_body(step.fail_with, DEFAULT_ERROR_MESSAGES[step.fail_with], self.request_id)
             await send({"type": "http.response.body", "body": sse_frame(fault), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        exchange.completed = True
 
 
 async def _send_whole(send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> None:
@@ -294,7 +335,7 @@ class FakeModelEndpoints:
         headers = _request_headers(request)
         raw = await request.body()
         if len(raw) > MAX_REQUEST_BYTES:
-            self._record(None, headers, None, "request_too_large")
+            self.state.end(self._record(None, headers, None, "request_too_large"), "answered")
             too_large = DEFAULT_ERROR_MESSAGES["request_too_large"]
             return api_error_response(413, "request_too_large", too_large, request_id=request_id)
         try:
@@ -303,19 +344,20 @@ class FakeModelEndpoints:
             body = raw.decode("utf-8", "replace")
         session = session_of(body) if isinstance(body, dict) else None
         if not _authenticated(headers):
-            self._record(session, headers, body, "unauthenticated")
+            self.state.end(self._record(session, headers, body, "unauthenticated"), "answered")
             return api_error_response(
                 401, "authentication_error", "x-api-key header is required", request_id=request_id
             )
         problem = _body_problem(body)
         if problem is not None or not isinstance(body, dict):
-            self._record(session, headers, body, "invalid_request")
+            self.state.end(self._record(session, headers, body, "invalid_request"), "answered")
             return api_error_response(400, "invalid_request_error", str(problem), request_id=request_id)
         step = self.state.next_step(session)
-        self._record(session, headers, body, step.kind if step is not None else self.state.script)
+        record = self._record(session, headers, body, step.kind if step is not None else self.state.script)
         if step is None:
             step = fallback_step(self.state.script, body)
         if isinstance(step, HttpErrorStep):
+            self.state.end(record, "answered")
             return api_error_response(
                 step.status,
                 step.resolved_error_type(),
@@ -324,16 +366,16 @@ class FakeModelEndpoints:
                 headers=step.headers,
             )
         if isinstance(step, HangStep):
-            return HangResponse(self.state, step.seconds)
-        return self._reply(with_echo(step, body), body, request_id)
+            return HangResponse(self.state, record, step.seconds)
+        return self._reply(record, with_echo(step, body), body, request_id)
 
-    def _record(self, session: str | None, headers: dict[str, str], body: JsonValue, step_kind: str) -> None:
+    def _record(self, session: str | None, headers: dict[str, str], body: JsonValue, step_kind: str) -> RecordedRequest:
         at_ms = time.time() * 1000
-        self.state.received.append(
-            RecordedRequest(at_ms=at_ms, session_id=session, headers=headers, body=body, step_kind=step_kind)
-        )
+        record = RecordedRequest(at_ms=at_ms, session_id=session, headers=headers, body=body, step_kind=step_kind)
+        self.state.received.append(record)
+        return record
 
-    def _reply(self, step: ReplyStep, body: JsonObject, request_id: str) -> Response:
+    def _reply(self, record: RecordedRequest, step: ReplyStep, body: JsonObject, request_id: str) -> Response:
         content = completed_content(step)
         message = whole_message(
             step,
@@ -343,8 +385,8 @@ class FakeModelEndpoints:
             usage=final_usage(step, body, content),
         )
         if body.get("stream") is True:
-            return StreamedReplyResponse(self.state, step, message, request_id)
-        return WholeReplyResponse(self.state, step, message, request_id)
+            return StreamedReplyResponse(self.state, record, step, message, request_id)
+        return WholeReplyResponse(self.state, record, step, message, request_id)
 
     async def script(self, request: Request) -> Response:
         try:
@@ -361,9 +403,16 @@ class FakeModelEndpoints:
         return JSONResponse({})
 
     async def requests(self, request: Request) -> Response:
+        """``?session_id=`` selects one session; ``?settled_within_s=`` waits (that long at most) until
+        none of the selected requests is still being answered."""
         session = request.query_params.get("session_id")
-        chosen = [r for r in self.state.received if session is None or r.session_id == session]
-        return Response(orjson.dumps([r.model_dump(mode="json") for r in chosen]), media_type="application/json")
+
+        def chosen() -> list[RecordedRequest]:
+            return [r for r in self.state.received if session is None or r.session_id == session]
+
+        wait_s = float(request.query_params.get("settled_within_s", 0))
+        records = await self.state.settled(chosen, wait_s) if wait_s > 0 else chosen()
+        return Response(orjson.dumps([r.model_dump(mode="json") for r in records]), media_type="application/json")
 
     async def health(self, request: Request) -> Response:
         """``/_fake/health``, and ``/healthz`` / ``/readyz`` for ``agentbus up``'s supervisor: serving."""

@@ -21,6 +21,7 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Final
 
 import orjson
@@ -33,7 +34,8 @@ from services.model.fake_steps import STEP_ADAPTER, HangStep, HttpErrorStep, Rec
 from services.runtime.supervisor import LISTEN_FD_ENV
 
 START_TIMEOUT_S: Final = 10.0
-ADMIN_TIMEOUT_S: Final = 10.0
+SETTLE_TIMEOUT_S: Final = 10.0
+ADMIN_TIMEOUT_S: Final = SETTLE_TIMEOUT_S + 10.0
 
 StepLike = ReplyStep | HttpErrorStep | HangStep | Mapping[str, object]
 
@@ -126,10 +128,13 @@ class FakeModelAdmin:
         assert isinstance(answer, dict)
         return int(answer["queued"])
 
-    def requests(self, session_id: str | None = None) -> list[RecordedRequest]:
-        """Every request received (of ``session_id`` when given), in order."""
-        query = "" if session_id is None else "?" + urllib.parse.urlencode({"session_id": session_id})
-        answer = self._call("GET", "/_fake/requests" + query)
+    def requests(self, session_id: str | None = None, *, settled: bool = False) -> list[RecordedRequest]:
+        """Every request received (of ``session_id`` when given), in order. ``settled``: once none of
+        them is still being answered (each has its ``ended``), waiting up to :data:`SETTLE_TIMEOUT_S`."""
+        query: dict[str, str | float] = {} if session_id is None else {"session_id": session_id}
+        if settled:
+            query["settled_within_s"] = SETTLE_TIMEOUT_S
+        answer = self._call("GET", "/_fake/requests" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
         assert isinstance(answer, list)
         return [RecordedRequest.model_validate(item) for item in answer]
 
@@ -191,8 +196,8 @@ class FakeModelServer:
     async def script(self, session_id: str | None, steps: Sequence[StepLike]) -> int:
         return await asyncio.to_thread(self.admin.script, session_id, steps)
 
-    async def requests(self, session_id: str | None = None) -> list[RecordedRequest]:
-        return await asyncio.to_thread(self.admin.requests, session_id)
+    async def requests(self, session_id: str | None = None, *, settled: bool = False) -> list[RecordedRequest]:
+        return await asyncio.to_thread(partial(self.admin.requests, session_id, settled=settled))
 
     async def reset(self) -> None:
         await asyncio.to_thread(self.admin.reset)

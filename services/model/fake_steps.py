@@ -44,6 +44,7 @@ DEFAULT_ERROR_MESSAGES: Final[dict[str, str]] = {
 }
 
 FailWith = Literal["overloaded_error", "api_error", "drop"]
+Ending = Literal["answered", "client_left", "cut", "server_stopped"]
 
 _REQUIRED_BLOCK_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "text": ("text",),
@@ -168,3 +169,8 @@ class RecordedRequest(BaseModel):
     body: JsonValue
     """The JSON body; the raw text when it was not JSON; None when it was too large to keep."""
     step_kind: str
+    ended: Ending | None = None
+    """How the exchange ended (None: still going): ``answered`` (the whole response was sent),
+    ``client_left`` (the client closed the connection first: a timeout, an interrupt), ``cut`` (a ``drop``,
+    or a ``hang`` that ran out), ``server_stopped``."""
+    ended_at_ms: float | None = None

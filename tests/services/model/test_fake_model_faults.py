@@ -126,6 +126,7 @@ async def test_drop_cuts_the_connection_mid_stream(
         await read_into(seen, stream)
     assert seen == ["message_start", "content_block_start", "content_block_delta"]
     assert "incomplete chunked read" in str(raised.value)
+    assert [r.ended for r in await fake_model.requests(settled=True)] == ["cut"]
 
 
 async def test_drop_on_a_non_streaming_request_closes_without_an_answer(
@@ -152,7 +153,8 @@ async def test_hang_ends_in_the_client_timeout_and_the_server_sees_the_client_le
         await fake_model_sdk.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, timeout=0.2)
     answer = await ask(fake_model_sdk)  # the hung request holds nothing up
     assert answer.content[0].type == "text"
-    assert [r.step_kind for r in await fake_model.requests()] == ["hang", "echo"]
+    recorded = await fake_model.requests(settled=True)
+    assert [(r.step_kind, r.ended) for r in recorded] == [("hang", "client_left"), ("echo", "answered")]
 
 
 async def test_hang_that_runs_out_closes_the_connection_unanswered(
@@ -162,6 +164,7 @@ async def test_hang_that_runs_out_closes_the_connection_unanswered(
     with pytest.raises(anthropic.APIConnectionError) as raised:
         await ask(fake_model_sdk)
     assert not isinstance(raised.value, anthropic.APITimeoutError)
+    assert [r.ended for r in await fake_model.requests(settled=True)] == ["cut"]
 
 
 async def test_slow_stream_does_not_hold_up_other_requests(
@@ -181,6 +184,9 @@ async def test_slow_stream_does_not_hold_up_other_requests(
     assert not next_event.done()
     next_event.cancel()
     await stream.close()
+    slow = await fake_model.requests("slow", settled=True)
+    assert [r.ended for r in slow] == ["client_left"]  # what an interrupt looks like from the model's side
+    assert slow[0].ended_at_ms is not None
 
 
 async def test_first_chunk_delay_holds_back_message_start(

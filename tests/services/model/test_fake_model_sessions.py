@@ -75,9 +75,10 @@ async def test_requests_records_bodies_headers_and_steps_in_order(
     await reply_text(fake_model_sdk, None, "anonymous")
     everything = await fake_model.requests()
     assert [r.session_id for r in everything] == ["rec", "rec", None]
-    recorded = await fake_model.requests("rec")
+    recorded = await fake_model.requests("rec", settled=True)
     assert [r.step_kind for r in recorded] == ["reply", "echo"]
     assert recorded[0].at_ms <= recorded[1].at_ms
+    assert [r.ended for r in recorded] == ["answered", "answered"]
     first = recorded[0]
     assert isinstance(first.body, dict)
     assert first.body["messages"] == [{"role": "user", "content": "first"}]
