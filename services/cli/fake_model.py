@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 
 from services.cli.common import fail
-from services.model.fake_app import DEFAULT_KEEP_REQUESTS, FakeModelState
 from services.model.fake_scripts import FallbackScript
 from services.model.fake_server import listener_for_process, serve_until_signalled
+from services.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
 
 
 def fake_model_command(

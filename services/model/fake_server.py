@@ -28,8 +28,9 @@ import orjson
 import uvicorn
 from pydantic import BaseModel
 
-from services.model.fake_app import DEFAULT_KEEP_REQUESTS, FakeModelState, fake_model_app
+from services.model.fake_app import fake_model_app
 from services.model.fake_scripts import FallbackScript
+from services.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
 from services.model.fake_steps import STEP_ADAPTER, HangStep, HttpErrorStep, RecordedRequest, ReplyStep
 from services.runtime.supervisor import LISTEN_FD_ENV
 
