@@ -27,6 +27,7 @@ tests may pass their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -182,16 +183,25 @@ class TokenBucket:
         estimate, e.g. the request's input tokens plus its ``max_tokens``: :meth:`settle` corrects it once
         the reply's usage is known); returns the seconds waited. Never fails because of the limit.
         Cancelled while waiting (an interrupt), it gives the reservation back."""
-        reservation = await self.reserve(tenant, tokens=tokens)
-        record_rate_limit_wait(reservation.bound_by, reservation.wait_s)
-        if reservation.wait_s <= 0:
-            return 0.0
+        # A cancel can land while the reservation's round trip is in flight: Redis has booked it but the
+        # answer is not read yet. Shielding the reservation lets the cancel path wait for it and give it back.
+        reserving = asyncio.ensure_future(self.reserve(tenant, tokens=tokens))
         try:
-            await asyncio.sleep(reservation.wait_s)
+            reservation = await asyncio.shield(reserving)
+            record_rate_limit_wait(reservation.bound_by, reservation.wait_s)
+            if reservation.wait_s > 0:
+                await asyncio.sleep(reservation.wait_s)
         except asyncio.CancelledError:
-            await asyncio.shield(self._credit(tenant, requests=1, tokens=max(tokens, 0)))
+            await asyncio.shield(self._give_back(reserving, tenant, tokens))
             raise
-        return reservation.wait_s
+        return max(reservation.wait_s, 0.0)
+
+    async def _give_back(self, reserving: asyncio.Future[Reservation], tenant: str, tokens: int) -> None:
+        """Credit a cancelled call's reservation back, once it is known to exist."""
+        with contextlib.suppress(Exception):
+            await reserving
+        if reserving.done() and not reserving.cancelled() and reserving.exception() is None:
+            await self._credit(tenant, requests=1, tokens=max(tokens, 0))
 
     async def settle(self, tenant: str, *, estimated: int, actual: int) -> None:
         """Correct the token charge of a call once its usage is known: gives back what was over-estimated,
