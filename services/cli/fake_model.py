@@ -1,7 +1,8 @@
 """``agentbus fake-model``: the fake Anthropic-compatible model server as a process (tests, the demo).
 
-It prints its URL on stderr once it accepts requests (``--port 0`` picks a free port) and stops on SIGINT
-or SIGTERM, cutting any request still in flight. The protocol and the scripting endpoints are in
+It prints its URL on stderr once it accepts requests (``--port 0`` picks a free port; under ``agentbus up``
+it serves the socket the supervisor hands down and answers ``/readyz``) and stops on SIGINT or SIGTERM,
+cutting any request still in flight. The protocol and the scripting endpoints are in
 ``services/model/fake_app.py``.
 """
 
@@ -13,7 +14,8 @@ import typer
 
 from services.cli.common import fail
 from services.model.fake_scripts import FallbackScript
-from services.model.fake_server import serve_until_signalled
+from services.model.fake_server import listener_for_process, serve_until_signalled
+from services.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
 
 
 def fake_model_command(
@@ -26,6 +28,9 @@ def fake_model_command(
             help='Answer of a request nothing was scripted for: echo ("You said: …") or demo (the demo\'s tour).',
         ),
     ] = "echo",
+    keep_requests: Annotated[
+        int, typer.Option("--keep-requests", min=1, help="How many of the latest requests /_fake/requests keeps.")
+    ] = DEFAULT_KEEP_REQUESTS,
 ) -> None:
     """Serve the Messages API from scripted replies and faults; prints its URL on stderr."""
 
@@ -33,6 +38,7 @@ def fake_model_command(
         typer.echo(url, err=True)
 
     try:
-        serve_until_signalled(host=host, port=port, script=script, on_listening=announce)
+        listener = listener_for_process(host, port)
     except OSError as error:
         fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+    serve_until_signalled(listener, FakeModelState(script, keep_requests), on_listening=announce)

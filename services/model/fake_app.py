@@ -8,16 +8,14 @@ of its session's queue, else of the default queue, else the server's fallback sc
 byte, delays are awaited without blocking other requests. Every wait also ends when the client goes away
 or the server stops.
 
-Everything runs on the server's event loop, so the state needs no locks.
+Everything runs on the server's event loop, so the state (:mod:`services.model.fake_state`) needs no
+locks; the responses that drive their connection are in :mod:`services.model.fake_exchange`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Final, cast
 
 import orjson
@@ -28,18 +26,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.model.fake_scripts import FallbackScript, fallback_step, session_of, with_echo
-from services.model.fake_sse import (
-    PING,
-    api_id,
-    completed_content,
-    error_body,
-    final_usage,
-    sse_frame,
-    stream_events,
-    whole_message,
+from services.model.fake_exchange import (
+    CLOSE_CONNECTION,
+    HangResponse,
+    StreamedReplyResponse,
+    WholeReplyResponse,
+    transport_closer,
 )
+from services.model.fake_scripts import fallback_step, session_of, with_echo
+from services.model.fake_sse import api_id, completed_content, error_body, final_usage, whole_message
+from services.model.fake_state import FakeModelState
 from services.model.fake_steps import (
+    DEFAULT_ERROR_MESSAGES,
     HangStep,
     HttpErrorStep,
     RecordedRequest,
@@ -49,9 +47,6 @@ from services.model.fake_steps import (
 from shared.api_types import MessagesRequest
 from shared.api_validation import validate_api_request
 from shared.json_types import JsonObject, JsonValue
-
-CLOSE_CONNECTION: Final = "agentbus.fake.close_connection"
-"""Scope key of a callable that closes the request's TCP connection (set by :func:`fake_model_app`)."""
 
 ENFORCED_RULES: Final = frozenset(
     {
@@ -76,164 +71,8 @@ ENFORCED_RULES: Final = frozenset(
 """The rules of shared/api_validation.py the fake rejects with 400. Left out: role alternation (the API
 merges same-role runs), prefill and thinking rules (they depend on the model and on real signatures)."""
 
-FAULT_STATUS: Final = {"overloaded_error": 529, "api_error": 500}
-"""A reply's mid-stream fault met by a non-streaming request: the same error as a status (M2.3)."""
-
-
-@dataclass
-class FakeModelState:
-    """Step queues per session (None = the default queue) and every request received."""
-
-    script: FallbackScript
-    queues: dict[str | None, deque[ReplyStep | HttpErrorStep | HangStep]] = field(default_factory=dict)
-    received: list[RecordedRequest] = field(default_factory=list)
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def next_step(self, session: str | None) -> ReplyStep | HttpErrorStep | HangStep | None:
-        for queue_key in (session, None) if session is not None else (None,):
-            queue = self.queues.get(queue_key)
-            if queue:
-                return queue.popleft()
-        return None
-
-
-async def _first_of(*waits: Awaitable[object]) -> None:
-    tasks = [asyncio.ensure_future(wait) for wait in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-class _Exchange:
-    """The live connection of one request: its waits end early when the client leaves or the server stops."""
-
-    def __init__(self, scope: Scope, receive: Receive, state: FakeModelState) -> None:
-        self.close_connection: Callable[[], None] = scope[CLOSE_CONNECTION]
-        self.state = state
-        self.gone = asyncio.Event()
-        self._listener = asyncio.ensure_future(self._listen(receive))
-
-    async def _listen(self, receive: Receive) -> None:
-        await _until_disconnect(receive)
-        self.gone.set()
-
-    async def pause(self, seconds: float) -> bool:
-        """Wait ``seconds``; False when the client left or the server is stopping first."""
-        if seconds > 0:
-            await _first_of(asyncio.sleep(seconds), self.gone.wait(), self.state.stopping.wait())
-        return not (self.gone.is_set() or self.state.stopping.is_set())
-
-    async def cut(self) -> None:
-        """Close the TCP connection now, whatever was sent (no terminating chunk, no response)."""
-        self.close_connection()
-        await self.gone.wait()
-
-    def done(self) -> None:
-        self._listener.cancel()
-
-
-class _ExchangeResponse(Response):
-    """A response that drives the connection itself (streams, faults) instead of sending one body."""
-
-    def __init__(self, state: FakeModelState, headers: dict[str, str]) -> None:
-        super().__init__(headers=headers)
-        self.state = state
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        exchange = _Exchange(scope, receive, self.state)
-        try:
-            await self.play(exchange, send)
-        finally:
-            exchange.done()
-
-    async def play(self, exchange: _Exchange, send: Send) -> None:
-        raise NotImplementedError
-
-    def passed_headers(self) -> list[tuple[bytes, bytes]]:
-        """The headers given to the constructor (the body headers are the subclass's)."""
-        return [(k, v) for k, v in self.raw_headers if k not in (b"content-length", b"content-type")]
-
-
-class HangResponse(_ExchangeResponse):
-    def __init__(self, state: FakeModelState, seconds: float) -> None:
-        super().__init__(state, {})
-        self.seconds = seconds
-
-    async def play(self, exchange: _Exchange, send: Send) -> None:
-        await exchange.pause(self.seconds)
-        await exchange.cut()
-
-
-class WholeReplyResponse(_ExchangeResponse):
-    """``stream: false``: the Message after ``first_chunk_delay_ms``, or the fault as a whole."""
-
-    def __init__(self, state: FakeModelState, step: ReplyStep, message: JsonObject, request_id: str) -> None:
-        super().__init__(state, {"request-id": request_id, **step.headers})
-        self.step, self.message, self.request_id = step, message, request_id
-
-    async def play(self, exchange: _Exchange, send: Send) -> None:
-        if not await exchange.pause(self.step.first_chunk_delay_ms / 1000):
-            await exchange.cut()
-            return
-        if self.step.fail_after_events is not None and self.step.fail_with == "drop":
-            await exchange.cut()
-            return
-        if self.step.fail_after_events is not None:
-            error_type = self.step.fail_with
-            status, body = FAULT_STATUS[error_type], error_body(error_type, _fault_message(error_type), self.request_id)
-        else:
-            status, body = 200, self.message
-        await _send_whole(send, status, self.passed_headers(), orjson.dumps(body))
-
-
-class StreamedReplyResponse(_ExchangeResponse):
-    """``stream: true``: SSE events with the step's delays, a ``ping`` after ``message_start`` (M2.1), and
-    the step's fault after ``fail_after_events`` events."""
-
-    def __init__(self, state: FakeModelState, step: ReplyStep, message: JsonObject, request_id: str) -> None:
-        headers = {"request-id": request_id, "cache-control": "no-cache", **step.headers}
-        super().__init__(state, headers)
-        self.step, self.message, self.request_id = step, message, request_id
-
-    async def play(self, exchange: _Exchange, send: Send) -> None:
-        step = self.step
-        events = stream_events(self.message, step)
-        failing = step.fail_after_events is not None and step.fail_after_events < len(events)
-        if failing:
-            events = events[: step.fail_after_events]
-        start_headers = [*self.passed_headers(), (b"content-type", b"text/event-stream; charset=utf-8")]
-        await send({"type": "http.response.start", "status": 200, "headers": start_headers})
-        for position, event in enumerate(events):
-            delay = step.first_chunk_delay_ms if position == 0 else step.chunk_delay_ms
-            if not await exchange.pause(delay / 1000):
-                await exchange.cut()
-                return
-            frames = sse_frame(event) + (sse_frame(PING) if event["type"] == "message_start" else b"")
-            await send({"type": "http.response.body", "body": frames, "more_body": True})
-        if failing and step.fail_with == "drop":
-            await exchange.cut()
-            return
-        if failing:
-            fault = error_body(step.fail_with, _fault_message(step.fail_with), self.request_id)
-            await send({"type": "http.response.body", "body": sse_frame(fault), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def _fault_message(error_type: str) -> str:
-    return {"overloaded_error": "Overloaded", "api_error": "Internal server error"}.get(error_type, error_type)
-
-
-async def _send_whole(send: Send, status: int, headers: Iterable[tuple[bytes, bytes]], body: bytes) -> None:
-    all_headers = [*headers, (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": all_headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+MAX_REQUEST_BYTES: Final = 32 * 1024 * 1024
+"""M1.9: the Messages API's request size limit (413 ``request_too_large`` from the edge)."""
 
 
 def api_error_response(
@@ -255,7 +94,8 @@ def _request_headers(request: Request) -> dict[str, str]:
 
 
 def _authenticated(headers: dict[str, str]) -> bool:
-    """A key of any value (``x-api-key``, or an OAuth bearer token) — never checked further."""
+    """A key of any value, never checked further: ``x-api-key``, or ``authorization: Bearer …`` (how the
+    SDK 2.13 sends an API key, and how OAuth tokens come)."""
     return bool(headers.get("x-api-key") or headers.get("authorization", "").lower().startswith("bearer "))
 
 
@@ -282,27 +122,30 @@ class FakeModelEndpoints:
         request_id = api_id("req")
         headers = _request_headers(request)
         raw = await request.body()
+        if len(raw) > MAX_REQUEST_BYTES:
+            self.state.end(self._record(None, headers, None, "request_too_large"), "answered")
+            too_large = DEFAULT_ERROR_MESSAGES["request_too_large"]
+            return api_error_response(413, "request_too_large", too_large, request_id=request_id)
         try:
             body: JsonValue = orjson.loads(raw)
         except orjson.JSONDecodeError:
             body = raw.decode("utf-8", "replace")
         session = session_of(body) if isinstance(body, dict) else None
-        record = {"at_ms": time.time() * 1000, "session_id": session, "headers": headers, "body": body}
         if not _authenticated(headers):
-            self.state.received.append(RecordedRequest(**record, step_kind="unauthenticated"))
+            self.state.end(self._record(session, headers, body, "unauthenticated"), "answered")
             return api_error_response(
                 401, "authentication_error", "x-api-key header is required", request_id=request_id
             )
         problem = _body_problem(body)
         if problem is not None or not isinstance(body, dict):
-            self.state.received.append(RecordedRequest(**record, step_kind="invalid_request"))
+            self.state.end(self._record(session, headers, body, "invalid_request"), "answered")
             return api_error_response(400, "invalid_request_error", str(problem), request_id=request_id)
         step = self.state.next_step(session)
-        step_kind = step.kind if step is not None else self.state.script
-        self.state.received.append(RecordedRequest(**record, step_kind=step_kind))
+        record = self._record(session, headers, body, step.kind if step is not None else self.state.script)
         if step is None:
             step = fallback_step(self.state.script, body)
         if isinstance(step, HttpErrorStep):
+            self.state.end(record, "answered")
             return api_error_response(
                 step.status,
                 step.resolved_error_type(),
@@ -311,10 +154,18 @@ class FakeModelEndpoints:
                 headers=step.headers,
             )
         if isinstance(step, HangStep):
-            return HangResponse(self.state, step.seconds)
-        return self._reply(with_echo(step, body), body, request_id)
+            return HangResponse(self.state, record, step.seconds)
+        return self._reply(record, with_echo(step, body), body, request_id)
 
-    def _reply(self, step: ReplyStep, body: JsonObject, request_id: str) -> Response:
+    def _record(self, session: str | None, headers: dict[str, str], body: JsonValue, step_kind: str) -> RecordedRequest:
+        # Built from parsed JSON, so valid by construction; validating a long conversation costs ~0.2 ms.
+        record = RecordedRequest.model_construct(
+            at_ms=time.time() * 1000, session_id=session, headers=headers, body=body, step_kind=step_kind
+        )
+        self.state.received.append(record)
+        return record
+
+    def _reply(self, record: RecordedRequest, step: ReplyStep, body: JsonObject, request_id: str) -> Response:
         content = completed_content(step)
         message = whole_message(
             step,
@@ -324,8 +175,8 @@ class FakeModelEndpoints:
             usage=final_usage(step, body, content),
         )
         if body.get("stream") is True:
-            return StreamedReplyResponse(self.state, step, message, request_id)
-        return WholeReplyResponse(self.state, step, message, request_id)
+            return StreamedReplyResponse(self.state, record, step, message, request_id)
+        return WholeReplyResponse(self.state, record, step, message, request_id)
 
     async def script(self, request: Request) -> Response:
         try:
@@ -342,21 +193,20 @@ class FakeModelEndpoints:
         return JSONResponse({})
 
     async def requests(self, request: Request) -> Response:
+        """``?session_id=`` selects one session; ``?settled_within_s=`` waits (that long at most) until
+        none of the selected requests is still being answered."""
         session = request.query_params.get("session_id")
-        chosen = [r for r in self.state.received if session is None or r.session_id == session]
-        return Response(orjson.dumps([r.model_dump(mode="json") for r in chosen]), media_type="application/json")
+
+        def chosen() -> list[RecordedRequest]:
+            return [r for r in self.state.received if session is None or r.session_id == session]
+
+        wait_s = float(request.query_params.get("settled_within_s", 0))
+        records = await self.state.settled(chosen, wait_s) if wait_s > 0 else chosen()
+        return Response(orjson.dumps([r.model_dump(mode="json") for r in records]), media_type="application/json")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"script": self.state.script})
-
-
-def _transport_closer(send: Send) -> Callable[[], None]:
-    """Closes the connection ``send`` writes to. ASGI has no "abort" message, so this reaches the
-    server's transport: uvicorn's ``send`` is a method of its request cycle, which holds it."""
-    transport = getattr(getattr(send, "__self__", None), "transport", None)
-    if transport is None:
-        raise RuntimeError("the fake model server needs uvicorn's h11 protocol (its send exposes the transport)")
-    return transport.close  # type: ignore[no-any-return]
+        """``/_fake/health``, and ``/healthz`` / ``/readyz`` for ``agentbus up``'s supervisor: serving."""
+        return JSONResponse({"status": "ok", "script": self.state.script})
 
 
 def fake_model_app(state: FakeModelState) -> ASGIApp:
@@ -368,12 +218,14 @@ def fake_model_app(state: FakeModelState) -> ASGIApp:
         Route("/_fake/reset", endpoints.reset, methods=["POST"]),
         Route("/_fake/requests", endpoints.requests, methods=["GET"]),
         Route("/_fake/health", endpoints.health, methods=["GET"]),
+        Route("/healthz", endpoints.health, methods=["GET"]),
+        Route("/readyz", endpoints.health, methods=["GET"]),
     ]
     inner = Starlette(routes=routes)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            scope[CLOSE_CONNECTION] = _transport_closer(send)
+            scope[CLOSE_CONNECTION] = transport_closer(send)
         await inner(scope, receive, send)
 
     return app

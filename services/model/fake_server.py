@@ -14,24 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import threading
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Final
 
 import orjson
 import uvicorn
 from pydantic import BaseModel
 
-from services.model.fake_app import FakeModelState, fake_model_app
+from services.model.fake_app import fake_model_app
 from services.model.fake_scripts import FallbackScript
+from services.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
 from services.model.fake_steps import STEP_ADAPTER, HangStep, HttpErrorStep, RecordedRequest, ReplyStep
+from services.runtime.supervisor import LISTEN_FD_ENV
 
 START_TIMEOUT_S: Final = 10.0
-ADMIN_TIMEOUT_S: Final = 10.0
+SETTLE_TIMEOUT_S: Final = 10.0
+ADMIN_TIMEOUT_S: Final = SETTLE_TIMEOUT_S + 10.0
 
 StepLike = ReplyStep | HttpErrorStep | HangStep | Mapping[str, object]
 
@@ -73,9 +78,17 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return socket.create_server((host, port), family=family)
 
 
-def _url(sock: socket.socket, host: str) -> str:
-    port = sock.getsockname()[1]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+
+
+def listener_for_process(host: str, port: int) -> socket.socket:
+    """The socket ``agentbus up``'s supervisor bound and handed down (:data:`LISTEN_FD_ENV`, so its
+    ``/readyz`` check reaches this process and a restart serves the same port), else a new one on
+    ``host:port``. The variable is removed so nothing this process starts inherits it."""
+    fd = os.environ.pop(LISTEN_FD_ENV, None)
+    return socket.socket(fileno=int(fd)) if fd is not None else _listening_socket(host, port)
 
 
 def _uvicorn(state: FakeModelState, on_ready: Callable[[], None] | None = None) -> _Uvicorn:
@@ -116,10 +129,13 @@ class FakeModelAdmin:
         assert isinstance(answer, dict)
         return int(answer["queued"])
 
-    def requests(self, session_id: str | None = None) -> list[RecordedRequest]:
-        """Every request received (of ``session_id`` when given), in order."""
-        query = "" if session_id is None else "?" + urllib.parse.urlencode({"session_id": session_id})
-        answer = self._call("GET", "/_fake/requests" + query)
+    def requests(self, session_id: str | None = None, *, settled: bool = False) -> list[RecordedRequest]:
+        """Every request received (of ``session_id`` when given), in order. ``settled``: once none of
+        them is still being answered (each has its ``ended``), waiting up to :data:`SETTLE_TIMEOUT_S`."""
+        query: dict[str, str | float] = {} if session_id is None else {"session_id": session_id}
+        if settled:
+            query["settled_within_s"] = SETTLE_TIMEOUT_S
+        answer = self._call("GET", "/_fake/requests" + (f"?{urllib.parse.urlencode(query)}" if query else ""))
         assert isinstance(answer, list)
         return [RecordedRequest.model_validate(item) for item in answer]
 
@@ -139,17 +155,22 @@ class FakeModelServer:
     @classmethod
     @contextlib.contextmanager
     def running(
-        cls, *, host: str = "127.0.0.1", port: int = 0, script: FallbackScript = "echo"
+        cls,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        script: FallbackScript = "echo",
+        keep_requests: int = DEFAULT_KEEP_REQUESTS,
     ) -> Iterator[FakeModelServer]:
         """Serve from a background thread while the block runs (blocking start and stop)."""
         sock = _listening_socket(host, port)
-        server = _uvicorn(FakeModelState(script=script))
+        server = _uvicorn(FakeModelState(script=script, keep_requests=keep_requests))
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="fake-model", daemon=True)
         try:
             thread.start()
             if not server.ready.wait(START_TIMEOUT_S):
                 raise RuntimeError(f"the fake model server did not start within {START_TIMEOUT_S} s")
-            yield cls(_url(sock, host), script)
+            yield cls(_url(sock), script)
         finally:
             server.request_stop()
             thread.join(START_TIMEOUT_S)
@@ -158,10 +179,15 @@ class FakeModelServer:
     @classmethod
     @contextlib.asynccontextmanager
     async def start(
-        cls, *, host: str = "127.0.0.1", port: int = 0, script: FallbackScript = "echo"
+        cls,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        script: FallbackScript = "echo",
+        keep_requests: int = DEFAULT_KEEP_REQUESTS,
     ) -> AsyncIterator[FakeModelServer]:
         """:meth:`running` for async code: start and stop happen off the caller's event loop."""
-        manager = cls.running(host=host, port=port, script=script)
+        manager = cls.running(host=host, port=port, script=script, keep_requests=keep_requests)
         fake = await asyncio.to_thread(manager.__enter__)
         try:
             yield fake
@@ -171,29 +197,31 @@ class FakeModelServer:
     async def script(self, session_id: str | None, steps: Sequence[StepLike]) -> int:
         return await asyncio.to_thread(self.admin.script, session_id, steps)
 
-    async def requests(self, session_id: str | None = None) -> list[RecordedRequest]:
-        return await asyncio.to_thread(self.admin.requests, session_id)
+    async def requests(self, session_id: str | None = None, *, settled: bool = False) -> list[RecordedRequest]:
+        return await asyncio.to_thread(partial(self.admin.requests, session_id, settled=settled))
 
     async def reset(self) -> None:
         await asyncio.to_thread(self.admin.reset)
 
 
-def serve_until_signalled(*, host: str, port: int, script: FallbackScript, on_listening: Callable[[str], None]) -> None:
-    """Serve in this thread until SIGINT or SIGTERM; ``on_listening(url)`` once it accepts requests."""
-    sock = _listening_socket(host, port)
-    url = _url(sock, host)
-    server = _uvicorn(FakeModelState(script=script), on_ready=lambda: on_listening(url))
+def serve_until_signalled(
+    listener: socket.socket, state: FakeModelState, *, on_listening: Callable[[str], None]
+) -> None:
+    """Serve on ``listener`` in this thread until SIGINT or SIGTERM; ``on_listening(url)`` once it
+    accepts requests."""
+    url = _url(listener)
+    server = _uvicorn(state, on_ready=lambda: on_listening(url))
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, server.request_stop)
-        await server.serve(sockets=[sock])
+        await server.serve(sockets=[listener])
 
     try:
         asyncio.run(main())
     finally:
-        sock.close()
+        listener.close()
 
 
-__all__ = ["FakeModelAdmin", "FakeModelServer", "serve_until_signalled"]
+__all__ = ["FakeModelAdmin", "FakeModelServer", "listener_for_process", "serve_until_signalled"]

@@ -44,6 +44,7 @@ DEFAULT_ERROR_MESSAGES: Final[dict[str, str]] = {
 }
 
 FailWith = Literal["overloaded_error", "api_error", "drop"]
+Ending = Literal["answered", "client_left", "cut", "server_stopped"]
 
 _REQUIRED_BLOCK_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "text": ("text",),
@@ -160,11 +161,16 @@ class ScriptRequest(BaseModel):
 class RecordedRequest(BaseModel):
     """One ``POST /v1/messages`` as received, in ``GET /_fake/requests``. ``step_kind``: the step that
     answered it (``reply``, ``http_error``, ``hang``), the fallback (``echo``, ``demo``), or why it was
-    refused before any step (``unauthenticated``, ``invalid_request``)."""
+    refused before any step (``request_too_large``, ``unauthenticated``, ``invalid_request``)."""
 
     at_ms: float
     session_id: str | None
     headers: dict[str, str]
     body: JsonValue
-    """The JSON body; the raw text when it was not JSON."""
+    """The JSON body; the raw text when it was not JSON; None when it was too large to keep."""
     step_kind: str
+    ended: Ending | None = None
+    """How the exchange ended (None: still going): ``answered`` (the whole response was sent),
+    ``client_left`` (the client closed the connection first: a timeout, an interrupt), ``cut`` (a ``drop``,
+    or a ``hang`` that ran out), ``server_stopped``."""
+    ended_at_ms: float | None = None

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from collections.abc import AsyncIterator
 
 import anthropic
 import orjson
-import pytest
 
 from services.model.fake_server import FakeModelServer
 from services.model.fake_steps import ReplyStep
-from shared.json_types import JsonObject
 
 MODEL = "claude-test-model"
 PROMPT: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Read both files, please."}]
@@ -23,18 +20,6 @@ PROMPT: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Read 
 def metadata(session: str) -> anthropic.types.MetadataParam:
     """M1.3: ``metadata.user_id`` is a JSON string carrying the session id."""
     return {"user_id": orjson.dumps({"device_id": "d", "account_uuid": "", "session_id": session}).decode()}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeModelServer]:
-    async with FakeModelServer.start(port=0, script="echo") as server:
-        yield server
-
-
-@pytest.fixture
-async def client(fake: FakeModelServer) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    async with anthropic.AsyncAnthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk:
-        yield sdk
 
 
 THINKING_TEXT_TWO_TOOLS = ReplyStep(
@@ -50,10 +35,12 @@ THINKING_TEXT_TWO_TOOLS = ReplyStep(
 
 
 async def test_m2_4_streamed_reply_accumulates_thinking_text_and_parallel_tool_use(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script("s1", [THINKING_TEXT_TWO_TOOLS])
-    async with client.messages.stream(model=MODEL, max_tokens=1024, messages=PROMPT, metadata=metadata("s1")) as s:
+    await fake_model.script("s1", [THINKING_TEXT_TWO_TOOLS])
+    async with fake_model_sdk.messages.stream(
+        model=MODEL, max_tokens=1024, messages=PROMPT, metadata=metadata("s1")
+    ) as s:
         message = await s.get_final_message()
     assert re.fullmatch(r"msg_01[A-Za-z0-9]{22}", message.id)
     assert message.model == MODEL
@@ -75,10 +62,10 @@ async def test_m2_4_streamed_reply_accumulates_thinking_text_and_parallel_tool_u
 
 
 async def test_m2_1_raw_events_come_in_api_order_with_deltas_per_block(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script("s1", [THINKING_TEXT_TWO_TOOLS])
-    stream = await client.messages.create(
+    await fake_model.script("s1", [THINKING_TEXT_TWO_TOOLS])
+    stream = await fake_model_sdk.messages.create(
         model=MODEL, max_tokens=1024, messages=PROMPT, metadata=metadata("s1"), stream=True
     )
     events = [event async for event in stream]
@@ -111,11 +98,11 @@ async def test_m2_1_raw_events_come_in_api_order_with_deltas_per_block(
     assert delta.usage.input_tokens == 1200
 
 
-async def test_m2_1_sse_frames_are_event_and_data_lines_with_a_ping(fake: FakeModelServer) -> None:
-    await fake.script(None, [ReplyStep(content=[{"type": "text", "text": "hi"}])])
+async def test_m2_1_sse_frames_are_event_and_data_lines_with_a_ping(fake_model: FakeModelServer) -> None:
+    await fake_model.script(None, [ReplyStep(content=[{"type": "text", "text": "hi"}])])
     body = {"model": MODEL, "max_tokens": 10, "stream": True, "messages": PROMPT}
     request = urllib.request.Request(
-        fake.base_url + "/v1/messages", data=orjson.dumps(body), headers={"x-api-key": "k"}, method="POST"
+        fake_model.base_url + "/v1/messages", data=orjson.dumps(body), headers={"x-api-key": "k"}, method="POST"
     )
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request) as response:
         assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
@@ -132,14 +119,16 @@ async def test_m2_1_sse_frames_are_event_and_data_lines_with_a_ping(fake: FakeMo
     assert names[:2] == ["message_start", "ping"]
 
 
-async def test_m2_6_delta_usage_is_sent_verbatim(fake: FakeModelServer, client: anthropic.AsyncAnthropic) -> None:
+async def test_m2_6_delta_usage_is_sent_verbatim(
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
+) -> None:
     step = ReplyStep(
         content=[{"type": "text", "text": "ok"}],
         usage={"input_tokens": 1200, "cache_read_input_tokens": 50000},
         delta_usage={"input_tokens": 0, "output_tokens": 412},
     )
-    await fake.script(None, [step])
-    stream = await client.messages.create(model=MODEL, max_tokens=10, messages=PROMPT, stream=True)
+    await fake_model.script(None, [step])
+    stream = await fake_model_sdk.messages.create(model=MODEL, max_tokens=10, messages=PROMPT, stream=True)
     events = [event async for event in stream]
     assert events[0].type == "message_start"
     assert events[0].message.usage.cache_read_input_tokens == 50000
@@ -148,10 +137,10 @@ async def test_m2_6_delta_usage_is_sent_verbatim(fake: FakeModelServer, client: 
 
 
 async def test_non_streaming_request_gets_the_whole_message(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    await fake.script(None, [THINKING_TEXT_TWO_TOOLS.model_copy(update={"model": "claude-haiku-4-5"})])
-    message = await client.messages.create(model=MODEL, max_tokens=1024, messages=PROMPT)
+    await fake_model.script(None, [THINKING_TEXT_TWO_TOOLS.model_copy(update={"model": "claude-haiku-4-5"})])
+    message = await fake_model_sdk.messages.create(model=MODEL, max_tokens=1024, messages=PROMPT)
     assert [block.type for block in message.content] == ["thinking", "text", "tool_use", "tool_use"]
     assert message.model == "claude-haiku-4-5"
     assert message.stop_reason == "tool_use"
@@ -159,14 +148,16 @@ async def test_non_streaming_request_gets_the_whole_message(
 
 
 async def test_echo_fallback_and_echo_marker_repeat_the_last_user_text(
-    fake: FakeModelServer, client: anthropic.AsyncAnthropic
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
-    message = await client.messages.create(model=MODEL, max_tokens=10, messages=PROMPT)
+    message = await fake_model_sdk.messages.create(model=MODEL, max_tokens=10, messages=PROMPT)
     assert message.content[0].type == "text"
     assert message.content[0].text == "You said: Read both files, please."
     assert message.stop_reason == "end_turn"
-    await fake.script(None, [ReplyStep(content=[{"type": "text", "text": "<<{{echo}}>>"}], stop_reason="max_tokens")])
-    async with client.messages.stream(model=MODEL, max_tokens=10, messages=PROMPT) as s:
+    await fake_model.script(
+        None, [ReplyStep(content=[{"type": "text", "text": "<<{{echo}}>>"}], stop_reason="max_tokens")]
+    )
+    async with fake_model_sdk.messages.stream(model=MODEL, max_tokens=10, messages=PROMPT) as s:
         echoed = await s.get_final_message()
     assert echoed.content[0].type == "text"
     assert echoed.content[0].text == "<<Read both files, please.>>"
@@ -176,11 +167,11 @@ async def test_echo_fallback_and_echo_marker_repeat_the_last_user_text(
 def tool_round(reply: anthropic.types.Message) -> list[anthropic.types.MessageParam]:
     """The assistant reply and a user message answering each of its tool calls."""
     calls = [block for block in reply.content if block.type == "tool_use"]
-    results: list[JsonObject] = [{"type": "tool_result", "tool_use_id": c.id, "content": "ok"} for c in calls]
-    return [
-        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in reply.content]},
-        {"role": "user", "content": results},  # type: ignore[typeddict-item]
+    results: list[anthropic.types.ToolResultBlockParam] = [
+        {"type": "tool_result", "tool_use_id": c.id, "content": "ok"} for c in calls
     ]
+    assistant: anthropic.types.MessageParam = {"role": "assistant", "content": reply.content}
+    return [assistant, {"role": "user", "content": results}]
 
 
 async def test_demo_script_plays_the_tour_by_assistant_turns_with_fresh_tool_ids() -> None:
@@ -213,8 +204,8 @@ async def test_demo_script_plays_the_tour_by_assistant_turns_with_fresh_tool_ids
 
 def test_fake_model_fixture_serves_sync_tests(fake_model: FakeModelServer) -> None:
     fake_model.admin.script(None, [{"kind": "reply", "content": [{"type": "text", "text": "scripted"}]}])
-    with anthropic.Anthropic(base_url=fake_model.base_url, api_key="test", max_retries=0) as client:
-        message = client.messages.create(model=MODEL, max_tokens=10, messages=PROMPT)
+    with anthropic.Anthropic(base_url=fake_model.base_url, api_key="test", max_retries=0) as fake_model_sdk:
+        message = fake_model_sdk.messages.create(model=MODEL, max_tokens=10, messages=PROMPT)
     assert message.content[0].type == "text"
     assert message.content[0].text == "scripted"
     assert [r.step_kind for r in fake_model.admin.requests()] == ["reply"]
