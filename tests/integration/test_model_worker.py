@@ -11,6 +11,7 @@ the exact delays the worker chose are checked in its ``api_error`` notices (M4.4
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -23,7 +24,7 @@ import pytest
 
 from services.runtime.topology import Topology
 from shared.constants import max_output_tokens_error
-from shared.messages import AssistantMessage, SystemMessage, UserMessage
+from shared.messages import AssistantMessage, UserMessage
 from shared.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
 from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from shared.model.retry import backoff_window_ms
@@ -368,8 +369,8 @@ async def test_r10_1_interrupt_mid_stream_aborts_within_100_ms(
             if raw is not None and orjson.loads(raw).get("state") == "streaming":
                 break
             assert time.monotonic() < deadline, "the call never started streaming"
-            time.sleep(0.01)
-        await _sleep(0.6)  # the text block is done, the tool block streams
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)  # the text block is done, the tool block streams
         interrupted_at_ms = time.time() * 1000
         await client.interrupt(session)
         while True:
@@ -377,29 +378,24 @@ async def test_r10_1_interrupt_mid_stream_aborts_within_100_ms(
             if record.get("state") == "interrupted":
                 break
             assert time.monotonic() < deadline + 30, "the call was never aborted"
-            await _sleep(0.005)
+            await asyncio.sleep(0.005)
         history = await wait_for(client, session, turn_ended)
     abort_ms = record["aborted_at_ms"] - interrupted_at_ms
     assert abort_ms < 100, f"stream aborted {abort_ms:.1f} ms after the interrupt"
+    # The server saw the client leave (the HTTP stream was closed, not just no longer read), within 100 ms too.
+    (call,) = fake.requests(session)
+    assert call["ended"] == "client_left", call
+    server_ms = call["ended_at_ms"] - interrupted_at_ms
+    assert server_ms < 100, f"the fake server saw the stream closed {server_ms:.1f} ms after the interrupt"
     live = live_messages(history)
     assert text_of(live[-1]) == "[Request interrupted by user]"
     assert "Starting." in [text_of(m) for m in live if isinstance(m, AssistantMessage)]
     assert not any("never finished" in text_of(m) for m in live)
     assert_every_tool_use_answered_once(history)
     assert len(fake.requests(session)) == 1
-    await _sleep(0.5)  # nothing else arrives for the interrupted request
+    await asyncio.sleep(0.5)  # nothing else arrives for the interrupted request
     async with deployment.client() as client:
         assert len(await client.history(session)) == len(history)
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
-
-
-def _system(messages: list[Any]) -> list[SystemMessage]:
-    return [m for m in messages if getattr(m, "type", None) == "system"]
 
 
 async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_with_the_meta_message(
