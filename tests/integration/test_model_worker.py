@@ -44,7 +44,7 @@ from tests.integration.model_turns import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 MODEL = "claude-sonnet-4-5"
 FALLBACK = "claude-haiku-4-5"

@@ -28,7 +28,7 @@ from tests.integration.model_turns import (
 from tests.integration.test_ingress_door import AclCluster
 from tests.services.acl_redis import start_acl_redis
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

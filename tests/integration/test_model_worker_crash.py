@@ -31,7 +31,7 @@ from tests.integration.model_turns import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 LEASE_MS = 1500
 
