@@ -168,6 +168,7 @@ class ModelCall:
         fallback_model: str | None,
         owner: str,
         switched_to: str | None = None,
+        on_retry: Callable[[ApiFailure, int, float], None] | None = None,
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Clock = utc_now,
@@ -198,6 +199,8 @@ class ModelCall:
         self.sent_at: float | None = None
         self.first_chunk_s: float | None = None
         self.switched_to = switched_to
+        self.on_retry = on_retry
+        """Told (failure, attempt, delay in ms) before each backoff sleep: the span's retry events (M11.4)."""
         """The fallback model this call (or an earlier call of its turn) switched to (M6)."""
 
     async def run(self) -> CallResult:
@@ -361,6 +364,8 @@ class ModelCall:
                 self.params = with_max_tokens(self.params, state.max_tokens_override)  # M4.11
                 state.max_tokens_override = None
             model_metrics.record_retry(self.model, error_type_label(failure))
+            if self.on_retry is not None:
+                self.on_retry(failure, state.attempt, decision.delay_ms)
             if decision.notify:
                 await self._announce_retry(failure, decision, state)
             await self.sleep(decision.delay_ms / 1000)

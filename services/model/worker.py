@@ -37,6 +37,7 @@ import structlog
 from anthropic import AsyncAnthropic
 
 from services.model.call import CallResult, ModelCall
+from services.model.failures import error_type_label
 from services.model.publisher import SessionPublisher
 from services.model.session_lease import SessionLease
 from services.observability import model_metrics
@@ -62,6 +63,7 @@ from shared.model.limits import (
     output_limit_error,
 )
 from shared.model.request import ModelDefaults, build_model_params, request_body
+from shared.model.retry import ApiFailure
 from shared.model.session_config import SessionModelConfig
 from shared.tool_definitions import ToolDefinition
 
@@ -403,6 +405,7 @@ class ModelWorker:
             ids=self.ids,
         )
         span = self._start_span(notice, session, params, model)
+        call.on_retry = functools.partial(_retry_event, span)
         started = time.perf_counter()
         running = _Running(asyncio.create_task(call.run(), name=f"model:{session}"))
         self._running[session] = running
@@ -517,6 +520,16 @@ class ModelWorker:
             for key, value in _span_values(error_attributes(result.error_type)).items():
                 span.set_attribute(key, value)
         span.end(None)
+
+
+def _retry_event(span: Span, failure: ApiFailure, attempt: int, delay_ms: float) -> None:
+    """M11.4: one span covers the logical call; each retry is an event on it (attempt, delay, status)."""
+    if span.otel_span is not None:
+        attributes: dict[str, AttributeValue] = {"retry.attempt": attempt, "retry.delay_ms": delay_ms}
+        attributes["error.type"] = error_type_label(failure)
+        if failure.status is not None:
+            attributes["http.response.status_code"] = failure.status
+        span.otel_span.add_event("retry", attributes=attributes)
 
 
 def _span_values(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
