@@ -514,8 +514,12 @@ class ModelWorker:
             "stop_reason": result.stop_reason,
         }
         message["usage"] = result.usage
-        for key, value in _span_values(response_attributes(message)).items():
+        attributes = response_attributes(message)
+        for key, value in _span_values(attributes).items():
             span.set_attribute(key, value)
+        reasons = attributes.get("gen_ai.response.finish_reasons")
+        if span.otel_span is not None and isinstance(reasons, list):
+            span.otel_span.set_attribute("gen_ai.response.finish_reasons", reasons)  # a string array (M11.2)
         if result.error_type:
             for key, value in _span_values(error_attributes(result.error_type)).items():
                 span.set_attribute(key, value)
