@@ -28,7 +28,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
@@ -174,7 +174,6 @@ class ModelWorkerStats:
     already_answered: int = 0
     recovered: int = 0
     interrupted: int = 0
-    aborts_s: list[float] = field(default_factory=list)
 
 
 class ModelWorker:
@@ -457,7 +456,6 @@ class ModelWorker:
         await publisher.close()
         abort_s = time.perf_counter() - interrupted_at
         self.stats.interrupted += 1
-        self.stats.aborts_s.append(abort_s)
         model_metrics.INTERRUPT_ABORT.observe(abort_s)
         model_metrics.record_call(call.model, "interrupted")
         publisher.record(
