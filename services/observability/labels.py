@@ -24,7 +24,7 @@ OTHER: Final = "other"
 
 WorkerType = Literal["ingestion", "tools", "normalization", "transcripts", "model"]
 WORKER_TYPES: Final[tuple[WorkerType, ...]] = ("ingestion", "tools", "normalization", "transcripts", "model")
-"""The four worker types; the names of ``agentbus worker NAME`` and the ``worker`` label."""
+"""The five worker types; the names of ``agentbus worker NAME`` and the ``worker`` label."""
 
 StreamFamily = Literal["ingress", "log", "tool_jobs", "requests"]
 STREAM_FAMILIES: Final[tuple[StreamFamily, ...]] = ("ingress", "log", "tool_jobs", "requests")
