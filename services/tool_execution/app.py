@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import replace
 
 from services.observability.metrics import instrument_handler
-from services.runtime.codec import decode_entry, signed_entry_fields
+from services.runtime.codec import signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
 from services.runtime.deadletter import DeadLetter
 from services.runtime.entries import StreamEntry, field_bytes
@@ -15,11 +15,11 @@ from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
+from services.tool_execution.approvals import ApprovalGate
 from services.tool_execution.executor import ToolTimeouts
 from services.tool_execution.registry import default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
-from shared.events import parse_tool_job
 from shared.permissions import PermissionContext
 
 
@@ -44,16 +44,26 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
+        registry = default_registry(Workspace.at(workspace_root))
+        self.approvals = ApprovalGate(
+            context.redis,
+            self.topology,
+            registry=registry,
+            internal_key=settings.require_internal_key(),
+            consumer=context.owner,
+            timeout_s=settings.tools.approval_timeout_s,
+        )
         self.worker = ToolWorker(
             context.redis,
             self.topology,
             consumer=context.owner,
-            registry=default_registry(Workspace.at(workspace_root)),
+            registry=registry,
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
             internal_key=settings.require_internal_key(),
             slots=self.slots,
+            approvals=self.approvals,
         )
         # One entry per read: the handler takes an entry only when a slot is free to run it (slots.py).
         # The reclaim sweep scans as much of the pending list as it did when a read took a slot's worth.
@@ -93,7 +103,7 @@ class ToolRuntime:
                 entry.stream, entry.entry_id, {field_bytes(k): v for k, v in entry.fields.items()}
             )
             original = StreamEntry(letter.stream, letter.entry_id, dict(letter.fields), letter.delivery_count)
-            job = decode_entry(original, parse_tool_job)
+            job = self.approvals.decode(original)
             if isinstance(job, Poison):
                 poison[entry.entry_id] = job
                 continue

@@ -1,0 +1,298 @@
+"""Issue 19 §H: human approval of tool calls, end to end — real Redis, real ingestion, tool and transcript
+worker processes; the model's side is played through the SDK (``send_assistant`` with tool_use blocks).
+
+``AGENTBUS_TOOLS__ASK_POLICY=approve``: a Bash command no rule allows asks; the tool worker parks it (no slot
+held), a person answers through the SDK, ingestion releases the call once. Each tool run appends one byte to
+a file of the workspace, so "ran exactly once" is read off the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from services.runtime.approval_store import ApprovalStore
+from services.runtime.codec import entry_fields
+from services.runtime.deadletter import list_dead_letters
+from services.runtime.settings import Settings
+from services.runtime.streams import dead_letter_stream
+from services.transcripts.layout import session_file
+from shared.approvals import (
+    ApprovalAnswer,
+    ApprovalContinuation,
+    ApprovalDecision,
+    ApprovalRequested,
+    AskedCall,
+)
+from shared.constants import (
+    INTERRUPT_MESSAGE_FOR_TOOL_USE,
+    REJECT_MESSAGE,
+    REJECT_MESSAGE_WITH_REASON_PREFIX,
+    USER_REJECTED_TOOL_USE,
+)
+from shared.content import TextBlock, ToolUseBlock
+from shared.factories import create_assistant_message
+from shared.messages import UserMessage
+from tests.integration.approval_helpers import (
+    APPROVE_ENV,
+    counting_call,
+    new_session,
+    pending_for,
+    ran,
+    reply_with,
+    result_block,
+    result_for,
+    results,
+)
+from tests.integration.cluster import WorkerCluster, eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def bus_workers(module_cluster: WorkerCluster) -> WorkerCluster:
+    module_cluster.extra_env.update(APPROVE_ENV)
+    for name in ("ingestion", "tools", "transcripts"):
+        module_cluster.start(name)
+    module_cluster.wait_ready()
+    return module_cluster
+
+
+async def test_h4_allowed_call_runs_exactly_once_and_the_transcript_has_its_result(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("allow", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        # H4.2: the request carries the call as the model sent it, and what "always allow" would add.
+        assert (req.tool_name, req.input, req.request.tool_use_id) == ("Bash", call.input, call.id)
+        assert req.request.agent_id is None
+        assert req.request.permission_suggestions == [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Bash", "ruleContent": f"printf x >> {file}"}],
+                "behavior": "allow",
+                "destination": "localSettings",
+            }
+        ]
+        assert ran(bus_workers, file) == ""
+        await req.allow()
+        await req.allow()  # a second answer is ignored (H4.4)
+        message = await result_for(bus, session, call.id)
+        assert result_block(message).is_error is None
+        assert await bus.pending_approvals(session) == []
+        stored = await ApprovalStore(bus.redis, bus.topology).get(session, req.approval_id)
+        assert stored is not None
+        assert stored.decision is not None
+        assert stored.decision.outcome == "allowed"
+    assert ran(bus_workers, file) == "x"
+    transcript = session_file(bus_workers.data_dir, Settings().cwd, session)
+
+    async def persisted() -> bool:
+        return transcript.exists() and call.id in transcript.read_text() and '"tool_result"' in transcript.read_text()
+
+    await eventually(persisted, timeout_s=30)
+    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert any(
+        block.get("type") == "tool_result" and block.get("tool_use_id") == call.id
+        for line in lines
+        if line.get("type") == "user" and isinstance(line["message"]["content"], list)
+        for block in line["message"]["content"]
+    )
+
+
+async def test_h4_updated_input_and_h5_3_feedback(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("edit", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        await req.allow(updated_input={"command": f"printf yy >> {file}"}, message="  used yy instead  ")
+        message = await result_for(bus, session, call.id)
+        # H5.3: the trimmed feedback is a text block after the tool_result, in the same message.
+        assert isinstance(message.blocks[-1], TextBlock)
+        assert message.blocks[-1].text == "used yy instead"
+    assert ran(bus_workers, file) == "yy"
+
+
+async def test_h5_denied_call_gets_the_exact_rejection_texts(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    plain, commented = counting_call("deny", file), counting_call("deny_comment", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, plain, commented)
+        # Two unsafe calls: R8.5 runs them one after the other, so the second waits behind the first.
+        (first,) = await pending_for(bus, session)
+        await first.deny()
+        denied = await result_for(bus, session, plain.id)
+        assert result_block(denied).content == REJECT_MESSAGE
+        assert result_block(denied).is_error is True
+        assert denied.tool_use_result == f"Error: {REJECT_MESSAGE}"
+        (second,) = await pending_for(bus, session)
+        assert second.request.tool_use_id == commented.id
+        await second.deny(message="use the staging database")
+        text = result_block(await result_for(bus, session, commented.id)).content
+        assert text == REJECT_MESSAGE_WITH_REASON_PREFIX + "use the staging database"
+    assert ran(bus_workers, file) == ""
+
+
+async def test_r8_5_later_batch_waits_for_the_asking_call(bus_workers: WorkerCluster) -> None:
+    """A safe Read after an asking Bash is a later batch: it must not run (or answer) before the Bash is
+    decided; the Glob before it runs at once."""
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    (bus_workers.workspace / "note.md").write_text("hello")
+    before = ToolUseBlock(id=f"toolu_glob_{uuid.uuid4().hex[:8]}", name="Glob", input={"pattern": "*.md"})
+    asking = counting_call("ordered", file)
+    after = ToolUseBlock(id=f"toolu_read_{uuid.uuid4().hex[:8]}", name="Read", input={"file_path": "note.md"})
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, before, asking, after)
+        (req,) = await pending_for(bus, session)
+        await result_for(bus, session, before.id)
+        assert after.id not in await results(bus, session)
+        await req.allow()
+        await result_for(bus, session, after.id)
+        order = [getattr(entry.message, "uuid", None) for entry in await bus.history(session)]
+        answered = await results(bus, session)
+        assert order.index(answered[asking.id].uuid) < order.index(answered[after.id].uuid)
+
+
+async def test_h6_deny_with_interrupt_aborts_the_turn(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    asking, later = counting_call("abort", file), counting_call("later", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, asking, later)
+        (req,) = await pending_for(bus, session)
+        await req.deny(interrupt=True)
+        assert result_block(await result_for(bus, session, asking.id)).content == REJECT_MESSAGE
+        tail = await result_for(bus, session, later.id)  # never started: R8.9's interrupt text
+        assert result_block(tail).content == REJECT_MESSAGE
+        assert tail.tool_use_result == USER_REJECTED_TOOL_USE
+
+        async def interrupted() -> bool:
+            return any(
+                isinstance(e.message, UserMessage)
+                and any(isinstance(b, TextBlock) and b.text == INTERRUPT_MESSAGE_FOR_TOOL_USE for b in e.message.blocks)
+                for e in await bus.history(session)
+            )
+
+        await eventually(interrupted, timeout_s=30)
+    assert ran(bus_workers, file) == ""
+
+
+async def test_h6_interrupt_cancels_pending_approvals(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("cancel", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        await bus.interrupt(session)
+        message = await result_for(bus, session, call.id)
+        assert result_block(message).content == REJECT_MESSAGE
+        assert message.tool_use_result == f"Error: {REJECT_MESSAGE}"
+        store = ApprovalStore(bus.redis, bus.topology)
+
+        async def cancelled() -> bool:
+            stored = await store.get(session, req.approval_id)
+            return stored is not None and stored.decision is not None and stored.decision.outcome == "cancelled"
+
+        await eventually(cancelled, timeout_s=30)
+        await req.allow()  # too late: ignored, nothing runs
+        await asyncio.sleep(0.5)
+        assert list(await results(bus, session)) == [call.id]
+    assert ran(bus_workers, file) == ""
+
+
+async def test_h7_always_allow_lets_the_next_identical_call_run_without_asking(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    first = counting_call("always", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, first)
+        (req,) = await pending_for(bus, session)
+        await req.always_allow()
+        await result_for(bus, session, first.id)
+        again = ToolUseBlock(id=f"toolu_again_{uuid.uuid4().hex[:8]}", name="Bash", input=first.input)
+        await bus.send_assistant(session, create_assistant_message([again]))
+        await result_for(bus, session, again.id)
+        assert await bus.pending_approvals(session) == []
+        # Another session did not get the rule (H7: per session).
+        other = new_session()
+        stranger = ToolUseBlock(id=f"toolu_other_{uuid.uuid4().hex[:8]}", name="Bash", input=first.input)
+        await reply_with(bus, other, stranger)
+        (asked,) = await pending_for(bus, other)
+        await asked.deny()
+    assert ran(bus_workers, file) == "xx"
+
+
+async def test_forged_answers_and_continuations_are_dead_lettered(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("forged", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        ingress_dlq = dead_letter_stream(bus.topology.ingress_for(session))
+        # A wrong tool_use_id, an unknown approval, a producer posing as a tool worker parking a call.
+        await bus.publish(
+            session, ApprovalAnswer(approval_id=req.approval_id, tool_use_id="toolu_other", behavior="allow")
+        )
+        await bus.publish(session, ApprovalAnswer(approval_id="apr_nope", tool_use_id=call.id, behavior="allow"))
+        forged_park = ApprovalRequested(
+            park_id="park_x",
+            assistant_uuid="a",
+            dispatched_ms=0,
+            asked=[AskedCall(approval_id="apr_x", tool_use=call, deadline_ms=0, timeout_s=1)],
+        )
+        await bus.publish(session, forged_park)
+        # A producer writing a continuation straight onto the tool-jobs stream (no ingestion authenticator).
+        jobs = bus.topology.tool_jobs_for(session)
+        forged_job = ApprovalContinuation(
+            session_id=session,
+            park_id="park_x",
+            assistant_uuid="a",
+            tool_uses=[call],
+            dispatched_ms=0,
+            deadline_ms=0,
+            approval_id=req.approval_id,
+            decision=ApprovalDecision(outcome="allowed", decided_ms=0),
+        )
+        await bus.redis.xadd(jobs, entry_fields(forged_job))  # type: ignore[arg-type]
+
+        async def letters() -> dict[str, int]:
+            found: dict[str, int] = {}
+            for stream in (ingress_dlq, dead_letter_stream(jobs)):
+                for letter in await list_dead_letters(bus.redis, stream):
+                    found[letter.reason] = found.get(letter.reason, 0) + 1
+            return found
+
+        async def all_dead_lettered() -> bool:
+            found = await letters()
+            wanted = {"approval_mismatch": 1, "unknown_approval": 1, "forged_internal_event": 2}
+            return all(found.get(reason, 0) >= count for reason, count in wanted.items())
+
+        try:
+            await eventually(all_dead_lettered, timeout_s=30)
+        except TimeoutError:
+            pytest.fail(f"dead letters: {await letters()}")
+        assert await bus.pending_approvals(session) != []  # still waiting: nothing forged resolved it
+        assert call.id not in await results(bus, session)
+        await req.deny()
+        await result_for(bus, session, call.id)
+    assert ran(bus_workers, file) == ""
+
+
+async def test_allowed_after_a_tool_worker_sigkill_runs_exactly_once(bus_workers: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("restart", file)
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        for worker in bus_workers.of("tools"):
+            bus_workers.kill(worker)
+            bus_workers.workers.remove(worker)
+        bus_workers.start("tools")
+        bus_workers.wait_ready()
+        await req.allow()
+        await result_for(bus, session, call.id)
+        await asyncio.sleep(1.0)  # a duplicate run would append within this
+    assert ran(bus_workers, file) == "x"

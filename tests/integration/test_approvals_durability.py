@@ -1,0 +1,80 @@
+"""Issue 19 §H: approvals that outlive their deadline, and approvals pending across a Redis restart (a
+private redis-server with AOF). Real ingestion and tool worker processes; each test has its own deployment."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.runtime.local_redis import LocalRedis, start_local_redis
+from shared.approvals import approval_timeout_text
+from tests.integration.approval_helpers import (
+    APPROVE_ENV,
+    counting_call,
+    new_session,
+    pending_for,
+    ran,
+    reply_with,
+    result_block,
+    result_for,
+)
+from tests.integration.cluster import WorkerCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def quick_timeout(cluster: WorkerCluster) -> WorkerCluster:
+    cluster.extra_env.update({**APPROVE_ENV, "AGENTBUS_TOOLS__APPROVAL_TIMEOUT_S": "1"})
+    cluster.start("ingestion")
+    cluster.start("tools")
+    cluster.wait_ready()
+    return cluster
+
+
+async def test_h_timed_out_approval_is_denied_with_the_timeout_text(quick_timeout: WorkerCluster) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("timeout", file)
+    async with quick_timeout.client() as bus:
+        await reply_with(bus, session, call)
+        message = await result_for(bus, session, call.id)
+        assert result_block(message).content == approval_timeout_text(1)
+        assert message.tool_use_result == f"Error: {approval_timeout_text(1)}"
+        assert await bus.pending_approvals(session) == []
+    assert ran(quick_timeout, file) == ""
+
+
+@pytest.fixture
+def aof_deployment(tmp_path: Path) -> Iterator[tuple[LocalRedis, WorkerCluster]]:
+    server = start_local_redis(tmp_path / "redis", appendonly=True)
+    workers = WorkerCluster(redis_url=server.url, root=tmp_path / "bus", extra_env=dict(APPROVE_ENV))
+    try:
+        workers.start("ingestion")
+        workers.start("tools")
+        workers.wait_ready()
+        yield server, workers
+    finally:
+        workers.stop()
+        server.stop()
+
+
+async def test_h_pending_approval_survives_a_redis_restart(aof_deployment: tuple[LocalRedis, WorkerCluster]) -> None:
+    server, workers = aof_deployment
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("restart", file)
+    async with workers.client() as bus:
+        await reply_with(bus, session, call)
+        (before,) = await pending_for(bus, session)
+    await asyncio.to_thread(server.restart)
+    async with workers.client() as bus:
+        (req,) = await pending_for(bus, session)
+        assert req.request == before.request
+        await req.allow()
+        message = await result_for(bus, session, call.id)
+        assert result_block(message).is_error is None
+        await asyncio.sleep(1.0)  # a duplicate run would append within this
+    assert ran(workers, file) == "x"
