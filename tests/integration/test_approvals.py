@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -36,6 +37,7 @@ from shared.constants import (
 from shared.content import TextBlock, ToolUseBlock
 from shared.factories import create_assistant_message
 from shared.messages import UserMessage
+from tests.cli.process import Outcome, agentbus, cli_env
 from tests.integration.approval_helpers import (
     APPROVE_ENV,
     counting_call,
@@ -296,3 +298,45 @@ async def test_allowed_after_a_tool_worker_sigkill_runs_exactly_once(bus_workers
         await result_for(bus, session, call.id)
         await asyncio.sleep(1.0)  # a duplicate run would append within this
     assert ran(bus_workers, file) == "x"
+
+
+async def test_cli_approvals_ls_show_allow_and_refusals(bus_workers: WorkerCluster, tmp_path: Path) -> None:
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("cli", file)
+    env = cli_env(**{k: v for k, v in bus_workers.env().items() if k.startswith("AGENTBUS_") or k == "REDIS_URL"})
+
+    def cli(*args: str) -> Outcome:
+        return agentbus("approvals", *args, cwd=tmp_path, env=env)
+
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        listed = await asyncio.to_thread(cli, "ls", "--session", session)
+        assert listed.code == 0, listed.stderr
+        assert req.approval_id in listed.stdout
+        assert "Bash" in listed.stdout
+        shown = await asyncio.to_thread(cli, "show", req.approval_id)
+        assert json.loads(shown.stdout)["request"]["tool_use_id"] == call.id
+        assert json.loads(shown.stdout)["decision"] is None
+        bad_input = await asyncio.to_thread(cli, "allow", req.approval_id, "--input", "[1]")
+        assert (bad_input.code, bad_input.error_line) == (2, "agentbus: --input must be a JSON object")
+        allowed = await asyncio.to_thread(
+            cli, "allow", req.approval_id, "--input", json.dumps({"command": f"printf zz >> {file}"})
+        )
+        assert allowed.code == 0, allowed.stderr
+        assert allowed.stdout.strip() == f"allowed {req.approval_id}: Bash in session {session}"
+        await result_for(bus, session, call.id)
+
+        async def decided() -> bool:
+            shown = await asyncio.to_thread(cli, "show", req.approval_id)
+            return json.loads(shown.stdout)["decision"] is not None
+
+        await eventually(decided, timeout_s=30)
+        again = await asyncio.to_thread(cli, "deny", req.approval_id)
+        assert (again.code, again.error_line) == (
+            1,
+            f"agentbus: approval {req.approval_id} was already answered (allowed)",
+        )
+        unknown = await asyncio.to_thread(cli, "deny", "apr_nope")
+        assert (unknown.code, unknown.error_line) == (1, "agentbus: no approval apr_nope")
+    assert ran(bus_workers, file) == "zz"
