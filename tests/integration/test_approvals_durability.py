@@ -23,6 +23,7 @@ from tests.integration.approval_helpers import (
     result_for,
 )
 from tests.integration.cluster import WorkerCluster
+from tests.integration.test_ingress_door import AclCluster, acl_cluster  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -78,3 +79,23 @@ async def test_h_pending_approval_survives_a_redis_restart(aof_deployment: tuple
         assert result_block(message).is_error is None
         await asyncio.sleep(1.0)  # a duplicate run would append within this
     assert ran(workers, file) == "x"
+
+
+async def test_h_approval_round_trip_under_the_deploy_acl(acl_cluster: AclCluster) -> None:  # noqa: F811
+    """Each worker as its own ACL user (deploy/redis/users.acl), the person with the producer credential: the
+    tool worker parks and stores, the producer lists and answers, ingestion releases the call."""
+    cluster = acl_cluster
+    cluster.extra_env.update(APPROVE_ENV)
+    cluster.start("ingestion")
+    cluster.start("tools")
+    cluster.wait_ready()
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("acl", file)
+    async with cluster.producer() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        assert await bus.approval(req.approval_id) == req
+        await req.always_allow()
+        await result_for(bus, session, call.id)
+        assert cluster.alive(), cluster.logs()
+    assert ran(cluster, file) == "x"
