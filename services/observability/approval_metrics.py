@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Final
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 from services.observability.labels import tool_label
-from services.observability.metrics import recording
 from shared.approvals import ApprovalOutcome
 
 DECISION_BUCKETS: Final = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 86400.0)
@@ -31,6 +31,21 @@ APPROVAL_DECISIONS = Counter(
     "agentbus_approval_decisions_total", "Resolved approvals by outcome and tool.", ["outcome", "tool"]
 )
 APPROVALS_REQUESTED = Counter("agentbus_approvals_requested_total", "Approval requests by tool.", ["tool"])
+
+
+def describe_metrics() -> list[Metric]:
+    """The families above, for :func:`services.observability.metrics.metric_families`."""
+    return [
+        family
+        for metric in (APPROVALS_PENDING, APPROVAL_DECISION_DURATION, APPROVAL_DECISIONS, APPROVALS_REQUESTED)
+        for family in metric.describe()
+    ]
+
+
+def recording() -> bool:
+    from services.observability.metrics import recording  # the process-wide switch (imports this module)
+
+    return recording()
 
 
 def record_approval_requested(tool: str) -> None:

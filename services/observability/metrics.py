@@ -21,7 +21,7 @@ from typing import Final, Generic, Literal, TypeVar
 from prometheus_client import Counter, Histogram, Info, disable_created_metrics
 from prometheus_client.metrics_core import Metric
 
-from services.observability import consumer_metrics, stream_stats
+from services.observability import approval_metrics, consumer_metrics, stream_stats
 from services.observability.labels import (
     EVENT_TYPES,
     REPAIR_KINDS,
@@ -444,6 +444,7 @@ def metric_families() -> list[Metric]:
         families.extend(metric.describe())
     families.extend(consumer_metrics.describe_metrics())
     families.extend(stream_stats.describe_metrics())
+    families.extend(approval_metrics.describe_metrics())
     return families
 
 

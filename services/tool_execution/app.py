@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 
 from services.observability.metrics import instrument_handler
@@ -21,6 +22,8 @@ from services.tool_execution.registry import default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
 from shared.permissions import PermissionContext
+
+APPROVALS_GAUGE_INTERVAL_S = 5.0
 
 
 class ToolRuntime:
@@ -89,6 +92,7 @@ class ToolRuntime:
             for jobs in self.jobs
         ]
         context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
+        self._approvals_gauge: asyncio.Task[None] | None = None
 
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
@@ -116,11 +120,21 @@ class ToolRuntime:
         await ensure_groups(self.context.redis, self.groups())
         for consumer in self.consumers():
             consumer.start()
+        self._approvals_gauge = asyncio.create_task(self._refresh_approvals_gauge(), name="approvals-gauge")
+
+    async def _refresh_approvals_gauge(self) -> None:
+        """agentbus_approvals_pending: the store's count, read every few seconds (people answer anywhere)."""
+        while True:
+            with contextlib.suppress(Exception):
+                await self.approvals.refresh_pending()
+            await asyncio.sleep(APPROVALS_GAUGE_INTERVAL_S)
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
         entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
+        if self._approvals_gauge is not None:
+            self._approvals_gauge.cancel()
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
         await self.slots.finish(timeout_s=timeout_s)
