@@ -16,6 +16,10 @@ authenticator (each one dead-lettered as ``forged_internal_event``, never applie
   under that prefix, so a producer can never take a key a worker will use (which would get the real
   result dropped as a duplicate).
 
+The same authenticator signs the ``approval_continuation`` jobs ingestion writes to the tool-jobs streams
+(shared/approvals.py): such a job runs a parked call without asking, so a tool worker dead-letters one
+without a valid authenticator as ``forged_internal_event``.
+
 Replaying a captured worker entry verbatim gains nothing: it is a duplicate of an applied key, or a
 result for a call already answered.
 """

@@ -124,6 +124,8 @@ class ApprovalStore:
         for request in requests:
             pipe.hsetnx(self.record_key(session_id, request.approval_id), "request", request.to_wire_json())
         pipe.hset(self.parked_key(session_id), mapping=dict.fromkeys(parked_ids, park_id))
+        waiting_ms = max(request.deadline_ms - request.requested_ms for request in requests)
+        pipe.pexpire(self.parked_key(session_id), DECIDED_TTL_MS + waiting_ms)  # outlives every park in it
         await pipe.execute()
         stored = await self.get_many(session_id, [request.approval_id for request in requests])
         pending = [item for item in stored if item.pending]

@@ -72,6 +72,11 @@ log = structlog.get_logger(__name__)
 AnyJob = ToolJob | ApprovalContinuation
 
 
+def carries_decision(job: AnyJob) -> bool:
+    """A continuation with a person's (or the deadline's, or an interrupt's) decision for one call."""
+    return isinstance(job, ApprovalContinuation) and job.approval_id is not None
+
+
 @dataclass(frozen=True, slots=True)
 class JobPlan:
     """What the worker does with a job's unanswered calls: ``answered`` results to publish as they are,
@@ -149,6 +154,8 @@ class ApprovalGate:
     async def plan(
         self, job: AnyJob, calls: Sequence[ToolUseBlock], permissions: PermissionContext, *, interrupted: bool
     ) -> JobPlan:
+        if isinstance(job, ToolJob) and permissions.ask_policy != "approve":
+            return JobPlan(list(calls), permissions)  # no parks, no session rules: no round trip
         session = await self._session(job.session_id, [call.id for call in calls], permissions)
         if isinstance(job, ApprovalContinuation) and job.approval_id is not None:
             return await self._decided(job, calls, session, permissions)

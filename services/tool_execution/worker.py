@@ -31,7 +31,7 @@ from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
-from services.tool_execution.approvals import AnyJob, ApprovalGate, JobPlan
+from services.tool_execution.approvals import AnyJob, ApprovalGate, JobPlan, carries_decision
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
 from shared.clock import Clock, utc_now
@@ -138,7 +138,7 @@ class ToolWorker:
             return
         calls = [call for call, done in zip(job.tool_uses, answered, strict=True) if not done]
         self.stats.calls_skipped_answered += len(job.tool_uses) - len(calls)
-        if not calls:
+        if not calls and not carries_decision(job):  # a decision is recorded even for an answered call
             return
         # Continue the job's trace: results and progress carry this worker's span as their parent.
         span = continue_trace(job.traceparent, on_invalid=lambda _error: record_traceparent_invalid("tools"))

@@ -3,12 +3,16 @@ what the session's log and the workspace show."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from services.approvals_sdk import PendingApproval
 from services.client import AgentbusClient
+from services.runtime.settings import Settings
+from services.transcripts.layout import session_file
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.factories import create_assistant_message
+from shared.json_types import JsonObject, JsonValue
 from shared.messages import UserMessage
 from tests.integration.cluster import WorkerCluster, eventually
 
@@ -76,3 +80,24 @@ def result_block(message: UserMessage) -> ToolResultBlock:
 def ran(workers: WorkerCluster, file: str) -> str:
     path = workers.workspace / file
     return path.read_text() if path.exists() else ""
+
+
+async def transcript_result(workers: WorkerCluster, session: str, tool_use_id: str) -> tuple[JsonObject, JsonValue]:
+    """The JSONL transcript's tool_result block for ``tool_use_id`` and its line's ``toolUseResult``, once the
+    transcripts worker has written it."""
+    path = session_file(workers.data_dir, Settings().cwd, session)
+    found: list[tuple[JsonObject, JsonValue]] = []
+
+    async def written() -> bool:
+        if not path.exists():
+            return False
+        for raw in path.read_text().splitlines():
+            line = json.loads(raw)
+            content = line.get("message", {}).get("content") if line.get("type") == "user" else None
+            for block in content if isinstance(content, list) else []:
+                if block.get("type") == "tool_result" and block.get("tool_use_id") == tool_use_id:
+                    found.append((block, line.get("toolUseResult")))
+        return bool(found)
+
+    await eventually(written, timeout_s=30)
+    return found[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -18,9 +19,7 @@ import pytest
 from services.runtime.approval_store import ApprovalStore
 from services.runtime.codec import entry_fields
 from services.runtime.deadletter import list_dead_letters
-from services.runtime.settings import Settings
 from services.runtime.streams import dead_letter_stream
-from services.transcripts.layout import session_file
 from shared.approvals import (
     ApprovalAnswer,
     ApprovalContinuation,
@@ -48,6 +47,7 @@ from tests.integration.approval_helpers import (
     result_block,
     result_for,
     results,
+    transcript_result,
 )
 from tests.integration.cluster import WorkerCluster, eventually
 
@@ -91,19 +91,15 @@ async def test_h4_allowed_call_runs_exactly_once_and_the_transcript_has_its_resu
         assert stored.decision is not None
         assert stored.decision.outcome == "allowed"
     assert ran(bus_workers, file) == "x"
-    transcript = session_file(bus_workers.data_dir, Settings().cwd, session)
-
-    async def persisted() -> bool:
-        return transcript.exists() and call.id in transcript.read_text() and '"tool_result"' in transcript.read_text()
-
-    await eventually(persisted, timeout_s=30)
-    lines = [json.loads(line) for line in transcript.read_text().splitlines()]
-    assert any(
-        block.get("type") == "tool_result" and block.get("tool_use_id") == call.id
-        for line in lines
-        if line.get("type") == "user" and isinstance(line["message"]["content"], list)
-        for block in line["message"]["content"]
-    )
+    block, _ = await transcript_result(bus_workers, session, call.id)
+    assert "is_error" not in block
+    (tools,) = bus_workers.of("tools")
+    with urllib.request.urlopen(f"http://127.0.0.1:{tools.port}/metrics", timeout=5) as reply:
+        exposed = reply.read().decode()
+    assert 'agentbus_approval_decisions_total{outcome="allowed",tool="Bash"}' in exposed
+    assert 'agentbus_approval_decision_seconds_count{outcome="allowed"}' in exposed
+    assert 'agentbus_approvals_requested_total{tool="Bash"}' in exposed
+    assert "agentbus_approvals_pending " in exposed
 
 
 async def test_h4_updated_input_and_h5_3_feedback(bus_workers: WorkerCluster) -> None:
@@ -137,6 +133,11 @@ async def test_h5_denied_call_gets_the_exact_rejection_texts(bus_workers: Worker
         await second.deny(message="use the staging database")
         text = result_block(await result_for(bus, session, commented.id)).content
         assert text == REJECT_MESSAGE_WITH_REASON_PREFIX + "use the staging database"
+    # The transcript (JSONL) has the exact H5 texts.
+    block, tool_use_result = await transcript_result(bus_workers, session, plain.id)
+    assert (block["content"], block["is_error"], tool_use_result) == (REJECT_MESSAGE, True, f"Error: {REJECT_MESSAGE}")
+    block, _ = await transcript_result(bus_workers, session, commented.id)
+    assert block["content"] == REJECT_MESSAGE_WITH_REASON_PREFIX + "use the staging database"
     assert ran(bus_workers, file) == ""
 
 

@@ -21,6 +21,7 @@ from tests.integration.approval_helpers import (
     reply_with,
     result_block,
     result_for,
+    transcript_result,
 )
 from tests.integration.cluster import WorkerCluster
 from tests.integration.test_ingress_door import AclCluster, acl_cluster  # noqa: F401 (fixture)
@@ -31,8 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 @pytest.fixture
 def quick_timeout(cluster: WorkerCluster) -> WorkerCluster:
     cluster.extra_env.update({**APPROVE_ENV, "AGENTBUS_TOOLS__APPROVAL_TIMEOUT_S": "1"})
-    cluster.start("ingestion")
-    cluster.start("tools")
+    for name in ("ingestion", "tools", "transcripts"):
+        cluster.start(name)
     cluster.wait_ready()
     return cluster
 
@@ -46,6 +47,8 @@ async def test_h_timed_out_approval_is_denied_with_the_timeout_text(quick_timeou
         assert result_block(message).content == approval_timeout_text(1)
         assert message.tool_use_result == f"Error: {approval_timeout_text(1)}"
         assert await bus.pending_approvals(session) == []
+    block, tool_use_result = await transcript_result(quick_timeout, session, call.id)
+    assert (block["content"], tool_use_result) == (approval_timeout_text(1), f"Error: {approval_timeout_text(1)}")
     assert ran(quick_timeout, file) == ""
 
 
