@@ -94,8 +94,8 @@ class PendingApproval:
 async def follow_approvals(
     bus: AgentbusClient, session_id: str | None = None, *, block_ms: int = 1000
 ) -> AsyncIterator[PendingApproval]:
-    """Yield every pending approval (of one session, or all), then each new one as it is requested. Never
-    ends by itself: ``break``, or bound it with ``asyncio.timeout``."""
+    """Yield every pending approval (of one session and its sub-agents' child sessions, or all), then each new
+    one as it is requested. Never ends by itself: ``break``, or bound it with ``asyncio.timeout``."""
     store = ApprovalStore(bus.redis, bus.topology)
     last: Any = await bus.redis.xrevrange(store.events_stream, count=1)
     cursor: bytes | str = last[0][0] if last else "0-0"
@@ -111,10 +111,13 @@ async def follow_approvals(
                 if fields.get(b"event") != b"requested":
                     continue
                 approval_id, owner = fields[b"approval_id"].decode(), fields[b"session_id"].decode()
-                if approval_id in seen or (session_id is not None and owner != session_id):
+                if approval_id in seen:
                     continue
                 stored = await store.get(owner, approval_id)
-                if stored is not None and stored.pending:
+                mine = session_id is None or (
+                    stored is not None and session_id in (owner, stored.request.parent_session_id)
+                )
+                if stored is not None and stored.pending and mine:
                     seen.add(approval_id)
                     yield PendingApproval(stored.request, bus)
 

@@ -201,22 +201,21 @@ class ApprovalStore:
         return None if session_id is None else await self.get(session_id, approval_id)
 
     async def pending(self, session_id: str | None = None) -> list[ApprovalRequest]:
-        """Pending approvals (of one session, or of all), oldest first."""
-        shards = (
-            [self.topology.names.shard_of(session_id)] if session_id is not None else list(range(self.topology.shards))
-        )
+        """Pending approvals, oldest first: all, or a session's — with those of its sub-agents' child
+        sessions (H8.1: a sub-agent asks through its parent's channel), which may live on any shard."""
         members: list[tuple[str, str, float]] = []
-        for shard in shards:
+        for shard in range(self.topology.shards):
             rows: Any = await self.redis.zrange(self.pending_index(shard), 0, -1, withscores=True)
             for member, score in rows:
                 owner, approval_id = member.decode().split(" ", 1)
-                if session_id is None or owner == session_id:
-                    members.append((owner, approval_id, score))
+                members.append((owner, approval_id, score))
         members.sort(key=lambda row: row[2])
         found: list[ApprovalRequest] = []
         for owner, approval_id, _ in members:
             stored = await self.get(owner, approval_id)
-            if stored is not None and stored.pending:
+            if stored is None or not stored.pending:
+                continue
+            if session_id is None or session_id in (owner, stored.request.parent_session_id):
                 found.append(stored.request)
         return found
 

@@ -31,11 +31,13 @@ from shared.constants import (
     INTERRUPT_MESSAGE_FOR_TOOL_USE,
     REJECT_MESSAGE,
     REJECT_MESSAGE_WITH_REASON_PREFIX,
+    SUBAGENT_REJECT_MESSAGE_WITH_REASON_PREFIX,
     USER_REJECTED_TOOL_USE,
 )
 from shared.content import TextBlock, ToolUseBlock
 from shared.factories import create_assistant_message
 from shared.messages import UserMessage
+from shared.model.session_config import SessionModelConfig
 from tests.cli.process import Outcome, agentbus, cli_env
 from tests.integration.approval_helpers import (
     APPROVE_ENV,
@@ -341,3 +343,20 @@ async def test_cli_approvals_ls_show_allow_and_refusals(bus_workers: WorkerClust
         unknown = await asyncio.to_thread(cli, "deny", "apr_nope")
         assert (unknown.code, unknown.error_line) == (1, "agentbus: no approval apr_nope")
     assert ran(bus_workers, file) == "zz"
+
+
+async def test_h8_1_a_sub_agents_call_asks_through_its_parents_channel(bus_workers: WorkerCluster) -> None:
+    """A child session (its config names its parent and agent id, A3) parks like any session; the request
+    carries ``agent_id``, it is listed with the parent's approvals, and a deny uses the SUBAGENT_* text."""
+    parent, child, file = new_session(), new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    call = counting_call("subagent", file)
+    async with bus_workers.client() as bus:
+        config = SessionModelConfig(parent_session_id=parent, agent_id="a1b2c3", agent_type="general-purpose", depth=1)
+        await bus.redis.set(bus.topology.session_config(child), config.to_wire_json())
+        await reply_with(bus, child, call)
+        (req,) = await pending_for(bus, parent)
+        assert (req.session_id, req.request.agent_id, req.request.parent_session_id) == (child, "a1b2c3", parent)
+        await req.deny(message="not from a sub-agent")
+        text = result_block(await result_for(bus, child, call.id)).content
+        assert text == SUBAGENT_REJECT_MESSAGE_WITH_REASON_PREFIX + "not from a sub-agent"
+    assert ran(bus_workers, file) == ""
