@@ -14,6 +14,7 @@ from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
 from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from services.runtime.tool_catalog import ToolCatalogPublisher
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
 from services.tool_execution.approvals import ApprovalGate
@@ -55,6 +56,14 @@ class ToolRuntime:
             internal_key=settings.require_internal_key(),
             consumer=context.owner,
             timeout_s=settings.tools.approval_timeout_s,
+        )
+        self.catalog = ToolCatalogPublisher(
+            context.redis,
+            self.topology,
+            worker=context.owner,
+            tools=registry.definitions(),
+            refresh_s=settings.tools.catalog_refresh_s,
+            ttl_s=settings.tools.catalog_ttl_s,
         )
         self.worker = ToolWorker(
             context.redis,
@@ -118,6 +127,7 @@ class ToolRuntime:
 
     async def start(self) -> None:
         await ensure_groups(self.context.redis, self.groups())
+        await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
         self._approvals_gauge = asyncio.create_task(self._refresh_approvals_gauge(), name="approvals-gauge")
@@ -128,6 +138,7 @@ class ToolRuntime:
             with contextlib.suppress(Exception):
                 await self.approvals.refresh_pending()
             await asyncio.sleep(APPROVALS_GAUGE_INTERVAL_S)
+        self.catalog.start()
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
@@ -135,6 +146,7 @@ class ToolRuntime:
         timeout_s = self.context.settings.tools.timeout_s
         if self._approvals_gauge is not None:
             self._approvals_gauge.cancel()
+        await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
         await self.slots.finish(timeout_s=timeout_s)
