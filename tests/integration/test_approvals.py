@@ -39,6 +39,7 @@ from shared.factories import create_assistant_message
 from shared.messages import UserMessage
 from shared.model.session_config import SessionModelConfig
 from tests.cli.process import Outcome, agentbus, cli_env
+from tests.conftest import ON_EVERY_TARGET
 from tests.integration.approval_helpers import (
     APPROVE_ENV,
     counting_call,
@@ -53,7 +54,7 @@ from tests.integration.approval_helpers import (
 )
 from tests.integration.cluster import WorkerCluster, eventually
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, ON_EVERY_TARGET]
 
 
 @pytest.fixture(scope="module")
