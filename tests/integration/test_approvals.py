@@ -13,13 +13,16 @@ import json
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.runtime.approval_store import ApprovalStore
 from services.runtime.codec import entry_fields
 from services.runtime.deadletter import list_dead_letters
+from services.runtime.entries import id_text
 from services.runtime.streams import dead_letter_stream
+from services.runtime.topology import TOOLS_GROUP
 from shared.approvals import (
     ApprovalAnswer,
     ApprovalContinuation,
@@ -35,6 +38,7 @@ from shared.constants import (
     USER_REJECTED_TOOL_USE,
 )
 from shared.content import TextBlock, ToolUseBlock
+from shared.events import parse_tool_job
 from shared.factories import create_assistant_message
 from shared.messages import UserMessage
 from shared.model.session_config import SessionModelConfig
@@ -361,3 +365,35 @@ async def test_h8_1_a_sub_agents_call_asks_through_its_parents_channel(bus_worke
         text = result_block(await result_for(bus, child, call.id)).content
         assert text == SUBAGENT_REJECT_MESSAGE_WITH_REASON_PREFIX + "not from a sub-agent"
     assert ran(bus_workers, file) == ""
+
+
+async def test_h_a_rerun_job_leaves_parked_calls_to_their_park(bus_workers: WorkerCluster) -> None:
+    """A job delivered again after its calls were parked (a worker that died between parking and its ack)
+    neither asks again nor runs the waiting tail: the park's continuations run each call once."""
+    session, asked_file, tail_file = new_session(), f"{uuid.uuid4().hex[:6]}.txt", f"{uuid.uuid4().hex[:6]}.txt"
+    asking = counting_call("rerun", asked_file)
+    tail = ToolUseBlock(
+        id=f"toolu_tail_{uuid.uuid4().hex[:8]}", name="Bash", input={"command": f"echo y >> {tail_file}"}
+    )
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, asking, tail)
+        (req,) = await pending_for(bus, session)
+        jobs = bus.topology.tool_jobs_for(session)
+        rows: Any = await bus.redis.xrange(jobs)
+        (job_fields,) = [fields for _, fields in rows if parse_tool_job(fields[b"data"]).session_id == session]
+        again = id_text(await bus.redis.xadd(jobs, job_fields))
+
+        async def handled() -> bool:
+            pending: Any = await bus.redis.xpending_range(jobs, TOOLS_GROUP, min="-", max="+", count=100)
+            info: Any = await bus.redis.xinfo_groups(jobs)
+            last = next(group["last-delivered-id"] for group in info if id_text(group["name"]) == TOOLS_GROUP)
+            delivered = [int(part) for part in id_text(last).split("-")] >= [int(part) for part in again.split("-")]
+            return delivered and not any(id_text(p["message_id"]) == again for p in pending)
+
+        await eventually(handled, timeout_s=30)
+        assert [r.approval_id for r in await bus.pending_approvals(session)] == [req.approval_id]
+        assert ran(bus_workers, tail_file) == ""
+        await req.allow()
+        await result_for(bus, session, tail.id)
+        await asyncio.sleep(1.0)  # a duplicate run would append within this
+    assert (ran(bus_workers, asked_file), ran(bus_workers, tail_file)) == ("x", "y\n")
