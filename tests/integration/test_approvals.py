@@ -35,6 +35,7 @@ from shared.constants import (
     REJECT_MESSAGE,
     REJECT_MESSAGE_WITH_REASON_PREFIX,
     SUBAGENT_REJECT_MESSAGE_WITH_REASON_PREFIX,
+    SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
     USER_REJECTED_TOOL_USE,
 )
 from shared.content import TextBlock, ToolUseBlock
@@ -397,3 +398,30 @@ async def test_h_a_rerun_job_leaves_parked_calls_to_their_park(bus_workers: Work
         await result_for(bus, session, tail.id)
         await asyncio.sleep(1.0)  # a duplicate run would append within this
     assert (ran(bus_workers, asked_file), ran(bus_workers, tail_file)) == ("x", "y\n")
+
+
+async def test_h_an_approved_call_whose_worker_dies_is_not_run_again(bus_workers: WorkerCluster) -> None:
+    """The allowed call is claimed before it runs: when its worker is SIGKILLed mid-call, the redelivered
+    continuation answers with the placeholder instead of running the tool a second time."""
+    session, file = new_session(), f"{uuid.uuid4().hex[:6]}.txt"
+    marker = bus_workers.workspace / f"{file}.started"
+    command = f"touch {marker.name} && sleep 4 && printf x >> {file}"
+    call = ToolUseBlock(id=f"toolu_slow_{uuid.uuid4().hex[:8]}", name="Bash", input={"command": command})
+    async with bus_workers.client() as bus:
+        await reply_with(bus, session, call)
+        (req,) = await pending_for(bus, session)
+        await req.allow()
+
+        async def started() -> bool:
+            return marker.exists()
+
+        await eventually(started, timeout_s=30)
+        for worker in bus_workers.of("tools"):
+            bus_workers.kill(worker)
+            bus_workers.workers.remove(worker)
+        bus_workers.start("tools")
+        bus_workers.wait_ready()
+        message = await result_for(bus, session, call.id)
+        assert result_block(message).content == SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+        await asyncio.sleep(5.0)  # past the first attempt's sleep: a second run would append once more
+    assert ran(bus_workers, file) in ("", "x")  # the killed worker's command may finish on its own
