@@ -46,6 +46,9 @@ COMMANDS: dict[str, CommandSpec] = {
     "approvals": CommandSpec("services.cli.approvals", "app", "List and answer tool calls waiting for approval."),
     "usage": CommandSpec("services.cli.usage", "usage_command", "Show a session's model usage and cost."),
     "tools": CommandSpec("services.cli.tools", "app", "List the live tool workers and the tools they offer the model."),
+    "fake-model": CommandSpec(
+        "services.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
+    ),
 }
 
 
