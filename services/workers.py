@@ -28,6 +28,7 @@ WORKER_FACTORIES: dict[str, WorkerFactory] = {
 }
 """Every worker type by the name ``agentbus worker NAME`` takes."""
 
+
 def _model_runtime(context: WorkerContext) -> WorkerRuntime:
     """The model worker, imported only by the process that runs it: the ``anthropic`` SDK costs seconds to
     import, which the other worker types need not pay."""

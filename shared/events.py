@@ -12,6 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, SerializeAsAny, TypeAdapter, field_validator
 
+from shared.approvals import ApprovalAnswer, ApprovalRequested
 from shared.content import ContentBlock, ToolUseBlock
 from shared.json_types import JsonObject, JsonValue
 from shared.messages import AssistantMessage, AttachmentMessage, Message, ProgressMessage, UserMessage
@@ -161,7 +162,9 @@ IngressPayload = Annotated[
     | ToolJobAbandoned
     | DeadlineSweep
     | RecordedMessage
-    | PiMessagePayload,
+    | PiMessagePayload
+    | ApprovalRequested
+    | ApprovalAnswer,
     Field(discriminator="type"),
     SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]

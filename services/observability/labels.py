@@ -15,6 +15,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel
 
+from shared.approvals import ApprovalContinuation
 from shared.events import IngressPayload, RequestReady, ToolJob
 from shared.messages import CONTROL_TYPES, STORED_TYPES
 from shared.normalize.report import RepairKind
@@ -91,6 +92,7 @@ EVENT_TYPES: Final[frozenset[str]] = (
     | STORED_TYPES
     | CONTROL_TYPES
     | {_type_default(ToolJob), _type_default(RequestReady), EVENT_TYPE_INVALID}
+    | {_type_default(ApprovalContinuation)}
 )
 """Every event type a worker may count: ingress payloads, log messages, tool jobs, request notices."""
 

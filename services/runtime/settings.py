@@ -44,8 +44,13 @@ class ToolSettings(BaseModel):
     allow: list[str] = Field(default_factory=lambda: ["Read", "Glob", "Grep"])
     deny: list[str] = Field(default_factory=list)
     ask: list[str] = Field(default_factory=list)
-    ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"] = Field(
+    ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough", "approve"] = Field(
         "reject", description="how an 'ask' resolves in a headless bus (no human to ask): reject = REJECT_MESSAGE"
+    )
+    approval_timeout_s: float = Field(
+        3600.0,
+        gt=0,
+        description="ask_policy=approve: an approval nobody answers within this is denied (agent-loop.md §H)",
     )
     catalog_refresh_s: float = Field(
         10.0, gt=0, description="how often a tool worker rewrites its entry in the tool catalog"
