@@ -28,6 +28,7 @@ from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
 from shared.content import ContentBlock
+from shared.conversation import ConversationEvent
 from shared.events import (
     AssistantReply,
     AttachmentNotice,
@@ -275,6 +276,22 @@ class AgentbusClient:
         before = await self.latest_request(session_id)
         await self.send_prompt(session_id, content, **options)
         return await self.next_request(session_id, after_seq=before.seq if before else 0, timeout_s=timeout_s)
+
+    def converse(
+        self, session_id: str, content: str | list[ContentBlock], **options: Any
+    ) -> AsyncIterator[ConversationEvent]:
+        """Send a prompt and yield the model's turn as it happens — text deltas, tool calls and results,
+        API errors — until the turn ends (the last event is a ``TurnEnd``)::
+
+            async for event in bus.converse("s1", "list the files"):
+                if event.type == "text_delta":
+                    print(event.text, end="", flush=True)
+
+        ``timeout_s`` (default 300) bounds the wait for any progress (``ConversationTimeout``); other
+        options go to :meth:`send_prompt`. See services/conversation.py."""
+        from services.conversation import converse
+
+        return converse(self, session_id, content, **options)
 
     async def history(self, session_id: str) -> list[LogEntry]:
         """Every log entry of the session so far."""

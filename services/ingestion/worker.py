@@ -44,7 +44,7 @@ from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 from services.runtime.topology import Topology
 from shared.clock import Clock, utc_now
-from shared.events import IngressEnvelope, parse_ingress
+from shared.events import IngressEnvelope, StreamEvent, parse_ingress
 from shared.ids import IdSource, random_uuid
 from shared.ingress_limits import TOO_LARGE, entry_size_problem
 from shared.internal_events import (
@@ -55,6 +55,7 @@ from shared.internal_events import (
     is_authentic,
 )
 from shared.ledger import Dropped, LedgerOutput, SessionLedger, new_ledger_state
+from shared.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS, LiveDelta, append_coalesced, live_delta_of
 from shared.session_ids import session_id_problem
 
 log = structlog.get_logger(__name__)
@@ -98,6 +99,8 @@ class _Batch:
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
     interrupts: dict[str, int] = field(default_factory=dict)
+    live: dict[str, list[LiveDelta]] = field(default_factory=dict)
+    """Per session, the text deltas applied in this batch (shared/live_reply.py), coalesced."""
     dropped: list[tuple[str, Dropped]] = field(default_factory=list)
     produced: Counter[tuple[str, str]] = field(default_factory=Counter)
     """(stream family, event type) → entries written."""
@@ -200,6 +203,8 @@ class IngestionWorker:
                 seen[session].add(key)
                 batch.applied_keys.setdefault(session, []).append(key)
             self._collect(batch, session, out)
+            if isinstance(envelope.payload, StreamEvent) and out.invalid is None:
+                self._collect_live(batch, session, envelope.payload, ledger.state.seq)
             if out.state_changed:
                 batch.changed.add(session)
             if out.invalid is not None:
@@ -328,6 +333,11 @@ class IngestionWorker:
             batch.interrupts[session] = self.now_ms()
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
 
+    def _collect_live(self, batch: _Batch, session: str, payload: StreamEvent, after_seq: int) -> None:
+        delta = live_delta_of(payload.request_id, payload.event, after_seq=after_seq)
+        if delta is not None and append_coalesced(batch.live.setdefault(session, []), delta):
+            batch.produced["live", "live_delta"] += 1
+
     def _write_state(self, calls: KeyCalls, shard: int, batch: _Batch) -> None:
         """Queue the batch's state writes (after its log entries and tool jobs, before the XACK)."""
         now = self.now_ms()
@@ -356,6 +366,11 @@ class IngestionWorker:
             calls.add_members("SADD", self.topology.answered(session), list(ids))
         for session, uuids in batch.retracted.items():
             calls.add_members("SADD", self.topology.retracted(session), list(uuids))
+        for session, deltas in batch.live.items():
+            stream = self.topology.live_reply(session)
+            for delta in deltas:
+                calls.add_xadd(stream, entry_fields(delta), LIVE_REPLY_MAXLEN)
+            calls.add("PEXPIRE", stream, LIVE_REPLY_TTL_MS)
         for session, at_ms in batch.interrupts.items():
             calls.add("SET", self.topology.interrupt(session), at_ms, "PX", INTERRUPT_TTL_MS)
         if touched:

@@ -1,0 +1,90 @@
+"""The live text of a reply still streaming: what a watcher (``agentbus chat``) prints as the model writes.
+
+The canonical log holds one assistant message per *finished* content block (R9.4), so a watcher of the log
+sees a block's text only when the block ends. To show text as it arrives, ingestion also appends the text
+and thinking deltas it applies to a small per-session stream (``Topology.live_reply``), in the same atomic
+write as the log entries of the batch. Consecutive deltas of one block applied in one batch become one
+:class:`LiveDelta` (a busy ingestion batches many events: fewer entries, same text).
+
+``after_seq`` is the session's log position when the delta was applied: the delta comes after log entry
+``after_seq`` and before ``after_seq + 1``. A block's deltas are always applied before the block's message
+is logged (its ``content_block_stop`` comes after them, and R9.5 holds the last block back even longer),
+so a watcher reading both streams can put them in one order.
+
+The live stream is a view for humans, not a record: trimmed (approximately) to
+:data:`LIVE_REPLY_MAXLEN` entries and expired :data:`LIVE_REPLY_TTL_MS` after its last write. The log stays
+the source of truth: a watcher that missed deltas takes the rest of a block's text from its logged message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from shared.events import SCHEMA_VERSION, BusModel
+from shared.json_types import JsonObject
+
+LIVE_REPLY_MAXLEN = 2000
+"""Approximate cap of a session's live stream (entries): far more than a watcher lags behind."""
+LIVE_REPLY_TTL_MS = 3_600_000
+"""A session's live stream expires this long after its last delta (a quiet session keeps nothing)."""
+
+LiveKind = Literal["text", "thinking"]
+
+_DELTA_FIELDS: dict[str, tuple[LiveKind, str]] = {
+    "text_delta": ("text", "text"),
+    "thinking_delta": ("thinking", "thinking"),
+}
+"""R9.3 delta type → (what it adds to, the field holding the added text)."""
+
+
+class LiveDelta(BusModel):
+    """Text added to block ``index`` of the reply to ``request_id`` (see the module docstring)."""
+
+    type: Literal["live_delta"] = "live_delta"
+    v: int = SCHEMA_VERSION
+    request_id: str
+    index: int
+    kind: LiveKind
+    text: str
+    after_seq: int
+
+
+def live_delta_of(request_id: str, event: JsonObject, *, after_seq: int) -> LiveDelta | None:
+    """The live text of one raw stream event, or None when it adds no text (starts, stops, tool input,
+    signatures, message events)."""
+    if event.get("type") != "content_block_delta":
+        return None
+    delta = event.get("delta")
+    index = event.get("index")
+    if not isinstance(delta, dict) or not isinstance(index, int) or isinstance(index, bool):
+        return None
+    target = _DELTA_FIELDS.get(str(delta.get("type")))
+    if target is None:
+        return None
+    kind, field = target
+    text = delta.get(field)
+    if not isinstance(text, str) or not text:
+        return None
+    return LiveDelta(request_id=request_id, index=index, kind=kind, text=text, after_seq=after_seq)
+
+
+def append_coalesced(deltas: list[LiveDelta], delta: LiveDelta) -> bool:
+    """Append ``delta``, merged into the last one when it continues the same block at the same log position;
+    True when it became an entry of its own."""
+    if deltas:
+        last = deltas[-1]
+        if (last.request_id, last.index, last.kind, last.after_seq) == (
+            delta.request_id,
+            delta.index,
+            delta.kind,
+            delta.after_seq,
+        ):
+            deltas[-1] = last.model_copy(update={"text": last.text + delta.text})
+            return False
+    deltas.append(delta)
+    return True
+
+
+def parse_live_delta(data: str | bytes) -> LiveDelta:
+    """Validate a live stream entry body."""
+    return LiveDelta.model_validate_json(data)
