@@ -318,7 +318,10 @@ class TurnTracker:
             self.replies += 1
             self._last_stop = stop_reason
             self._last_usage = dict(message.message.usage) if isinstance(message.message.usage, dict) else None
-            self._end_if_idle(stop_reason, None)
+            # A streamed cut-off reply's API error is logged after it, at message_stop (R9.5): the turn ends
+            # there. A whole reply carries no such promise: it ends the turn itself.
+            if not (stop_reason in CUT_OFF_STOP_REASONS and message.request_id is not None):
+                self._end_if_idle(stop_reason, None)
         return events
 
     def _block_key(self, message: AssistantMessage) -> tuple[str, int] | None:

@@ -39,6 +39,15 @@ def reply_events(blocks: Sequence[ContentBlock], *, stop_reason: str | None = No
     return events
 
 
+def delta_text(event: JsonObject) -> str:
+    """The text of a ``content_block_delta`` event's ``text_delta``."""
+    delta = event["delta"]
+    assert isinstance(delta, dict)
+    text = delta["text"]
+    assert isinstance(text, str)
+    return text
+
+
 def request_id_of(session: str) -> str:
     """A request id per reply (each model call has its own)."""
     return f"req_{session}_{uuid.uuid4().hex[:8]}"

@@ -31,7 +31,7 @@ from shared.content import ContentBlock, TextBlock, ToolUseBlock
 from shared.factories import create_assistant_api_error_message, create_assistant_message
 from shared.streaming_replies import DEFAULT_MAX_OUTPUT_TOKENS
 from tests.integration.cluster import WorkerCluster
-from tests.integration.model_side import ModelSide, reply_events, request_id_of, streamed, whole
+from tests.integration.model_side import ModelSide, delta_text, reply_events, request_id_of, streamed, whole
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -209,7 +209,7 @@ async def test_r10_1_interrupt_while_streaming_ends_the_turn_interrupted(workers
             if isinstance(event, TextDelta) and len(seen) == 1:
                 await bus.interrupt(session)
         await model
-    assert seen[0] == TextDelta(text=events[half - 1]["delta"]["text"])  # type: ignore[index,call-overload]
+    assert seen[0] == TextDelta(text=delta_text(events[half - 1]))
     assert seen[-2:] == [
         Interrupted(text=INTERRUPT_MESSAGE),
         TurnEnd(stop_reason="interrupted", usage=None, replies=0),
