@@ -5,6 +5,8 @@ line per error, and the exit codes (0 end of turn, 1 API error or timeout, 130 i
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
 import signal
 from dataclasses import dataclass
 
@@ -150,3 +152,69 @@ async def test_r10_1_ctrl_c_during_a_reply_interrupts_the_session_and_exits_130(
         "role": "user",
         "content": [{"type": "text", "text": INTERRUPT_MESSAGE}],
     }
+
+
+class Terminal:
+    """The master side of a pseudo-terminal: what the program wrote, read as it comes."""
+
+    def __init__(self, master: int) -> None:
+        self.master = master
+        self.seen = ""
+        self.position = 0
+
+    async def wait_for(self, text: str, timeout_s: float = 30) -> None:
+        """Wait until ``text`` appears after what an earlier wait matched."""
+        async with asyncio.timeout(timeout_s):
+            while (found := self.seen.find(text, self.position)) < 0:
+                chunk = await asyncio.to_thread(os.read, self.master, 4096)
+                self.seen += chunk.decode(errors="replace")
+        self.position = found + len(text)
+
+    def type(self, keys: bytes) -> None:
+        os.write(self.master, keys)
+
+
+async def test_chat_interactive_loop_ctrl_c_interrupts_the_reply_then_the_next_prompt_ctrl_d_exits(
+    workers: WorkerCluster,
+) -> None:
+    session = "cli-chat-repl"
+    events = reply_events([TextBlock(text="A story that the user stops half way through, as users do.")])
+    half = next(n for n, e in enumerate(events) if e["type"] == "content_block_delta") + 1
+    request_id = request_id_of(session)
+
+    async def half_a_reply(bus: object, sid: str) -> None:
+        for event in events[:half]:
+            await bus.send_stream_event(sid, request_id, event)  # type: ignore[attr-defined]
+
+    master, slave = pty.openpty()
+    async with workers.client() as bus:
+        model = await ModelSide.start(bus, session, [half_a_reply, streamed([TextBlock(text="Second answer.")])])
+        process = await asyncio.create_subprocess_exec(
+            *AGENTBUS,
+            "chat",
+            session,
+            cwd=workers.root,
+            env=cli_env(workers.redis_url, AGENTBUS_SHARDS=str(TEST_SHARDS)),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+        )
+        os.close(slave)
+        terminal = Terminal(master)
+        try:
+            await terminal.wait_for("> ")
+            terminal.type(b"tell me a story\n")
+            await terminal.wait_for(delta_text(events[half - 1]))  # streaming
+            process.send_signal(signal.SIGINT)  # what Ctrl-C sends the terminal's foreground process
+            await terminal.wait_for("Interrupted by user")
+            await terminal.wait_for("> ")  # back at the prompt
+            terminal.type(b"and now?\n")
+            await terminal.wait_for("Second answer.")
+            await terminal.wait_for("> ")
+            terminal.type(b"\x04")  # Ctrl-D
+            assert await asyncio.wait_for(process.wait(), 30) == 0
+            await model
+        finally:
+            if process.returncode is None:
+                process.kill()
+            os.close(master)
