@@ -49,9 +49,9 @@ class LiveDelta(BusModel):
     after_seq: int
 
 
-def live_delta_of(request_id: str, event: JsonObject, *, after_seq: int) -> LiveDelta | None:
-    """The live text of one raw stream event, or None when it adds no text (starts, stops, tool input,
-    signatures, message events)."""
+def live_text_of(event: JsonObject) -> tuple[int, LiveKind, str] | None:
+    """(block index, kind, added text) of one raw stream event, or None when it adds no text (starts, stops,
+    tool input, signatures, message events). Plain dict reads: it runs for every event ingestion applies."""
     if event.get("type") != "content_block_delta":
         return None
     delta = event.get("delta")
@@ -65,24 +65,34 @@ def live_delta_of(request_id: str, event: JsonObject, *, after_seq: int) -> Live
     text = delta.get(field)
     if not isinstance(text, str) or not text:
         return None
-    return LiveDelta(request_id=request_id, index=index, kind=kind, text=text, after_seq=after_seq)
+    return index, kind, text
 
 
-def append_coalesced(deltas: list[LiveDelta], delta: LiveDelta) -> bool:
-    """Append ``delta``, merged into the last one when it continues the same block at the same log position;
-    True when it became an entry of its own."""
-    if deltas:
-        last = deltas[-1]
-        if (last.request_id, last.index, last.kind, last.after_seq) == (
-            delta.request_id,
-            delta.index,
-            delta.kind,
-            delta.after_seq,
-        ):
-            deltas[-1] = last.model_copy(update={"text": last.text + delta.text})
+class LiveDeltas:
+    """The live deltas of one batch of one session, consecutive ones of a block at one log position merged
+    (the models are built once per entry, in :meth:`entries`)."""
+
+    def __init__(self) -> None:
+        self._runs: list[tuple[tuple[str, int, LiveKind, int], list[str]]] = []
+
+    def add(self, request_id: str, event: JsonObject, *, after_seq: int) -> bool:
+        """Add the text of ``event`` (if any); True when it starts a new entry."""
+        found = live_text_of(event)
+        if found is None:
             return False
-    deltas.append(delta)
-    return True
+        index, kind, text = found
+        key = (request_id, index, kind, after_seq)
+        if self._runs and self._runs[-1][0] == key:
+            self._runs[-1][1].append(text)
+            return False
+        self._runs.append((key, [text]))
+        return True
+
+    def entries(self) -> list[LiveDelta]:
+        return [
+            LiveDelta(request_id=request_id, index=index, kind=kind, text="".join(parts), after_seq=after_seq)
+            for (request_id, index, kind, after_seq), parts in self._runs
+        ]
 
 
 def parse_live_delta(data: str | bytes) -> LiveDelta:

@@ -55,7 +55,7 @@ from shared.internal_events import (
     is_authentic,
 )
 from shared.ledger import Dropped, LedgerOutput, SessionLedger, new_ledger_state
-from shared.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS, LiveDelta, append_coalesced, live_delta_of
+from shared.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS, LiveDeltas
 from shared.session_ids import session_id_problem
 
 log = structlog.get_logger(__name__)
@@ -99,7 +99,7 @@ class _Batch:
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
     interrupts: dict[str, int] = field(default_factory=dict)
-    live: dict[str, list[LiveDelta]] = field(default_factory=dict)
+    live: dict[str, LiveDeltas] = field(default_factory=dict)
     """Per session, the text deltas applied in this batch (shared/live_reply.py), coalesced."""
     dropped: list[tuple[str, Dropped]] = field(default_factory=list)
     produced: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -204,7 +204,10 @@ class IngestionWorker:
                 batch.applied_keys.setdefault(session, []).append(key)
             self._collect(batch, session, out)
             if isinstance(envelope.payload, StreamEvent) and out.invalid is None:
-                self._collect_live(batch, session, envelope.payload, ledger.state.seq)
+                # The reply's text as it streams, for watchers (shared/live_reply.py), in this batch's write.
+                live = batch.live.get(session) or batch.live.setdefault(session, LiveDeltas())
+                if live.add(envelope.payload.request_id, envelope.payload.event, after_seq=ledger.state.seq):
+                    batch.produced["live", "live_delta"] += 1
             if out.state_changed:
                 batch.changed.add(session)
             if out.invalid is not None:
@@ -333,11 +336,6 @@ class IngestionWorker:
             batch.interrupts[session] = self.now_ms()
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
 
-    def _collect_live(self, batch: _Batch, session: str, payload: StreamEvent, after_seq: int) -> None:
-        delta = live_delta_of(payload.request_id, payload.event, after_seq=after_seq)
-        if delta is not None and append_coalesced(batch.live.setdefault(session, []), delta):
-            batch.produced["live", "live_delta"] += 1
-
     def _write_state(self, calls: KeyCalls, shard: int, batch: _Batch) -> None:
         """Queue the batch's state writes (after its log entries and tool jobs, before the XACK)."""
         now = self.now_ms()
@@ -368,7 +366,10 @@ class IngestionWorker:
             calls.add_members("SADD", self.topology.retracted(session), list(uuids))
         for session, deltas in batch.live.items():
             stream = self.topology.live_reply(session)
-            for delta in deltas:
+            entries = deltas.entries()
+            if not entries:
+                continue
+            for delta in entries:
                 calls.add_xadd(stream, entry_fields(delta), LIVE_REPLY_MAXLEN)
             calls.add("PEXPIRE", stream, LIVE_REPLY_TTL_MS)
         for session, at_ms in batch.interrupts.items():

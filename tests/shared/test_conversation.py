@@ -37,7 +37,7 @@ from shared.events import (
 from shared.factories import create_assistant_api_error_message, create_assistant_message, create_user_message
 from shared.json_types import JsonObject
 from shared.ledger import SessionLedger, new_ledger_state
-from shared.live_reply import LiveDelta, live_delta_of
+from shared.live_reply import LiveDelta, LiveDeltas
 from shared.streaming_replies import DEFAULT_MAX_OUTPUT_TOKENS
 
 SESSION = "tracked"
@@ -57,9 +57,9 @@ class Session:
         assert out.invalid is None, out.invalid
         self.items += out.entries
         if isinstance(payload, StreamEvent):
-            delta = live_delta_of(payload.request_id, payload.event, after_seq=self.ledger.state.seq)
-            if delta is not None:
-                self.items.append(delta)
+            live = LiveDeltas()
+            live.add(payload.request_id, payload.event, after_seq=self.ledger.state.seq)
+            self.items += live.entries()
 
     def prompt(self, text: str = "go") -> str:
         ingress_id = f"{len(self.items)}-0"
