@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime.streams import StreamNames
@@ -47,6 +47,21 @@ class ToolSettings(BaseModel):
     ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"] = Field(
         "reject", description="how an 'ask' resolves in a headless bus (no human to ask): reject = REJECT_MESSAGE"
     )
+    catalog_refresh_s: float = Field(
+        10.0, gt=0, description="how often a tool worker rewrites its entry in the tool catalog"
+    )
+    catalog_ttl_s: float = Field(
+        30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
+    )
+
+    @model_validator(mode="after")
+    def _catalog_ttl_exceeds_refresh(self) -> ToolSettings:
+        if self.catalog_ttl_s <= self.catalog_refresh_s:
+            msg = (
+                f"catalog_ttl_s ({self.catalog_ttl_s}) must be larger than catalog_refresh_s ({self.catalog_refresh_s})"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class RetentionSettings(BaseModel):

@@ -13,6 +13,7 @@ from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
 from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from services.runtime.tool_catalog import ToolCatalogPublisher
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
 from services.tool_execution.executor import ToolTimeouts
@@ -44,11 +45,20 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
+        registry = default_registry(Workspace.at(workspace_root))
+        self.catalog = ToolCatalogPublisher(
+            context.redis,
+            self.topology,
+            worker=context.owner,
+            tools=registry.definitions(),
+            refresh_s=settings.tools.catalog_refresh_s,
+            ttl_s=settings.tools.catalog_ttl_s,
+        )
         self.worker = ToolWorker(
             context.redis,
             self.topology,
             consumer=context.owner,
-            registry=default_registry(Workspace.at(workspace_root)),
+            registry=registry,
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
@@ -104,13 +114,16 @@ class ToolRuntime:
 
     async def start(self) -> None:
         await ensure_groups(self.context.redis, self.groups())
+        await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
+        self.catalog.start()
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
         entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
+        await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
         await self.slots.finish(timeout_s=timeout_s)
