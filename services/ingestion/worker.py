@@ -203,7 +203,7 @@ class IngestionWorker:
                 seen[session].add(key)
                 batch.applied_keys.setdefault(session, []).append(key)
             self._collect(batch, session, out)
-            if isinstance(envelope.payload, StreamEvent) and out.invalid is None:
+            if isinstance(envelope.payload, StreamEvent) and out.invalid is None and not out.dropped:
                 # The reply's text as it streams, for watchers (shared/live_reply.py), in this batch's write.
                 live = batch.live.get(session) or batch.live.setdefault(session, LiveDeltas())
                 if live.add(envelope.payload.request_id, envelope.payload.event, after_seq=ledger.state.seq):
