@@ -33,7 +33,7 @@ from shared.events import LogEntry
 from shared.json_types import JsonObject, JsonValue
 from shared.live_reply import LiveDelta
 from shared.messages import AssistantMessage, ProgressMessage, TombstoneMessage, UserMessage
-from shared.system_messages import ApiErrorSystemMessage
+from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
 from shared.wire import WireModel
 
 SUMMARY_CHARS = 80
@@ -116,6 +116,14 @@ class ApiRetry(WireModel):
     max_retries: int | None
 
 
+class Notice(WireModel):
+    """An informational system message for the user (e.g. M6's switch to the fallback model)."""
+
+    type: Literal["notice"] = "notice"
+    text: str
+    level: str | None
+
+
 class ApiError(WireModel):
     """A synthetic API error assistant message (M7): the text the user sees."""
 
@@ -162,6 +170,7 @@ ConversationEvent = Annotated[
     | ToolProgress
     | ToolResult
     | ApiRetry
+    | Notice
     | ApiError
     | Retracted
     | Interrupted
@@ -186,6 +195,15 @@ def input_summary(tool_input: JsonValue) -> str:
         if isinstance(value, str) and value.strip():
             return one_line(value)
     return ""
+
+
+def retry_text(error: JsonValue) -> str:
+    """One line for a retried API error (M4.4 notice): ``API error 529: Overloaded``."""
+    if isinstance(error, dict):
+        status, message = error.get("status"), error.get("message")
+        label = f"API error {status}" if status is not None else "API error"
+        return f"{label}: {one_line(message)}" if isinstance(message, str) and message.strip() else label
+    return "API error"
 
 
 def result_text(block: ToolResultBlock) -> str:
@@ -259,10 +277,12 @@ class TurnTracker:
             ]
         if isinstance(message, TombstoneMessage):
             return self._on_tombstone(message)
+        if isinstance(message, InformationalSystemMessage) and message.content:
+            return [Notice(text=message.content, level=message.level)]
         if isinstance(message, ApiErrorSystemMessage):
             return [
                 ApiRetry(
-                    text=message.content or "API error",
+                    text=message.content or retry_text(message.error),
                     retry_in_ms=message.retry_in_ms,
                     attempt=message.retry_attempt,
                     max_retries=message.max_retries,

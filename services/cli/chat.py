@@ -28,12 +28,14 @@ from shared.conversation import (
     AssistantMessageComplete,
     ConversationEvent,
     Interrupted,
+    Notice,
     Retracted,
     TextDelta,
     ThinkingDelta,
     ToolCall,
     ToolResult,
     TurnEnd,
+    one_line,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +83,9 @@ class TurnPrinter:
                 wait = f" · retrying in {retry_in_ms / 1000:.1f}s" if retry_in_ms is not None else ""
                 tries = f" (attempt {attempt}/{max_retries})" if attempt is not None else ""
                 self.line(f"  ⎿  {text}{wait}{tries}", err=True)
+            case Notice(text=text):
+                self.end_line()
+                self.line(f"  ⎿  {one_line(text, 200)}", err=True)
             case ApiError(text=text):
                 self.end_line()
                 self.line(f"agentbus: {' '.join(text.split())}", err=True)

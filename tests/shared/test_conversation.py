@@ -11,8 +11,10 @@ from shared.constants import INTERRUPT_MESSAGE, max_output_tokens_error
 from shared.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from shared.conversation import (
     ApiError,
+    ApiRetry,
     ConversationEvent,
     Interrupted,
+    Notice,
     Retracted,
     TextDelta,
     ThinkingDelta,
@@ -31,14 +33,21 @@ from shared.events import (
     LogEntry,
     StreamEvent,
     StreamFallback,
+    SystemNotice,
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_assistant_api_error_message, create_assistant_message, create_user_message
+from shared.factories import (
+    create_assistant_api_error_message,
+    create_assistant_message,
+    create_informational_message,
+    create_user_message,
+)
 from shared.json_types import JsonObject
 from shared.ledger import SessionLedger, new_ledger_state
 from shared.live_reply import LiveDelta, LiveDeltas
 from shared.streaming_replies import DEFAULT_MAX_OUTPUT_TOKENS
+from shared.system_messages import ApiErrorSystemMessage
 
 SESSION = "tracked"
 
@@ -261,3 +270,25 @@ def test_summaries_are_one_short_line() -> None:
     assert input_summary({"unknown": 1, "other": "value"}) == "value"
     assert input_summary("not an object") == ""
     assert one_line("\n\n" + "x" * 200) == "x" * 79 + "…"
+
+
+def test_m4_4_retry_notices_and_informational_messages_become_one_line_events() -> None:
+    session = Session()
+    prompt = session.prompt()
+    retry = ApiErrorSystemMessage(
+        subtype="api_error",
+        level="error",
+        error={"status": 529, "message": "Overloaded\nmore"},
+        retry_in_ms=1200.0,
+        retry_attempt=1,
+        max_retries=10,
+        uuid="u-retry",
+        timestamp="2026-01-01T00:00:00.000Z",
+    )
+    session.apply(SystemNotice(message=retry))
+    session.apply(SystemNotice(message=create_informational_message("Switched to claude-haiku-4-5", level="warning")))
+    _, events = track(session.items, prompt)
+    assert events == [
+        ApiRetry(text="API error 529: Overloaded", retry_in_ms=1200.0, attempt=1, max_retries=10),
+        Notice(text="Switched to claude-haiku-4-5", level="warning"),
+    ]
