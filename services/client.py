@@ -21,6 +21,7 @@ from typing import Any, Literal
 import orjson
 import redis.asyncio as aioredis
 
+from services.conversation import Conversation
 from services.runtime import redis_client
 from services.runtime.codec import DATA_FIELD, entry_fields
 from services.runtime.entries import id_text
@@ -29,7 +30,6 @@ from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
 from services.runtime.usage_store import read_usage
 from shared.content import ContentBlock
-from shared.conversation import ConversationEvent
 from shared.events import (
     AssistantReply,
     AttachmentNotice,
@@ -279,9 +279,7 @@ class AgentbusClient:
         await self.send_prompt(session_id, content, **options)
         return await self.next_request(session_id, after_seq=before.seq if before else 0, timeout_s=timeout_s)
 
-    def converse(
-        self, session_id: str, content: str | list[ContentBlock], **options: Any
-    ) -> AsyncIterator[ConversationEvent]:
+    def converse(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> Conversation:
         """Send a prompt and yield the model's turn as it happens — text deltas, tool calls and results,
         API errors — until the turn ends (the last event is a ``TurnEnd``)::
 
@@ -290,10 +288,9 @@ class AgentbusClient:
                     print(event.text, end="", flush=True)
 
         ``timeout_s`` (default 300) bounds the wait for any progress (``ConversationTimeout``); other
-        options go to :meth:`send_prompt`. See services/conversation.py."""
-        from services.conversation import converse
-
-        return converse(self, session_id, content, **options)
+        options go to :meth:`send_prompt`. ``await conversation.interrupt()`` interrupts the turn (keep
+        iterating to see it close). See services/conversation.py."""
+        return Conversation(self, session_id, content, **options)
 
     async def history(self, session_id: str) -> list[LogEntry]:
         """Every log entry of the session so far."""

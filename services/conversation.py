@@ -23,10 +23,11 @@ overdue call with the placeholder), so a long quiet command is not mistaken for 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any, Literal
 
 from services.runtime.codec import DATA_FIELD
+from services.runtime.topology import INGESTION_GROUP
 from shared.content import ContentBlock
 from shared.conversation import (
     ApiError,
@@ -55,11 +56,14 @@ DEFAULT_TIMEOUT_S = 300.0
 READ_COUNT = 500
 POLL_MS = 1000
 """Longest single blocking read: the deadline is checked at least this often."""
+INTERRUPT_POLL_MS = 50
+"""After :meth:`Conversation.interrupt`, how often ingestion's progress is checked until it applied it."""
 
 __all__ = [
     "ApiError",
     "ApiRetry",
     "AssistantMessageComplete",
+    "Conversation",
     "ConversationEvent",
     "ConversationTimeout",
     "Interrupted",
@@ -85,41 +89,121 @@ class ConversationTimeout(TimeoutError):
         self.waiting_for = waiting_for
 
 
-async def converse(
+class Conversation:
+    """One turn of a session: iterate it for its events (see :func:`converse`); :meth:`interrupt` stops it.
+
+    An interrupt that reaches the session while the model has not started its reply, or between replies, is
+    applied without a log entry (nothing was streaming and no tool was running): the turn is over once
+    ingestion has applied it, so after :meth:`interrupt` the iterator also watches for that (the ingestion
+    group's progress on the session's ingress shard) and ends with ``TurnEnd(stop_reason="interrupted")``.
+    While tools run (R10.2) it still waits for their results and the interrupt text.
+    """
+
+    def __init__(
+        self,
+        bus: AgentbusClient,
+        session_id: str,
+        prompt: str | list[ContentBlock],
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        **prompt_options: Any,
+    ) -> None:
+        self.bus = bus
+        self.session_id = session_id
+        self.timeout_s = timeout_s
+        self._interrupt_id: str | None = None
+        self._events = self._run(prompt, prompt_options)
+
+    def __aiter__(self) -> Conversation:
+        return self
+
+    async def __anext__(self) -> ConversationEvent:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+    async def interrupt(self, *, reason: Literal["user_cancel", "interrupt"] = "user_cancel") -> str:
+        """Interrupt the session (R10.1 while the reply streams, R10.2 while tools run); keep iterating to see
+        the turn close. Returns the interrupt's ingress entry id."""
+        self._interrupt_id = await self.bus.interrupt(self.session_id, reason=reason)
+        return self._interrupt_id
+
+    async def _run(
+        self, prompt: str | list[ContentBlock], options: dict[str, Any]
+    ) -> AsyncGenerator[ConversationEvent]:
+        bus, session_id, timeout_s = self.bus, self.session_id, self.timeout_s
+        log_key = bus.topology.session_events(session_id)
+        live_key = bus.topology.live_reply(session_id)
+        cursors: dict[Any, Any] = {log_key: await _last_id(bus, log_key), live_key: await _last_id(bus, live_key)}
+        tracker = TurnTracker(await bus.send_prompt(session_id, prompt, **options))
+        deadline = time.monotonic() + timeout_s
+        interrupt_applied = False
+        while tracker.end is None:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                remaining_ms = await _tool_deadline_ms(bus, session_id, tracker)
+                if remaining_ms <= 0:
+                    raise ConversationTimeout(session_id, timeout_s, tracker.waiting_for)
+            watching = self._interrupt_id is not None and not interrupt_applied
+            block_ms = min(remaining_ms, INTERRUPT_POLL_MS if watching else POLL_MS)
+            rows: Any = await bus.redis.xread(cursors, block=block_ms, count=READ_COUNT)
+            if rows:
+                deadline = time.monotonic() + timeout_s
+                for event in _feed(tracker, _merged(_entries(rows, cursors, log_key, live_key))):
+                    yield event
+            if watching and self._interrupt_id is not None and tracker.end is None:
+                interrupt_applied = await _applied(bus, session_id, self._interrupt_id)
+            if interrupt_applied and tracker.end is None:
+                # What ingestion wrote with the interrupt (R10.1's texts) is read first.
+                rows = await bus.redis.xread(cursors, count=READ_COUNT)
+                for event in _feed(tracker, _merged(_entries(rows or [], cursors, log_key, live_key))):
+                    yield event
+                if tracker.end is None and not tracker.pending:
+                    tracker.close_interrupted()
+        # What was written together with the end (R9.5: a cut-off reply's API error comes with it) is read.
+        rows = await bus.redis.xread(cursors, count=READ_COUNT)
+        if rows:
+            for event in _feed(tracker, _merged(_entries(rows, cursors, log_key, live_key))):
+                yield event
+        assert tracker.end is not None
+        yield tracker.end
+
+
+def converse(
     bus: AgentbusClient,
     session_id: str,
     prompt: str | list[ContentBlock],
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     **prompt_options: Any,
-) -> AsyncIterator[ConversationEvent]:
+) -> Conversation:
     """Send ``prompt`` to ``session_id`` and yield the turn's events until it ends; the last is
     :class:`TurnEnd`. Raises :class:`ConversationTimeout` (a ``TimeoutError``) when nothing happens for
-    ``timeout_s`` seconds (see the module docstring). ``prompt_options`` go to ``send_prompt``."""
-    log_key = bus.topology.session_events(session_id)
-    live_key = bus.topology.live_reply(session_id)
-    cursors: dict[Any, Any] = {log_key: await _last_id(bus, log_key), live_key: await _last_id(bus, live_key)}
-    tracker = TurnTracker(await bus.send_prompt(session_id, prompt, **prompt_options))
-    deadline = time.monotonic() + timeout_s
-    while tracker.end is None:
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
-        if remaining_ms <= 0:
-            remaining_ms = await _tool_deadline_ms(bus, session_id, tracker)
-            if remaining_ms <= 0:
-                raise ConversationTimeout(session_id, timeout_s, tracker.waiting_for)
-        rows: Any = await bus.redis.xread(cursors, block=min(remaining_ms, POLL_MS), count=READ_COUNT)
-        if not rows:
-            continue
-        deadline = time.monotonic() + timeout_s
-        for event in _feed(tracker, _merged(_entries(rows, cursors, log_key, live_key))):
-            yield event
-    # What was written together with the end (R9.5: a cut-off reply's API error comes with it) is read.
-    rows = await bus.redis.xread(cursors, count=READ_COUNT)
-    if rows:
-        for event in _feed(tracker, _merged(_entries(rows, cursors, log_key, live_key))):
-            yield event
-    assert tracker.end is not None
-    yield tracker.end
+    ``timeout_s`` seconds (see the module docstring). ``prompt_options`` go to ``send_prompt``. The prompt is
+    sent when the iteration starts."""
+    return Conversation(bus, session_id, prompt, timeout_s=timeout_s, **prompt_options)
+
+
+async def _applied(bus: AgentbusClient, session_id: str, entry_id: str) -> bool:
+    """Whether ingestion has applied (or dead-lettered) ingress entry ``entry_id`` of the session: its group
+    has delivered that far and the entry is not pending."""
+    stream = bus.topology.ingress_for(session_id)
+    groups: Any = await bus.redis.xinfo_groups(stream)
+    delivered = next((g["last-delivered-id"] for g in groups if _text(g["name"]) == INGESTION_GROUP), None)
+    if delivered is None or _id_key(_text(delivered)) < _id_key(entry_id):
+        return False
+    pending: Any = await bus.redis.xpending_range(stream, INGESTION_GROUP, min=entry_id, max=entry_id, count=1)
+    return not pending
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _id_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 async def _last_id(bus: AgentbusClient, stream: str) -> bytes | str:

@@ -393,6 +393,11 @@ class TurnTracker:
                 self._streamed = {key: text for key, text in self._streamed.items() if key[0] != request_id}
         return [Retracted(uuid=getattr(retracted, "uuid", None))]
 
+    def close_interrupted(self) -> None:
+        """End the turn as interrupted: the interrupt was applied with nothing streaming and no tool running,
+        so nothing was logged for it (the model call in flight is aborted; its reply would be dropped)."""
+        self.end = TurnEnd(stop_reason="interrupted", usage=self._last_usage, replies=self.replies)
+
     def _end_if_idle(self, stop_reason: str, error: str | None) -> None:
         if not self.pending:
             self.end = TurnEnd(stop_reason=stop_reason, error=error, usage=self._last_usage, replies=self.replies)

@@ -42,8 +42,9 @@ if TYPE_CHECKING:
     from services.client import AgentbusClient
 
 INTERRUPTED = 130
-INTERRUPT_GRACE_S = 5.0
-"""After Ctrl-C, how long the reply may take to close (the interrupt text) before we stop watching."""
+INTERRUPT_GRACE_S = 10.0
+"""After Ctrl-C, how long the turn may take to close before we stop watching (it closes as soon as ingestion
+has applied the interrupt, or the running tools have answered)."""
 PROMPT = "> "
 DIM, RESET = "\x1b[2m", "\x1b[0m"
 
@@ -59,6 +60,7 @@ class TurnPrinter:
         self._mid_line = False
         self._calls: dict[str, str] = {}
         self._last_call: str | None = None
+        self._interrupted = False
 
     def show(self, event: ConversationEvent) -> None:
         match event:
@@ -66,6 +68,9 @@ class TurnPrinter:
                 self._write(text)
             case ThinkingDelta(text=text) if self.show_thinking:
                 self._write(f"{DIM}{text}{RESET}" if self.color else text)
+            case TurnEnd(stop_reason="interrupted") if not self._interrupted:
+                self.end_line()  # interrupted before anything streamed: nothing was logged for it
+                self.line("  ⎿  Interrupted by user", err=True)
             case AssistantMessageComplete() | TurnEnd():
                 self.end_line()
             case ToolCall(tool_use_id=tool_use_id, name=name, summary=summary):
@@ -94,6 +99,7 @@ class TurnPrinter:
                 self.line("  ⎿  (partial reply withdrawn; the model is asked again)", err=True)
             case Interrupted():
                 self.end_line()
+                self._interrupted = True
                 self.line("  ⎿  Interrupted by user", err=True)
 
     def _write(self, text: str) -> None:
@@ -126,9 +132,11 @@ async def follow_turn(bus: AgentbusClient, session: str, prompt: str, printer: T
 
     end: TurnEnd | None = None
 
+    conversation = bus.converse(session, prompt, timeout_s=timeout_s)
+
     async def watch() -> None:
         nonlocal end
-        async for event in bus.converse(session, prompt, timeout_s=timeout_s):
+        async for event in conversation:
             printer.show(event)
             if isinstance(event, TurnEnd):
                 end = event
@@ -142,8 +150,8 @@ async def follow_turn(bus: AgentbusClient, session: str, prompt: str, printer: T
         nonlocal presses
         presses += 1
         if presses == 1:
-            sent.append(asyncio.ensure_future(bus.interrupt(session)))
-            loop.call_later(INTERRUPT_GRACE_S, watcher.cancel)
+            sent.append(asyncio.ensure_future(conversation.interrupt()))
+            loop.call_later(INTERRUPT_GRACE_S, watcher.cancel)  # a safety net: ingestion may be down
         else:
             watcher.cancel()
 
@@ -154,6 +162,8 @@ async def follow_turn(bus: AgentbusClient, session: str, prompt: str, printer: T
         printer.end_line()
         if not presses:
             raise
+        if presses == 1:
+            printer.line(f"agentbus: session {session}: the turn did not close within {INTERRUPT_GRACE_S:g}s", err=True)
     except ConversationTimeout as error:
         printer.end_line()
         printer.line(f"agentbus: {error} (`agentbus up` starts the workers)", err=True)

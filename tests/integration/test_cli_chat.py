@@ -218,3 +218,18 @@ async def test_chat_interactive_loop_ctrl_c_interrupts_the_reply_then_the_next_p
             if process.returncode is None:
                 process.kill()
             os.close(master)
+
+
+async def test_r10_1_ctrl_c_before_any_reply_closes_the_turn_once_ingestion_applied_the_interrupt(
+    workers: WorkerCluster,
+) -> None:
+    session = "cli-chat-interrupt-early"
+    async with workers.client() as bus:
+        process = await start_cli(workers, "chat", session, "think hard")
+        async for _ in bus.follow(session):  # the prompt is logged: the turn has begun, no model answers it
+            break
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 130
+    assert stdout == b""
+    assert stderr.decode().splitlines() == ["  ⎿  Interrupted by user"]  # not the grace period's message

@@ -204,10 +204,11 @@ async def test_r10_1_interrupt_while_streaming_ends_the_turn_interrupted(workers
     async with connected(workers) as bus:
         model = await ModelSide.start(bus, session, [half_a_reply])
         seen: list[ConversationEvent] = []
-        async for event in bus.converse(session, "explain everything", timeout_s=30):
+        conversation = bus.converse(session, "explain everything", timeout_s=30)
+        async for event in conversation:
             seen.append(event)
             if isinstance(event, TextDelta) and len(seen) == 1:
-                await bus.interrupt(session)
+                await conversation.interrupt()
         await model
     assert seen[0] == TextDelta(text=delta_text(events[half - 1]))
     assert seen[-2:] == [
@@ -226,3 +227,25 @@ async def test_no_progress_is_a_typed_timeout_naming_what_it_waited_for(workers:
 async def turn_with_timeout(bus: AgentbusClient, session: str, timeout_s: float) -> None:
     async for _ in bus.converse(session, "anyone there?", timeout_s=timeout_s):
         pass
+
+
+async def test_r10_1_interrupt_before_the_model_replies_ends_the_turn_once_ingestion_applied_it(
+    workers: WorkerCluster,
+) -> None:
+    """Nothing streams and no tool runs, so nothing is logged for the interrupt: the turn still ends (as soon
+    as ingestion has applied it), not by the timeout."""
+    session = "converse-interrupt-early"
+    async with connected(workers) as bus:
+        conversation = bus.converse(session, "think hard", timeout_s=60)
+        seen: list[ConversationEvent] = []
+        prompt_logged = asyncio.ensure_future(anext(aiter(bus.follow(session))))
+        iterating = asyncio.ensure_future(_collect(conversation, seen))
+        await prompt_logged  # the turn has begun (its prompt is in the log); no model answers it
+        await conversation.interrupt()
+        await iterating
+    assert seen == [TurnEnd(stop_reason="interrupted", usage=None, replies=0)]
+
+
+async def _collect(events: AsyncIterator[ConversationEvent], into: list[ConversationEvent]) -> None:
+    async for event in events:
+        into.append(event)
