@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
+from services.runtime.topology import INGESTION_GROUP, Topology
 from shared.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS
 from tests.services.acl_redis import AclRedis, start_acl_redis
 
@@ -44,3 +44,14 @@ def test_ingestion_writes_the_live_stream_and_a_producer_reads_it_with_the_log(a
     assert producer.zscore(TOPOLOGY.deadlines(TOPOLOGY.names.shard_of(SESSION)), SESSION) is None
     with pytest.raises(redis.exceptions.NoPermissionError):
         producer.xadd(live, {"data": "{}"})
+
+
+def test_a_producer_sees_whether_ingestion_applied_its_interrupt(acl: AclRedis) -> None:
+    """``Conversation.interrupt``: the ingestion group's progress and pending entries on the session's shard."""
+    ingress = TOPOLOGY.ingress_for(SESSION)
+    acl.client("ingestion").xgroup_create(ingress, INGESTION_GROUP, id="0", mkstream=True)
+    producer = acl.client("producer")
+    entry_id = producer.xadd(ingress, {"data": "{}"})
+    (group,) = producer.xinfo_groups(ingress)
+    assert group["name"].decode() == INGESTION_GROUP
+    assert producer.xpending_range(ingress, INGESTION_GROUP, min=entry_id, max=entry_id, count=1) == []
