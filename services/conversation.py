@@ -22,6 +22,7 @@ overdue call with the placeholder), so a long quiet command is not mistaken for 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal
@@ -112,6 +113,7 @@ class Conversation:
         self.session_id = session_id
         self.timeout_s = timeout_s
         self._interrupt_id: str | None = None
+        self._sending: asyncio.Future[str] | None = None
         self._events = self._run(prompt, prompt_options)
 
     def __aiter__(self) -> Conversation:
@@ -126,6 +128,8 @@ class Conversation:
     async def interrupt(self, *, reason: Literal["user_cancel", "interrupt"] = "user_cancel") -> str:
         """Interrupt the session (R10.1 while the reply streams, R10.2 while tools run); keep iterating to see
         the turn close. Returns the interrupt's ingress entry id."""
+        if self._sending is not None:
+            await asyncio.shield(self._sending)  # never ahead of the prompt it interrupts (same ingress stream)
         self._interrupt_id = await self.bus.interrupt(self.session_id, reason=reason)
         return self._interrupt_id
 
@@ -136,7 +140,8 @@ class Conversation:
         log_key = bus.topology.session_events(session_id)
         live_key = bus.topology.live_reply(session_id)
         cursors: dict[Any, Any] = {log_key: await _last_id(bus, log_key), live_key: await _last_id(bus, live_key)}
-        tracker = TurnTracker(await bus.send_prompt(session_id, prompt, **options))
+        self._sending = asyncio.ensure_future(bus.send_prompt(session_id, prompt, **options))
+        tracker = TurnTracker(await self._sending)
         deadline = time.monotonic() + timeout_s
         interrupt_applied = False
         while tracker.end is None:
