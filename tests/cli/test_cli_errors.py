@@ -86,7 +86,7 @@ def test_usage_errors_exit_2(workdir: Path, unreachable_url: str) -> None:
     unknown_worker = agentbus("worker", "nope", cwd=workdir, env=env)
     assert unknown_worker.code == 2
     assert unknown_worker.error_line == (
-        "agentbus: unknown worker 'nope'; choose one of ingestion, tools, normalization, transcripts"
+        "agentbus: unknown worker 'nope'; choose one of ingestion, tools, normalization, transcripts, model"
     )
     bad_id = agentbus("dlq", "show", "agentbus:tools:jobs:dlq", "latest", cwd=workdir, env=env)
     assert bad_id.code == 2
