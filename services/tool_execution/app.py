@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from services.agents.launcher import AgentTool
+from services.agents.setup import agent_setup
 from services.observability.metrics import instrument_handler
 from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
@@ -16,7 +18,7 @@ from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GRO
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
 from services.tool_execution.executor import ToolTimeouts
-from services.tool_execution.registry import default_registry
+from services.tool_execution.registry import ToolRegistry, default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
 from shared.events import parse_tool_job
@@ -44,11 +46,20 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
+        builtin = default_registry(Workspace.at(workspace_root))
+        self.agent_tool = AgentTool(
+            context.redis,
+            self.topology,
+            setup=agent_setup(settings.agents, cwd=str(workspace_root)),
+            permissions=permissions,
+            internal_key=settings.require_internal_key(),
+            tool_names=lambda: _names(builtin),
+        )
         self.worker = ToolWorker(
             context.redis,
             self.topology,
             consumer=context.owner,
-            registry=default_registry(Workspace.at(workspace_root)),
+            registry=ToolRegistry([*builtin, self.agent_tool]),
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
@@ -123,6 +134,11 @@ class ToolRuntime:
         return [(jobs.stream, TOOLS_GROUP) for jobs in self.jobs] + [
             (abandoned.stream, ABANDONED_GROUP) for abandoned in self.abandoned
         ]
+
+
+async def _names(registry: ToolRegistry) -> list[str]:
+    """The tool pool of a parent whose config names none: this worker's own tools."""
+    return registry.names
 
 
 def create(context: WorkerContext) -> ToolRuntime:

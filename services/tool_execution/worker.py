@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 import structlog
 
+from services.agents.launcher import enter_agent_job
 from services.observability.metrics import record_traceparent_invalid
 from services.observability.tracing import continue_trace
 from services.runtime.codec import decode_entry, signed_entry_fields
@@ -33,6 +34,7 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
+from shared.agents.ids import is_child_session
 from shared.clock import Clock, utc_now
 from shared.events import (
     IngressEnvelope,
@@ -154,6 +156,7 @@ class ToolWorker:
         self._running[entry.entry_id] = running
         keepalive = asyncio.create_task(self._keep_claimed(entry))
         ingress = self.topology.ingress_for(job.session_id)
+        agent_job = enter_agent_job(job)  # an Agent call starts a child and answers later (services/agents)
         try:
             async for message in execute_tool_uses(
                 calls,
@@ -164,7 +167,10 @@ class ToolWorker:
                 interrupt=running.interrupt,
                 clock=self.clock,
                 ids=self.ids,
+                is_subagent=is_child_session(job.session_id),
             ):
+                if agent_job.deferred(message):
+                    continue
                 fields = signed_entry_fields(self._envelope(job, message), self.internal_key)
                 await self.redis.xadd(ingress, fields)  # type: ignore[arg-type]
         finally:

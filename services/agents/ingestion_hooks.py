@@ -1,0 +1,94 @@
+"""The ingestion worker's side of sub-agents: what it calls, per batch, so children and parents hear of
+each other (see ``relay.py``).
+
+- ``observe`` (per applied ingress entry): collects the log entries of child sessions, and the parents
+  whose ``user_cancel`` interrupt reached running tools (A8.2; an ``interrupt`` — the user typing a new
+  message — leaves ``Agent`` calls running: their interrupt behaviour is ``block``).
+- ``write`` (inside the batch's atomic script): the parent's cancel marker, in the parent's slot, so a
+  cancellation survives a crash right after the commit (the sweep reads it).
+- ``settled`` (after the commit): relays the children's entries and cancels the children of interrupted
+  parents, in a background task (other slots, other shards).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import structlog
+
+from services.agents.relay import ChildRelay, child_entries_by_session
+from services.agents.store import AgentKeys
+from services.runtime.key_calls import KeyCalls
+from shared.agents.ids import is_child_session
+from shared.events import IngressPayload, Interrupt, LogEntry
+from shared.ledger import LedgerOutput
+
+log = structlog.get_logger(__name__)
+
+CANCEL_MARKER_TTL_MS = 24 * 3600 * 1000
+
+
+class AgentBatch:
+    """One ingestion batch's agent work."""
+
+    def __init__(self, hooks: IngestionAgentHooks | None) -> None:
+        self._hooks = hooks
+        self._entries: list[LogEntry] = []
+        self._cancels: dict[str, int] = {}
+
+    def observe(self, session_id: str, payload: IngressPayload, out: LedgerOutput, *, at_ms: int) -> None:
+        if self._hooks is None:
+            return
+        if out.entries and is_child_session(session_id):
+            self._entries.extend(out.entries)
+        if isinstance(payload, Interrupt) and payload.reason == "user_cancel" and out.interrupt_tools:
+            self._cancels[session_id] = at_ms
+
+    def write(self, calls: KeyCalls) -> None:
+        if self._hooks is None:
+            return
+        for session_id, at_ms in self._cancels.items():
+            calls.add("SET", self._hooks.keys.cancel(session_id), at_ms, "PX", CANCEL_MARKER_TTL_MS)
+
+    def settled(self) -> None:
+        if self._hooks is not None and (self._entries or self._cancels):
+            self._hooks.spawn(self._relay())
+
+    async def _relay(self) -> None:
+        assert self._hooks is not None
+        relay = self._hooks.relay
+        for parent, at_ms in self._cancels.items():
+            await relay.cancel_children(parent, interrupted_at_ms=at_ms)
+        for child, entries in child_entries_by_session(self._entries).items():
+            await relay.on_child_entries(child, entries)
+
+
+class IngestionAgentHooks:
+    """Owned by the ingestion worker; one :class:`AgentBatch` per batch."""
+
+    def __init__(self, relay: ChildRelay) -> None:
+        self.relay = relay
+        self.keys = AgentKeys(relay.topology)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def batch(self) -> AgentBatch:
+        return AgentBatch(self)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(self._guarded(work))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _guarded(work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except Exception:  # the sweep retries what a failed relay left undone
+            log.exception("agent_relay_failed")
+
+    async def drain(self) -> None:
+        """Wait for the relays in flight (tests; shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
