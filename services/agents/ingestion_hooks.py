@@ -66,29 +66,48 @@ class AgentBatch:
 
 
 class IngestionAgentHooks:
-    """Owned by the ingestion worker; one :class:`AgentBatch` per batch."""
+    """Owned by the ingestion worker; one :class:`AgentBatch` per batch. Batches are relayed one after
+    another, in commit order: a child's progress must reach its parent before the child's result (a
+    progress message for an answered call is dropped as stale)."""
 
     def __init__(self, relay: ChildRelay) -> None:
         self.relay = relay
         self.keys = AgentKeys(relay.topology)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._queue: asyncio.Queue[Coroutine[Any, Any, None]] = asyncio.Queue()
+        self._runner: asyncio.Task[None] | None = None
 
     def batch(self) -> AgentBatch:
         return AgentBatch(self)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(self._guarded(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._queue.put_nowait(work)
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.get_running_loop().create_task(self._run(), name="agent-relay")
 
-    @staticmethod
-    async def _guarded(work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except Exception:  # the sweep retries what a failed relay left undone
-            log.exception("agent_relay_failed")
+    async def _run(self) -> None:
+        while not self._queue.empty():
+            work = self._queue.get_nowait()
+            try:
+                await work
+            except Exception:  # the sweep retries what a failed relay left undone
+                log.exception("agent_relay_failed")
+            finally:
+                self._queue.task_done()
+
+    async def in_order(self, work: Coroutine[Any, Any, int]) -> int:
+        """Run ``work`` (a sweep) after the relays queued so far: a sweep that read a child's final reply
+        must not answer the parent before the relay has forwarded the child's earlier progress."""
+        result: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                result.set_result(await work)
+            except Exception as error:
+                result.set_exception(error)
+
+        self.spawn(run())
+        return await result
 
     async def drain(self) -> None:
-        """Wait for the relays in flight (tests; shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        """Wait for the relays queued so far (tests; shutdown)."""
+        await self._queue.join()

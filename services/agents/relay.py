@@ -93,10 +93,12 @@ class ChildRelay:
         found = await self.record(child_session_id)
         return found[0] if found is not None else None
 
-    async def child_log(self, child_session_id: str) -> list[Message]:
-        """The child's messages in log order (its own event stream: the canonical history)."""
+    async def child_log(self, child_session_id: str, *, upto_seq: int | None = None) -> list[Message]:
+        """The child's messages in log order (its own event stream: the canonical history), up to
+        ``upto_seq`` when given."""
         rows: Any = await self.redis.xrange(self.topology.session_events(child_session_id))
-        return [parse_log_entry(fields[DATA_FIELD.encode()]).message for _, fields in rows]
+        entries = [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
+        return [entry.message for entry in entries if upto_seq is None or entry.seq <= upto_seq]
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -180,16 +182,22 @@ class ChildRelay:
         record = await self._cached_record(child_session_id)
         if record is None:
             return  # a session named like a child that no Agent call started: nothing to answer
-        await self.publish_progress(record, entries)
+        published = await self.publish_progress(record, entries)
+        log.debug("agent_relay", child_session_id=child_session_id, seqs=[e.seq for e in entries], progress=published)
         reply_ended = any(
             isinstance(entry.message, AssistantMessage) and entry.message.message.stop_reason is not None
             for entry in entries
         )
         if reply_ended or any(may_end_turn(entry.message) for entry in entries):
-            await self.check(child_session_id)
+            # Judged on the log as far as relayed: the child's later entries (already logged, their relay
+            # queued behind this one) must reach the parent as progress before its result does.
+            await self.check(child_session_id, upto_seq=max(entry.seq for entry in entries))
 
-    async def check(self, child_session_id: str, *, now_ms: int | None = None) -> ChildStatus:
-        """Answer the parent if the child's turn is over or it broke a limit; returns its status."""
+    async def check(
+        self, child_session_id: str, *, now_ms: int | None = None, upto_seq: int | None = None
+    ) -> ChildStatus:
+        """Answer the parent if the child's turn is over (in its log up to ``upto_seq``) or it broke a
+        limit; returns its status."""
         found = await self.record(child_session_id)
         if found is None:
             return "failed"
@@ -197,7 +205,7 @@ class ChildRelay:
         if status != "running":
             return status
         now = now_ms if now_ms is not None else self.now_ms()
-        outcome = turn_outcome(await self.child_log(child_session_id))
+        outcome = turn_outcome(await self.child_log(child_session_id, upto_seq=upto_seq))
         if outcome.state == "completed":
             await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
             return "completed"

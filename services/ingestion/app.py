@@ -37,7 +37,7 @@ class IngestionRuntime:
             idempotency_ttl_ms=int(context.settings.retention.idempotency_keys_ttl_s * 1000),
         )
         self.relay = ChildRelay(context.redis, self.topology, internal_key=self.worker.internal_key)
-        self.worker.agents = IngestionAgentHooks(self.relay)
+        self.hooks = self.worker.agents = IngestionAgentHooks(self.relay)
         self._sweeps = 0
         self.lanes = LaneWorker(
             context.redis,
@@ -97,7 +97,7 @@ class IngestionRuntime:
         """Sub-agents of the owned shards: cancellations, wall time, lost completions (services/agents)."""
         ended = 0
         for shard in self.lanes.owned_shards():
-            ended += await self.relay.sweep(shard, full=full)
+            ended += await self.hooks.in_order(self.relay.sweep(shard, full=full))
         return ended
 
     async def _sweep_forever(self) -> None:
