@@ -27,6 +27,7 @@ from services.runtime.entries import id_text
 from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
+from services.runtime.usage_store import read_usage
 from shared.content import ContentBlock
 from shared.events import (
     AssistantReply,
@@ -47,6 +48,7 @@ from shared.events import (
 from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES, IngressEntryTooLarge, entry_size_problem
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, AttachmentMessage, Message, UserMessage
+from shared.model.usage_totals import SessionUsage
 from shared.pi.messages import PI_MESSAGE_ADAPTER, PiMessage
 from shared.session_ids import check_session_id
 
@@ -280,6 +282,11 @@ class AgentbusClient:
         """Every log entry of the session so far."""
         rows: Any = await self.redis.xrange(self.topology.session_events(session_id))
         return [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
+
+    async def usage(self, session_id: str) -> SessionUsage:
+        """The session's model usage and cost so far, per model and in total (M10.5; ``.empty`` when no call
+        was recorded). Costs were computed when each call was recorded, with the price table then in force."""
+        return await read_usage(self.redis, self.topology, session_id)
 
     async def follow(
         self, session_id: str, *, from_start: bool = True, block_ms: int = 1000

@@ -170,6 +170,20 @@ TRACEPARENT_INVALID = Counter(
     ["worker"],
 )
 BUILD_INFO = Info("agentbus_build", "Version and commit of the running agentbus build.")
+RATE_LIMIT_WAIT_BUCKETS: Final = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Seconds a model call waited for its tenant's requests/min and tokens/min budget."""
+MODEL_RATE_LIMIT_WAIT = Histogram(
+    "agentbus_model_rate_limit_wait_seconds",
+    "Time a model call waited for its tenant's rate-limit budget (0 when it went at once), by the limit that "
+    "made it wait (requests, tokens, none). No tenant label: tenants are open-ended.",
+    ["limit"],
+    buckets=RATE_LIMIT_WAIT_BUCKETS,
+)
+MODEL_RATE_LIMIT_WAITS = Counter(
+    "agentbus_model_rate_limit_waits_total",
+    "Model calls delayed by their tenant's rate limit, by the limit that made them wait.",
+    ["limit"],
+)
 
 _consumed = BoundChildren(EVENTS_CONSUMED)
 _produced = BoundChildren(EVENTS_PRODUCED)
@@ -185,6 +199,8 @@ _torn_tails = BoundChildren(TRANSCRIPT_TORN_TAILS)
 _trimmed = BoundChildren(STREAM_ENTRIES_TRIMMED)
 _end_to_end = BoundChildren(END_TO_END_LATENCY)
 _traceparent_invalid = BoundChildren(TRACEPARENT_INVALID)
+_rate_limit_wait = BoundChildren(MODEL_RATE_LIMIT_WAIT)
+_rate_limit_waits = BoundChildren(MODEL_RATE_LIMIT_WAITS)
 
 _event_type = LabelGuard(EVENT_TYPES)
 _repair_kind = LabelGuard(REPAIR_KINDS)
@@ -351,6 +367,15 @@ def record_traceparent_invalid(worker: WorkerType, count: int = 1) -> None:
     _traceparent_invalid(worker).inc(count)
 
 
+def record_rate_limit_wait(limit: Literal["none", "requests", "tokens"], wait_s: float) -> None:
+    """One model call's wait for its tenant's budget (``limit``: which one made it wait; ``none``: it did not)."""
+    if not _recording:
+        return
+    _rate_limit_wait(limit).observe(wait_s)
+    if wait_s > 0:
+        _rate_limit_waits(limit).inc()
+
+
 def entry_id_ms(entry_id: str) -> int:
     """The millisecond timestamp part of a stream entry id (``1700000000000-3`` → ``1700000000000``)."""
     millis, _, _ = entry_id.partition("-")
@@ -424,6 +449,8 @@ DEFINED_HERE: Final = (
     END_TO_END_LATENCY,
     TRACEPARENT_INVALID,
     BUILD_INFO,
+    MODEL_RATE_LIMIT_WAIT,
+    MODEL_RATE_LIMIT_WAITS,
 )
 
 _SAMPLE_SUFFIXES: Final = {

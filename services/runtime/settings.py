@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.runtime.streams import StreamNames
@@ -47,6 +47,21 @@ class ToolSettings(BaseModel):
     ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"] = Field(
         "reject", description="how an 'ask' resolves in a headless bus (no human to ask): reject = REJECT_MESSAGE"
     )
+    catalog_refresh_s: float = Field(
+        10.0, gt=0, description="how often a tool worker rewrites its entry in the tool catalog"
+    )
+    catalog_ttl_s: float = Field(
+        30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
+    )
+
+    @model_validator(mode="after")
+    def _catalog_ttl_exceeds_refresh(self) -> ToolSettings:
+        if self.catalog_ttl_s <= self.catalog_refresh_s:
+            msg = (
+                f"catalog_ttl_s ({self.catalog_ttl_s}) must be larger than catalog_refresh_s ({self.catalog_refresh_s})"
+            )
+            raise ValueError(msg)
+        return self
 
 
 class AgentSettings(BaseModel):
@@ -81,6 +96,45 @@ class RetentionSettings(BaseModel):
         ge=0,
         description="a session's applied idempotency keys are forgotten this long after its last activity (0: never)",
     )
+
+
+class PricingSettings(BaseModel):
+    """The price table model calls are priced with (M10.3: prices are configuration, dated)."""
+
+    prices_file: Path | None = Field(
+        None,
+        description="JSON or TOML file shaped like shared.model.cost.PriceTable (as_of, models, ...); it replaces "
+        "the table shipped with agentbus (shared/model/cost.py DEFAULT_PRICES)",
+    )
+    dedupe_window_s: float = Field(
+        24 * 3600.0, gt=0, description="a recorded call's id is remembered this long (a retried record counts once)"
+    )
+
+
+class TenantRateLimit(BaseModel):
+    """One tenant's model-call limits (0: unlimited; None, in an override: the default limit)."""
+
+    requests_per_min: int | None = Field(None, ge=0)
+    tokens_per_min: int | None = Field(None, ge=0)
+
+
+class RateLimitSettings(BaseModel):
+    """The per-tenant token buckets in front of the model (requests/min and tokens/min); a call over the limit
+    waits, it never fails because of it."""
+
+    requests_per_min: int = Field(0, ge=0, description="model calls per minute per tenant; 0: unlimited")
+    tokens_per_min: int = Field(0, ge=0, description="tokens per minute per tenant; 0: unlimited")
+    tenants: dict[str, TenantRateLimit] = Field(
+        default_factory=dict,
+        description='per-tenant overrides, e.g. AGENTBUS_RATE_LIMIT__TENANTS=\'{"acme": {"tokens_per_min": 400000}}\'',
+    )
+
+    def limits_for(self, tenant: str) -> tuple[int, int]:
+        """``tenant``'s (requests per minute, tokens per minute), 0 meaning unlimited."""
+        override = self.tenants.get(tenant, TenantRateLimit())
+        requests = override.requests_per_min if override.requests_per_min is not None else self.requests_per_min
+        tokens = override.tokens_per_min if override.tokens_per_min is not None else self.tokens_per_min
+        return requests, tokens
 
 
 class MissingInternalKey(RuntimeError):
@@ -156,6 +210,9 @@ class Settings(BaseSettings):
         ge=1024,
         description="largest ingress entry body; larger ones are refused by the SDK and dead-lettered too_large",
     )
+
+    pricing: PricingSettings = Field(default_factory=PricingSettings)
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
 
     def require_internal_key(self) -> bytes:
         """The worker secret, for the workers that sign or check internal events; refuses to go on

@@ -15,12 +15,14 @@ from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
 from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from services.runtime.tool_catalog import ToolCatalogPublisher, read_tool_catalog
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
 from services.tool_execution.executor import ToolTimeouts
 from services.tool_execution.registry import ToolRegistry, default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
+from shared.agents.tool import AGENT_TOOL_NAME
 from shared.events import parse_tool_job
 from shared.permissions import PermissionContext
 
@@ -53,13 +55,22 @@ class ToolRuntime:
             setup=agent_setup(settings.agents, cwd=str(workspace_root)),
             permissions=permissions,
             internal_key=settings.require_internal_key(),
-            tool_names=lambda: _names(builtin),
+            tool_names=lambda: _catalog_names(context, builtin),
+        )
+        registry = ToolRegistry([*builtin, self.agent_tool])
+        self.catalog = ToolCatalogPublisher(
+            context.redis,
+            self.topology,
+            worker=context.owner,
+            tools=registry.definitions(),
+            refresh_s=settings.tools.catalog_refresh_s,
+            ttl_s=settings.tools.catalog_ttl_s,
         )
         self.worker = ToolWorker(
             context.redis,
             self.topology,
             consumer=context.owner,
-            registry=ToolRegistry([*builtin, self.agent_tool]),
+            registry=registry,
             permissions=permissions,
             timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
@@ -115,13 +126,16 @@ class ToolRuntime:
 
     async def start(self) -> None:
         await ensure_groups(self.context.redis, self.groups())
+        await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
+        self.catalog.start()
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
         entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
+        await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
         await self.slots.finish(timeout_s=timeout_s)
@@ -136,9 +150,11 @@ class ToolRuntime:
         ]
 
 
-async def _names(registry: ToolRegistry) -> list[str]:
-    """The tool pool of a parent whose config names none: this worker's own tools."""
-    return registry.names
+async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:
+    """The tool pool of a parent whose config names none (A3.4): every tool some live worker runs (the
+    catalog the model is offered), else this worker's own."""
+    names = [tool.name for tool in await read_tool_catalog(context.redis, context.topology)]
+    return names or [*builtin.names, AGENT_TOOL_NAME]
 
 
 def create(context: WorkerContext) -> ToolRuntime:

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field, replace
 from pydantic import BaseModel, ValidationError
 
 from services.observability.metrics import record_tool_execution
+from services.observability.tracing import Span
 from services.tool_execution import results
 from services.tool_execution.registry import ToolRegistry
 from services.tool_execution.tool import AnyTool, ToolContext, ToolError, ToolOutput, ToolProgress
+from services.tool_execution.tool_spans import ToolCallSpans
 from shared.clock import Clock, utc_now
 from shared.constants import REJECT_MESSAGE
 from shared.content import ToolUseBlock
@@ -124,8 +126,12 @@ class _Run:
         clock: Clock,
         ids: IdSource,
         max_concurrency: int,
+        spans: ToolCallSpans | None = None,
     ) -> None:
         self.permissions = permissions
+        self.spans = spans
+        self.open_spans: dict[int, Span] = {}
+        """The ``execute_tool`` span of each started call, ended with its result."""
         self.timeouts = timeouts
         self.interrupt = interrupt
         self.messages = messages
@@ -170,6 +176,11 @@ class _Run:
             outcome,  # type: ignore[arg-type]
             None if started is None else time.perf_counter() - started,
         )
+        span = self.open_spans.pop(call.index, None)
+        if span is None and self.spans is not None:  # answered without running: its span is the answer's
+            span = self.spans.open(call.block)
+        if span is not None:
+            ToolCallSpans.close(span, output)
         return self.messages.result(call.block, output)
 
     # --- one call ---------------------------------------------------------------------------
@@ -178,7 +189,8 @@ class _Run:
         tool, parsed = call.tool, call.parsed
         assert tool is not None
         assert parsed is not None
-        ctx = ToolContext(tool_use_id=call.block.id)
+        span = self.open_spans.get(call.index)
+        ctx = ToolContext(tool_use_id=call.block.id, traceparent=None if span is None else span.traceparent)
         await tool.validate_input(parsed, ctx)
         try:
             read_only: bool | None = bool(tool.is_read_only(parsed))
@@ -278,6 +290,8 @@ class _Run:
 
     def _start(self, call: _Call) -> None:
         self.started[call.index] = time.perf_counter()
+        if self.spans is not None:
+            self.open_spans[call.index] = self.spans.open(call.block)
         self.outstanding[call.index] = call
         self.running[asyncio.create_task(self._run_call(call))] = call
 
@@ -315,6 +329,9 @@ class _Run:
 
     async def close(self) -> None:
         await self._cancel(list(self.running.values()))
+        for span in self.open_spans.values():  # stopped before their result: no answer to record
+            ToolCallSpans.abandon(span)
+        self.open_spans.clear()
 
 
 async def execute_tool_uses(
@@ -330,9 +347,11 @@ async def execute_tool_uses(
     is_subagent: bool = False,
     keep_subagent_tool_use_result: bool = False,
     max_concurrency: int = MAX_TOOL_USE_CONCURRENCY,
+    spans: ToolCallSpans | None = None,
 ) -> AsyncIterator[ProgressMessage | UserMessage]:
     """Run ``tool_uses`` (one assistant reply's, in order) and yield progress messages and one
-    result message per tool_use (see the module docstring)."""
+    result message per tool_use (see the module docstring); ``spans`` opens each call's
+    ``execute_tool`` span (tool_spans.py)."""
     context = permissions if permissions.is_subagent == is_subagent else replace(permissions, is_subagent=is_subagent)
     run = _Run(
         permissions=context,
@@ -344,6 +363,7 @@ async def execute_tool_uses(
         clock=clock,
         ids=ids,
         max_concurrency=max_concurrency,
+        spans=spans,
     )
     calls = [_prepare(index, block, registry) for index, block in enumerate(tool_uses)]
     try:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 
 from services.tool_execution.tool import AnyTool
 from services.tool_execution.workspace import Workspace
+from shared.tool_definitions import ToolDefinition
 
 
 class DuplicateToolName(ValueError):
@@ -39,6 +40,10 @@ class ToolRegistry:
     def names(self) -> list[str]:
         """Canonical names, in registration order."""
         return [tool.name for tool in self._tools]
+
+    def definitions(self) -> list[ToolDefinition]:
+        """What the worker tells the model it can run (published in the tool catalog), in registration order."""
+        return [tool.definition() for tool in self._tools]
 
 
 def default_registry(workspace: Workspace) -> ToolRegistry:

@@ -24,7 +24,7 @@ SIBLING_ARG_CHARS = 40
 def no_such_tool(name: str) -> ToolOutput:
     """R8.1: unknown tool (no name or alias match)."""
     text = f"Error: No such tool available: {name}"
-    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text)
+    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text, error_type="tool_not_found")
 
 
 def _js_type(value: object) -> str:
@@ -96,6 +96,7 @@ def input_validation_error(tool_name: str, error: ValidationError) -> ToolOutput
         tool_use_error(f"InputValidationError: {text}"),
         is_error=True,
         tool_use_result=f"InputValidationError: {json.dumps(raw, indent=2)}",
+        error_type="invalid_input",
     )
 
 
@@ -103,19 +104,27 @@ def input_not_an_object(tool_name: str, value: JsonValue) -> ToolOutput:
     """R8.1: a tool_use whose ``input`` is not a JSON object."""
     text = f"{tool_name} failed due to the following issue:\nThe input must be an object, not {_js_type(value)}"
     return ToolOutput(
-        tool_use_error(f"InputValidationError: {text}"), is_error=True, tool_use_result=f"InputValidationError: {text}"
+        tool_use_error(f"InputValidationError: {text}"),
+        is_error=True,
+        tool_use_result=f"InputValidationError: {text}",
+        error_type="invalid_input",
     )
 
 
 def tool_error(message: str) -> ToolOutput:
     """R8.1: the tool's own validation failure."""
-    return ToolOutput(tool_use_error(message), is_error=True, tool_use_result=f"Error: {message}")
+    return ToolOutput(
+        tool_use_error(message), is_error=True, tool_use_result=f"Error: {message}", error_type="tool_error"
+    )
 
 
 def error_calling_tool(name: str, error: BaseException) -> ToolOutput:
     """R8.1: an exception while running the tool."""
     text = f"Error calling tool ({name}): {error}"
-    return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text)
+    kind = type(error)
+    return ToolOutput(
+        tool_use_error(text), is_error=True, tool_use_result=text, error_type=f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def permission_denied(message: str) -> ToolOutput:

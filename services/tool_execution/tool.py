@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from shared.content import ContentBlock
 from shared.json_types import JsonObject, JsonValue
+from shared.tool_definitions import ToolDefinition
+from shared.tool_schema import api_input_schema
 
 InterruptBehavior = Literal["block", "cancel"]
 """On a user interrupt (R8.9): ``block`` tools finish, ``cancel`` tools are stopped."""
@@ -51,6 +53,9 @@ class ToolOutput:
     sibling_blocks: tuple[ContentBlock, ...] = ()
     outcome: str = ""
     """The metrics outcome when it is not plain ok/error: denied, timeout, interrupted."""
+    error_type: str = ""
+    """Why an error result failed, when the outcome does not say (the ``error.type`` of its span):
+    tool_not_found, invalid_input, tool_error, or the qualified class name of an exception."""
 
 
 class ToolError(Exception):
@@ -67,15 +72,28 @@ class ToolContext:
     """Per-call facts a tool may need."""
 
     tool_use_id: str
+    traceparent: str | None = None
+    """The call's own ``execute_tool`` span: a tool that starts work elsewhere (a child session) continues it."""
 
 
 class Tool(abc.ABC, Generic[InputT]):
-    """Base class of every tool. Subclasses set ``name``, ``input_model`` (and ``aliases``) and
-    implement ``call`` as an async generator."""
+    """Base class of every tool. Subclasses set ``name``, ``input_model`` (and ``aliases``), say what
+    the tool does in ``description`` and implement ``call`` as an async generator."""
 
     name: str = ""
     aliases: tuple[str, ...] = ()
     input_model: type[InputT]
+
+    def description(self) -> str:
+        """What the model is told the tool does (M1.8), true of this instance (its limits). Each field's
+        own ``description`` in ``input_model`` explains that parameter."""
+        return ""
+
+    def definition(self) -> ToolDefinition:
+        """The tool as the model sees it: name, description, and the input schema derived from
+        ``input_model`` (shared/tool_schema.py), so the schema is always the one calls are validated with."""
+        schema = api_input_schema(self.input_model.model_json_schema())
+        return ToolDefinition(name=self.name, description=self.description(), input_schema=schema)
 
     def is_read_only(self, tool_input: InputT) -> bool:
         """True when the call cannot change anything (permission checks use it)."""

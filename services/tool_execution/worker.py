@@ -26,7 +26,7 @@ import structlog
 
 from services.agents.launcher import enter_agent_job
 from services.observability.metrics import record_traceparent_invalid
-from services.observability.tracing import continue_trace
+from services.observability.tracing import WorkerTracer, continue_trace
 from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
@@ -34,6 +34,7 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
+from services.tool_execution.tool_spans import ToolCallSpans
 from shared.agents.ids import is_child_session
 from shared.clock import Clock, utc_now
 from shared.events import (
@@ -85,8 +86,11 @@ class ToolWorker:
         slots: JobSlots,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
+        tracer: WorkerTracer | None = None,
     ) -> None:
         self.redis = redis
+        self.tracer = tracer or WorkerTracer("tools")
+        """Makes each call's ``execute_tool`` span (an invalid traceparent is counted once, in :meth:`_run`)."""
         self.slots = slots
         self.topology = topology
         self.consumer = consumer
@@ -140,6 +144,7 @@ class ToolWorker:
         if not calls:
             return
         # Continue the job's trace: results and progress carry this worker's span as their parent.
+        spans = ToolCallSpans(self.tracer, job.traceparent, conversation_id=job.session_id)
         span = continue_trace(job.traceparent, on_invalid=lambda _error: record_traceparent_invalid("tools"))
         job = job.model_copy(update={"traceparent": span.traceparent})
         log.info(
@@ -167,6 +172,7 @@ class ToolWorker:
                 interrupt=running.interrupt,
                 clock=self.clock,
                 ids=self.ids,
+                spans=spans,
                 is_subagent=is_child_session(job.session_id),
             ):
                 if agent_job.deferred(message):

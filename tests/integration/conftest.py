@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import redis.asyncio as aioredis
 
+from services.runtime import redis_client
 from tests.conftest import flushed_target_url
 from tests.integration.cluster import WorkerCluster
 
@@ -27,3 +29,19 @@ def module_cluster(
     finally:
         workers.stop()
         flushed_target_url(request, redis_target)
+
+
+@pytest.fixture
+def target_url(redis_target: str, request: pytest.FixtureRequest) -> str:
+    """The emptied URL of the test target (``redis_target``: one Redis or the cluster)."""
+    return flushed_target_url(request, redis_target)
+
+
+@pytest.fixture
+async def target_redis(target_url: str) -> AsyncIterator[aioredis.Redis]:
+    """A client of the emptied test target, as a worker connects (``Redis`` or ``RedisCluster``)."""
+    client = redis_client.connect(target_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()

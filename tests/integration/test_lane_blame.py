@@ -55,8 +55,10 @@ async def test_failing_sessions_do_not_blame_the_healthy_one_behind_them(cluster
         transcript = session_file(cluster.data_dir, cwd, good)
 
         async def settled() -> bool:
+            # The healthy entry is acked after its line is written: wait for the ack too, not just the file.
             letters = await list_dead_letters(client.redis, log_stream + ":dlq")
-            return transcript.is_file() and len(letters) >= BAD_SESSIONS
+            pending = await client.redis.xpending(log_stream, TRANSCRIPTS_GROUP)
+            return transcript.is_file() and len(letters) >= BAD_SESSIONS and pending["pending"] == 0
 
         await eventually(settled, timeout_s=60)
         letters = await list_dead_letters(client.redis, log_stream + ":dlq")

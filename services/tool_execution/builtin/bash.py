@@ -38,11 +38,17 @@ PIPE_READ_BYTES = 65536
 
 
 class BashInput(ToolInput):
-    command: str
-    timeout: int | None = Field(default=None, gt=0)
+    command: str = Field(description="The command to run")
+    timeout: int | None = Field(default=None, gt=0, description="Optional timeout in milliseconds")
     """Milliseconds; clamped to the tool's maximum."""
-    description: str | None = None
-    run_in_background: bool = False
+    description: str | None = Field(
+        default=None,
+        description="A clear, concise description of what the command does in 5-10 words, in active voice "
+        '(e.g. "List files in current directory")',
+    )
+    run_in_background: bool = Field(
+        default=False, description="Not supported by this worker: leave it out (commands run in the foreground)"
+    )
 
 
 class _CappedText:
@@ -145,6 +151,11 @@ async def _pump(stream: asyncio.StreamReader | None, name: str, output: _Command
         output.add(name, tail)
 
 
+def _minutes(milliseconds: int) -> str:
+    minutes = milliseconds / 60_000
+    return f"{minutes:g} minute" + ("" if minutes == 1 else "s")
+
+
 def _kill_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -184,6 +195,25 @@ class BashTool(Tool[BashInput]):
 
     def interrupt_behavior(self) -> InterruptBehavior:
         return self._interrupt_behavior
+
+    def description(self) -> str:
+        shell = os.path.basename(self.shell)
+        return (
+            "Executes a shell command and returns its output.\n\n"
+            "Usage:\n"
+            f"- The command runs as `{shell} -c COMMAND` in a new shell whose working directory is the workspace "
+            "root: nothing (cd, variables) carries over from one call to the next.\n"
+            f"- timeout is in milliseconds: {self.default_timeout_ms} ({_minutes(self.default_timeout_ms)}) "
+            f"unless given, at most {self.max_timeout_ms} ({_minutes(self.max_timeout_ms)}). A command that "
+            "runs out of time is killed.\n"
+            "- The result is stdout, then stderr; a non-zero exit status is reported as an error with its "
+            f"code. Output beyond {self.max_output_chars} characters per stream is cut.\n"
+            "- Commands get no input (stdin is empty; pagers and editors are disabled), and run in the "
+            "foreground only.\n"
+            "- Quote paths that contain spaces with double quotes.\n"
+            "- Use Read, Glob, Grep, Edit and Write rather than cat, find, grep, sed or echo for files.\n"
+            "- Give independent commands as separate tool calls in one response; chain dependent ones with &&."
+        )
 
     async def validate_input(self, tool_input: BashInput, ctx: ToolContext) -> None:
         if tool_input.run_in_background:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from pydantic import Field
+
 from services.tool_execution.builtin._files import read_text, structured_patch, write_text
 from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolInput, ToolOutput, ToolProgress
 from services.tool_execution.workspace import Workspace
@@ -26,10 +28,12 @@ def ambiguous(matches: int, old_string: str) -> str:
 
 
 class EditInput(ToolInput):
-    file_path: str
-    old_string: str
-    new_string: str
-    replace_all: bool = False
+    file_path: str = Field(
+        description="The file to modify: an absolute path inside the workspace, or relative to its root"
+    )
+    old_string: str = Field(description="The text to replace")
+    new_string: str = Field(description="The text to replace it with (must be different from old_string)")
+    replace_all: bool = Field(default=False, description="Replace every occurrence of old_string (default false)")
 
 
 class EditTool(Tool[EditInput]):
@@ -42,6 +46,19 @@ class EditTool(Tool[EditInput]):
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
+
+    def description(self) -> str:
+        return (
+            "Performs exact string replacements in a file in the workspace.\n\n"
+            "Usage:\n"
+            "- old_string must match the file's text exactly, indentation included. Text copied from Read "
+            "output must leave out the line prefix (the line number and \u2192).\n"
+            "- The edit fails if old_string occurs more than once: give more surrounding context to make it "
+            "unique, or set replace_all to change every occurrence (e.g. to rename a variable).\n"
+            "- The edit fails if old_string is not found, or if it equals new_string.\n"
+            "- An empty old_string creates a new file (or fills an empty one) with new_string.\n"
+            "- In a file with CRLF line endings, match with LF line endings: the file keeps its CRLF endings."
+        )
 
     async def validate_input(self, tool_input: EditInput, ctx: ToolContext) -> None:
         path = self.workspace.resolve(tool_input.file_path)

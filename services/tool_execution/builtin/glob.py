@@ -6,6 +6,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+from pydantic import Field
+
 from services.tool_execution.builtin.search import modified_time, search_root, walk_files
 from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolInput, ToolOutput, ToolProgress, json_list
 from services.tool_execution.workspace import Workspace
@@ -15,8 +17,12 @@ TRUNCATION_NOTE = "(Results are truncated. Consider using a more specific path o
 
 
 class GlobInput(ToolInput):
-    pattern: str
-    path: str | None = None
+    pattern: str = Field(description="The glob pattern to match files against")
+    path: str | None = Field(
+        default=None,
+        description="The directory to search in (absolute inside the workspace, or relative to its root). Leave "
+        "it out to search the workspace root",
+    )
 
 
 class GlobTool(Tool[GlobInput]):
@@ -30,6 +36,17 @@ class GlobTool(Tool[GlobInput]):
     def __init__(self, workspace: Workspace, *, max_results: int = 100) -> None:
         self.workspace = workspace
         self.max_results = max_results
+
+    def description(self) -> str:
+        return (
+            "Fast file pattern matching inside the workspace.\n"
+            '- Supports glob patterns like "**/*.js" or "src/**/*.ts", matched against paths relative to the '
+            'search directory ("*.md" matches only the files directly in it).\n'
+            "- Returns the absolute paths of matching files, least recently modified first, at most "
+            f"{self.max_results} (the result says when there were more).\n"
+            "- .git is skipped and symbolic links to directories are not followed.\n"
+            "- Use it to find files by name; use Grep to search file contents."
+        )
 
     def is_read_only(self, tool_input: GlobInput) -> bool:
         return True

@@ -26,17 +26,46 @@ OutputMode = Literal["content", "files_with_matches", "count"]
 class GrepInput(ToolInput):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
 
-    pattern: str
-    path: str | None = None
-    glob: str | None = None
-    output_mode: OutputMode = "files_with_matches"
-    case_insensitive: bool = Field(default=False, alias="-i")
-    line_numbers: bool = Field(default=True, alias="-n")
-    after: int | None = Field(default=None, alias="-A", ge=0)
-    before: int | None = Field(default=None, alias="-B", ge=0)
-    around: int | None = Field(default=None, alias="-C", ge=0)
-    head_limit: int | None = Field(default=None, ge=0)
-    multiline: bool = False
+    pattern: str = Field(description="The regular expression to search for in file contents")
+    path: str | None = Field(
+        default=None,
+        description="The file or directory to search in (absolute inside the workspace, or relative to its "
+        "root). Defaults to the workspace root",
+    )
+    glob: str | None = Field(
+        default=None, description='Only search files matching this glob (e.g. "*.js", "*.{ts,tsx}"), gitignore-style'
+    )
+    output_mode: OutputMode = Field(
+        default="files_with_matches",
+        description='"content" shows matching lines, "files_with_matches" shows file paths (the default), '
+        '"count" shows match counts per file',
+    )
+    case_insensitive: bool = Field(default=False, alias="-i", description="Case insensitive search")
+    line_numbers: bool = Field(
+        default=True, alias="-n", description='Show line numbers in the output (output_mode "content" only)'
+    )
+    after: int | None = Field(
+        default=None, alias="-A", ge=0, description='Lines to show after each match (output_mode "content" only)'
+    )
+    before: int | None = Field(
+        default=None, alias="-B", ge=0, description='Lines to show before each match (output_mode "content" only)'
+    )
+    around: int | None = Field(
+        default=None,
+        alias="-C",
+        ge=0,
+        description='Lines to show before and after each match (output_mode "content" only)',
+    )
+    head_limit: int | None = Field(
+        default=None,
+        ge=0,
+        description="Keep only the first N lines or entries of the output, in every output mode. Defaults to all",
+    )
+    multiline: bool = Field(
+        default=False,
+        description="Let patterns span lines: . matches newlines and ^/$ match at every line. Default: each line "
+        "is matched on its own",
+    )
 
 
 @dataclass
@@ -107,6 +136,24 @@ class GrepTool(Tool[GrepInput]):
         self.workspace = workspace
         self.max_file_bytes = max_file_bytes
         self.max_output_chars = max_output_chars
+
+    def description(self) -> str:
+        return (
+            "Searches file contents in the workspace with regular expressions.\n\n"
+            "Usage:\n"
+            "- Use Grep for content searches rather than grep or rg through Bash.\n"
+            "- Patterns are Python regular expressions, which agree with ripgrep's for the common cases "
+            '("log.*Error", "function\\s+\\w+"); escape literal braces and other special characters.\n'
+            '- Filter files with glob (e.g. "*.js", "**/*.tsx"), matched gitignore-style at any depth.\n'
+            '- output_mode: "files_with_matches" (the default) lists the matching files, most recently modified '
+            'first; "content" shows the matching lines as path:line:text (context lines with -A/-B/-C, as '
+            'path-line-text, "--" between groups); "count" shows path:count per file.\n'
+            "- A pattern matches within one line unless multiline is true.\n"
+            f"- Binary files and .git are skipped. Files over {_megabytes(self.max_file_bytes)} or unreadable are "
+            "not searched and are named at the end of the result.\n"
+            f"- Content output longer than {self.max_output_chars} characters is cut; narrow the search or use "
+            "head_limit."
+        )
 
     def is_read_only(self, tool_input: GrepInput) -> bool:
         return True

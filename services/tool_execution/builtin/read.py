@@ -26,10 +26,21 @@ EMPTY_FILE_WARNING = "<system-reminder>Warning: the file exists but the contents
 
 
 class ReadInput(ToolInput):
-    file_path: str
-    offset: int | None = Field(default=None, ge=0)
+    file_path: str = Field(
+        description="The file to read: an absolute path inside the workspace, or relative to its root"
+    )
+    offset: int | None = Field(
+        default=None,
+        ge=0,
+        description="The line number to start reading from (1-based). Only give it when the file is too large "
+        "to read at once",
+    )
     """1-based line to start at (0 and 1 both mean the first line)."""
-    limit: int | None = Field(default=None, gt=0)
+    limit: int | None = Field(
+        default=None,
+        gt=0,
+        description="The number of lines to read. Only give it when the file is too large to read at once",
+    )
 
 
 def number_lines(lines: list[str], start_line: int) -> str:
@@ -59,6 +70,25 @@ class ReadTool(Tool[ReadInput]):
         self.default_limit = default_limit
         self.max_line_chars = max_line_chars
         self.max_image_bytes = max_image_bytes
+
+    def description(self) -> str:
+        return (
+            "Reads a file from the workspace.\n\n"
+            "Usage:\n"
+            "- file_path is an absolute path inside the workspace, or a path relative to the workspace root.\n"
+            f"- By default it reads up to {self.default_limit} lines from the start of the file. You can give a "
+            "line offset and limit to read part of a long file; files larger than "
+            f"{format_size(self.max_size_bytes)} must be read that way (or searched with Grep).\n"
+            f"- Lines longer than {self.max_line_chars} characters are cut.\n"
+            "- Results are numbered like cat -n: each line is its number, right-aligned, then \u2192, then the "
+            "line (the number and \u2192 are not part of the file).\n"
+            "- PNG, JPG, GIF and WEBP images (up to "
+            f"{format_size(self.max_image_bytes)}) are returned as images you can see. Other binary files are "
+            "refused.\n"
+            "- It reads files, not directories: list a directory with Glob or with ls through Bash.\n"
+            "- Reading an empty file returns a warning in place of its contents.\n"
+            "- You can call several tools in one response: read several files that may be useful at once."
+        )
 
     def is_read_only(self, tool_input: ReadInput) -> bool:
         return True

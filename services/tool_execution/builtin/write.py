@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from pydantic import Field
+
 from services.tool_execution.builtin._files import read_text, structured_patch, write_text
 from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolInput, ToolOutput, ToolProgress
 from services.tool_execution.workspace import Workspace
 
 
 class WriteInput(ToolInput):
-    file_path: str
-    content: str
+    file_path: str = Field(
+        description="The file to write: an absolute path inside the workspace, or relative to its root"
+    )
+    content: str = Field(description="The content to write to the file")
 
 
 class WriteTool(Tool[WriteInput]):
@@ -26,6 +30,16 @@ class WriteTool(Tool[WriteInput]):
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
+
+    def description(self) -> str:
+        return (
+            "Writes a file in the workspace.\n\n"
+            "Usage:\n"
+            "- Overwrites the file if it exists; creates it, and any missing parent directories, if not.\n"
+            "- The content is written exactly as given: UTF-8, line endings unchanged.\n"
+            "- Prefer Edit to change part of an existing file: it sends only the change.\n"
+            "- Do not create documentation files (*.md, README) unless asked to."
+        )
 
     async def validate_input(self, tool_input: WriteInput, ctx: ToolContext) -> None:
         path = self.workspace.resolve(tool_input.file_path)
