@@ -19,15 +19,19 @@ from typing import Any
 import pytest
 
 from services.client import AgentbusClient, PublishedRequest
+from services.runtime.usage_store import record_priced_usage
 from services.transcripts.layout import session_file
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.api_validation import validate_api_request
 from shared.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE
 from shared.content import ToolUseBlock
 from shared.factories import create_assistant_message
+from shared.json_types import JsonObject
 from shared.messages import ProgressMessage
+from shared.model.cost import DEFAULT_PRICES
 from shared.model.session_config import SessionModelConfig
 from shared.transcript import read_transcript, verify_transcript
+from tests.cli.process import agentbus, cli_env
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -198,6 +202,28 @@ async def test_a7_three_parallel_children_finish_in_any_order_and_pair_the_paren
         meta = json.loads(files["toolu_A"].with_name(f"agent-{agent_a}.meta.json").read_text())
         assert meta == {"agentType": "reviewer", "description": "read a"}
         assert not session_file(cluster.data_dir, CWD, children["toolu_A"]).exists()
+
+        # The tree: the SDK, `usage --tree` (usage rolled up from the children) and `tail --tree`.
+        tree = await bus.session_tree(parent)
+        assert [(c.agent_id, c.status, c.parent_tool_use_id) for c in tree.children] == sorted(
+            (agent_id_for(parent, tool_id), "completed", tool_id) for tool_id in children
+        )
+        usage: JsonObject = {"input_tokens": 1000, "output_tokens": 100}
+        for session in [parent, *children.values()]:
+            await record_priced_usage(
+                bus.redis, bus.topology, session, model="claude-haiku-4-5", usage=usage, prices=DEFAULT_PRICES
+            )
+        rolled = await bus.tree_usage(parent)
+        assert (rolled.total.requests, rolled.total.input_tokens, rolled.total.output_tokens) == (4, 4000, 400)
+        env = cli_env(cluster.redis_url, AGENTBUS_SHARDS=str(cluster.names.shards))
+        shown = agentbus("usage", parent, "--tree", cwd=cluster.root, env=env)
+        assert shown.code == 0, shown.stderr
+        assert shown.stdout.splitlines()[0] == f"session {parent} (+3 sub-sessions)"
+        assert f'  {children["toolu_A"]}  agent {agent_a} (reviewer: "read a") completed' in shown.stdout
+        tailed = agentbus("tail", parent, "--tree", cwd=cluster.root, env=env)
+        assert tailed.code == 0, tailed.stderr
+        headings = [line for line in tailed.stdout.splitlines() if line.startswith("== ")]
+        assert [heading.split()[1] for heading in headings] == [parent, *sorted(children.values())]
 
 
 async def wait_for_text(bus: AgentbusClient, session: str, text: str) -> None:
