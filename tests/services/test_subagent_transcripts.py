@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from services.cli.transcript import app
 from services.transcripts.api_view import api_view_of_transcript
 from services.transcripts.layout import session_file
 from services.transcripts.store import TranscriptStore
@@ -48,3 +51,15 @@ async def test_a4_child_session_lines_are_sidechain_lines_in_the_root_sessions_s
     assert verify_transcript(read_transcript(data)).ok
     view = api_view_of_transcript(data)
     assert view.messages_body["messages"][0] == {"role": "user", "content": "Find it"}
+
+    # `transcript verify --tree` checks the session file and each sub-agent file; one broken file fails it.
+    runner = CliRunner()
+    main = session_file(tmp_path, CWD, root)
+    result = runner.invoke(app, ["verify", "--tree", str(main)])
+    assert result.exit_code == 0, result.output
+    assert [line.split(":")[0] for line in result.output.splitlines() if ": OK:" in line] == [
+        str(main),
+        *sorted(str(p) for p in subagents.glob("agent-*.jsonl")),
+    ]
+    path.write_text(path.read_text() + "{not json\n")
+    assert runner.invoke(app, ["verify", "--tree", str(main)]).exit_code == 1
