@@ -12,7 +12,10 @@ side of the parent and of every child is played through the SDK (``send_assistan
 
 from __future__ import annotations
 
+import asyncio
 import json
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -305,3 +308,54 @@ async def test_a1_3_unknown_type_and_a9_no_nesting_are_error_results(cluster: Wo
             "<tool_use_error>Agent type 'nope' not found. Available agents: general-purpose, reviewer</tool_use_error>"
         )
         assert text_of(results["toolu_ok"]).startswith("Could not nest.")
+
+
+async def restart(cluster: WorkerCluster, name: str) -> None:
+    """Start a new ``name`` worker and wait until it is ready (the killed one stays in the list, dead)."""
+    (worker,) = cluster.start(name)
+
+    async def ready() -> bool:
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"{name} exited: {worker.log_path.read_text()[-2000:]}")
+        try:
+            await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{worker.port}/readyz", timeout=1)
+        except (urllib.error.URLError, OSError):
+            return False
+        return True
+
+    await eventually(ready, timeout_s=240, interval_s=0.1)
+
+
+async def test_sigkill_of_the_tool_and_ingestion_workers_loses_no_child_and_answers_each_call_once(
+    cluster: WorkerCluster,
+) -> None:
+    """Issue 19 "SIGKILL of any worker loses nothing and duplicates nothing": a launch re-run after the tool
+    worker died starts the same children (one prompt each); a child's end committed or not when ingestion
+    died is answered once (the relay or, after a crash between commit and relay, the sweep)."""
+    parent = "agents-sigkill"
+    async with cluster.client() as bus:
+        before = await bus.send_prompt_and_wait(parent, "start two agents")
+        calls = [agent_call("toolu_k1", "one", "Say one."), agent_call("toolu_k2", "two", "Say two.")]
+        await bus.send_assistant(parent, create_assistant_message(calls))
+        (tools,) = cluster.of("tools")
+        cluster.kill(tools)  # during or before the launch
+        await restart(cluster, "tools")
+        one, two = child_of(parent, "toolu_k1"), child_of(parent, "toolu_k2")
+        await bus.next_request(one, after_seq=0, timeout_s=60)
+        await bus.next_request(two, after_seq=0, timeout_s=60)
+        await bus.send_assistant(one, create_assistant_message("One."))
+        (ingestion,) = cluster.of("ingestion")
+        cluster.kill(ingestion)  # the child's end is committed, or not yet, or not yet relayed
+        await bus.send_assistant(two, create_assistant_message("Two."))
+        await restart(cluster, "ingestion")
+
+        request = await bus.next_request(parent, after_seq=before.seq, timeout_s=90)
+        assert validate_api_request(request.request) == []  # type: ignore[arg-type]
+        results = results_of(request)
+        assert text_of(results["toolu_k1"]).startswith("One.")
+        assert text_of(results["toolu_k2"]).startswith("Two.")
+        answers = [a["tool_use_id"] for a in tool_results_in(await bus.history(parent))]
+        assert sorted(answers) == ["toolu_k1", "toolu_k2"]  # each call answered exactly once
+        for child in (one, two):
+            prompts = [e for e in await bus.history(child) if e.message.type == "user"]
+            assert len(prompts) == 1  # one first prompt, however often the launch ran
