@@ -32,6 +32,7 @@ from shared.agents.definitions import (
     AgentCatalog,
     AgentDefinition,
     child_model,
+    child_permission_mode,
     child_system_prompt,
     child_tools,
 )
@@ -201,6 +202,9 @@ class AgentTool(Tool[AgentInput]):
         existing = await self.store.record(child)
         if existing is not None:
             return existing[0]  # a re-run of this job: the child was started already
+        parent_record = await self.store.record(parent) if parent_depth else None
+        parent_mode = (parent_record[0].permission_mode if parent_record else None) or self.permissions.mode
+        record = record.model_copy(update={"permission_mode": child_permission_mode(definition, parent_mode)})
         running = await self.store.reserve(record, limits.max_children)
         if (problem := fan_out_problem(running, limits)) is not None:
             await self.store.release(parent, child)

@@ -6,7 +6,9 @@ import asyncio
 from dataclasses import replace
 
 from services.agents.launcher import AgentTool
+from services.agents.permissions import SessionPermissions
 from services.agents.setup import agent_setup
+from services.agents.store import AgentStore
 from services.observability.metrics import instrument_handler
 from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
@@ -88,6 +90,7 @@ class ToolRuntime:
             )
             for stream in self.topology.tool_job_streams()
         ]
+        self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
             BatchConsumer(

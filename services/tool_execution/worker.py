@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -104,6 +105,8 @@ class ToolWorker:
         self.ids = ids
         self.stats = ToolWorkerStats()
         self._running: dict[str, _Running] = {}
+        self.session_permissions: Callable[[str], Awaitable[PermissionContext]] | None = None
+        """Sub-agents (services/agents/permissions.py): a child session's calls are decided in its own mode."""
 
     def handler(self) -> BatchHandler:
         return self.handle
@@ -143,6 +146,9 @@ class ToolWorker:
         self.stats.calls_skipped_answered += len(job.tool_uses) - len(calls)
         if not calls:
             return
+        permissions = (
+            self.permissions if self.session_permissions is None else await self.session_permissions(job.session_id)
+        )
         # Continue the job's trace: results and progress carry this worker's span as their parent.
         spans = ToolCallSpans(self.tracer, job.traceparent, conversation_id=job.session_id)
         span = continue_trace(job.traceparent, on_invalid=lambda _error: record_traceparent_invalid("tools"))
@@ -167,7 +173,7 @@ class ToolWorker:
                 calls,
                 assistant_uuid=job.assistant_uuid,
                 registry=self.registry,
-                permissions=self.permissions,
+                permissions=permissions,
                 timeouts=self.timeouts,
                 interrupt=running.interrupt,
                 clock=self.clock,

@@ -14,6 +14,7 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import AliasChoices, ConfigDict, Field, ValidationError
 
@@ -51,7 +52,9 @@ ONE_SHOT_BUILTINS = frozenset({"Explore", "Plan"})
 THINKING_DISABLED = {"type": "disabled"}
 """A3.6: thinking is off for normal sub-agents (cost control)."""
 
-PermissionMode = str
+PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan", "dontAsk")
+PARENT_MODES_THAT_WIN = frozenset({"bypassPermissions", "acceptEdits", "auto"})
+"""A3.7: a parent in one of these modes keeps it for its children."""
 
 
 class AgentDefinition(WireModel):
@@ -69,7 +72,7 @@ class AgentDefinition(WireModel):
     )
     model: str | None = None
     """``sonnet`` / ``opus`` / ``haiku`` / ``inherit`` or a full model id; None: inherit."""
-    permission_mode: str | None = Field(
+    permission_mode: Literal["default", "acceptEdits", "bypassPermissions", "plan", "dontAsk"] | None = Field(
         default=None, validation_alias=AliasChoices("permission_mode", "permissionMode")
     )
     max_turns: int | None = Field(default=None, ge=1, validation_alias=AliasChoices("max_turns", "maxTurns"))
@@ -214,3 +217,11 @@ def child_system_prompt(definition: AgentDefinition, *, cwd: str, model: str | N
         env.append(f"Model: {model}")
     env.append(f"Enabled tools: {', '.join(tools) if tools else '(none)'}")
     return f"{definition.prompt}\n\n{ENVIRONMENT_NOTES}\n\n<env>\n" + "\n".join(env) + "\n</env>"
+
+
+def child_permission_mode(definition: AgentDefinition, parent_mode: str) -> str:
+    """A3.7: the definition's ``permissionMode``, unless the parent runs in ``bypassPermissions``,
+    ``acceptEdits`` (or auto) — then, as without a definition mode, the parent's."""
+    if parent_mode in PARENT_MODES_THAT_WIN or definition.permission_mode is None:
+        return parent_mode
+    return definition.permission_mode

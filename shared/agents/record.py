@@ -34,6 +34,8 @@ class ChildRecord(WireModel):
     max_tokens: int | None = None
     max_turns: int | None = Field(default=None, ge=1)
     depth: int = Field(ge=1)
+    permission_mode: str | None = None
+    """A3.7: the mode the child's tool calls are decided in (None: the tool workers' own)."""
 
     @property
     def facts(self) -> ChildFacts:

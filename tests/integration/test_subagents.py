@@ -26,7 +26,12 @@ from services.runtime.usage_store import record_priced_usage
 from services.transcripts.layout import session_file
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.api_validation import validate_api_request
-from shared.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE
+from shared.constants import (
+    INTERRUPT_MESSAGE_FOR_TOOL_USE,
+    REJECT_MESSAGE,
+    SUBAGENT_REJECT_MESSAGE,
+    dont_ask_reject_message,
+)
 from shared.content import ToolUseBlock
 from shared.factories import create_assistant_message
 from shared.json_types import JsonObject
@@ -77,7 +82,12 @@ def cluster(module_cluster: WorkerCluster) -> WorkerCluster:
     """One deployment for the module (each test uses its own sessions)."""
     definitions = module_cluster.root / "agents.json"
     definitions.write_text(
-        json.dumps({"reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]}})
+        json.dumps(
+            {
+                "reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]},
+                "cautious": {"description": "Never asks", "prompt": "Be careful.", "permissionMode": "dontAsk"},
+            }
+        )
     )
     module_cluster.extra_env.update(
         {"AGENTBUS_AGENTS__DEFINITIONS_FILE": str(definitions), "AGENTBUS_AGENTS__WALL_TIME_S": str(WALL_TIME_S)}
@@ -305,9 +315,30 @@ async def test_a1_3_unknown_type_and_a9_no_nesting_are_error_results(cluster: Wo
         request = await bus.next_request(parent, after_seq=before.seq)
         results = results_of(request)
         assert results["toolu_bad"]["content"] == (
-            "<tool_use_error>Agent type 'nope' not found. Available agents: general-purpose, reviewer</tool_use_error>"
+            "<tool_use_error>Agent type 'nope' not found. Available agents: general-purpose, reviewer, cautious"
+            "</tool_use_error>"
         )
         assert text_of(results["toolu_ok"]).startswith("Could not nest.")
+
+
+async def test_a3_7_a_child_decides_its_tools_in_its_own_mode_with_the_sub_agent_texts(cluster: WorkerCluster) -> None:
+    parent = "agents-modes"
+    async with cluster.client() as bus:
+        await bus.send_prompt_and_wait(parent, "start agents")
+        calls = [
+            agent_call("toolu_gp", "plain", "Remove x."),
+            agent_call("toolu_dont", "careful", "Remove x.", "cautious"),
+        ]
+        await bus.send_assistant(parent, create_assistant_message(calls))
+        texts = {}
+        for tool_id in ("toolu_gp", "toolu_dont"):
+            child = child_of(parent, tool_id)
+            first = await bus.next_request(child, after_seq=0)
+            rm = ToolUseBlock(id=f"{tool_id}_rm", name="Bash", input={"command": "rm -rf x"})
+            await bus.send_assistant(child, create_assistant_message([rm]))
+            texts[tool_id] = text_of(results_of(await bus.next_request(child, after_seq=first.seq))[rm.id])
+        # H8/R8.1: a sub-agent's rejection is SUBAGENT_REJECT_MESSAGE; A3.7: "cautious" runs in dontAsk.
+        assert texts == {"toolu_gp": SUBAGENT_REJECT_MESSAGE, "toolu_dont": dont_ask_reject_message("Bash")}
 
 
 async def restart(cluster: WorkerCluster, name: str) -> None:

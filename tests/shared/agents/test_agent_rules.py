@@ -15,6 +15,7 @@ from shared.agents.definitions import (
     AgentDefinition,
     InvalidAgentDefinitions,
     child_model,
+    child_permission_mode,
     child_tools,
     parse_definitions,
 )
@@ -374,3 +375,12 @@ def test_a9_depth_fan_out_and_deadline() -> None:
 
 def test_text_blocks_of_results_are_plain_text_blocks() -> None:
     assert TextBlock(text="x").to_wire() == {"type": "text", "text": "x"}
+
+
+def test_a3_7_child_mode_is_the_definitions_unless_the_parent_bypasses_or_accepts_edits() -> None:
+    planner = AgentDefinition(name="p", description="d", prompt="p", permission_mode="plan")
+    plain = AgentDefinition(name="q", description="d", prompt="p")
+    assert child_permission_mode(planner, "default") == "plan"
+    assert child_permission_mode(planner, "bypassPermissions") == "bypassPermissions"
+    assert child_permission_mode(planner, "acceptEdits") == "acceptEdits"
+    assert child_permission_mode(plain, "dontAsk") == "dontAsk"
