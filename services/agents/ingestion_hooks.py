@@ -1,9 +1,11 @@
 """The ingestion worker's side of sub-agents: what it calls, per batch, so children and parents hear of
 each other (see ``relay.py``).
 
-- ``observe`` (per applied ingress entry): collects the log entries of child sessions, and the parents
+- ``observe`` (per applied ingress entry): collects the log entries of child sessions, the parents
   whose ``user_cancel`` interrupt reached running tools (A8.2; an ``interrupt`` — the user typing a new
-  message — leaves ``Agent`` calls running: their interrupt behaviour is ``block``).
+  message — leaves ``Agent`` calls running: their interrupt behaviour is ``block``), and the children
+  interrupted themselves (A8.1: an interrupted child ends its parent's call, even one idle between calls,
+  whose log gets no interrupt text).
 - ``write`` (inside the batch's atomic script): the parent's cancel marker, in the parent's slot, so a
   cancellation survives a crash right after the commit (the sweep reads it).
 - ``settled`` (after the commit): relays the children's entries and cancels the children of interrupted
@@ -37,14 +39,18 @@ class AgentBatch:
         self._hooks = hooks
         self._entries: list[LogEntry] = []
         self._cancels: dict[str, int] = {}
+        self._interrupted_children: list[str] = []
 
     def observe(self, session_id: str, payload: IngressPayload, out: LedgerOutput, *, at_ms: int) -> None:
         if self._hooks is None:
             return
         if out.entries and is_child_session(session_id):
             self._entries.extend(out.entries)
-        if isinstance(payload, Interrupt) and payload.reason == "user_cancel" and out.interrupt_tools:
-            self._cancels[session_id] = at_ms
+        if isinstance(payload, Interrupt) and payload.reason == "user_cancel":
+            if out.interrupt_tools:
+                self._cancels[session_id] = at_ms
+            if is_child_session(session_id):
+                self._interrupted_children.append(session_id)
 
     def write(self, calls: KeyCalls) -> None:
         if self._hooks is None:
@@ -53,7 +59,7 @@ class AgentBatch:
             calls.add("SET", self._hooks.keys.cancel(session_id), at_ms, "PX", CANCEL_MARKER_TTL_MS)
 
     def settled(self) -> None:
-        if self._hooks is not None and (self._entries or self._cancels):
+        if self._hooks is not None and (self._entries or self._cancels or self._interrupted_children):
             self._hooks.spawn(self._relay())
 
     async def _relay(self) -> None:
@@ -63,6 +69,8 @@ class AgentBatch:
             await relay.cancel_children(parent, interrupted_at_ms=at_ms)
         for child, entries in child_entries_by_session(self._entries).items():
             await relay.on_child_entries(child, entries)
+        for child in self._interrupted_children:
+            await relay.on_child_interrupted(child)
 
 
 class IngestionAgentHooks:

@@ -193,6 +193,13 @@ class ChildRelay:
             # queued behind this one) must reach the parent as progress before its result does.
             await self.check(child_session_id, upto_seq=max(entry.seq for entry in entries))
 
+    async def on_child_interrupted(self, child_session_id: str) -> None:
+        """A8.1: a ``user_cancel`` interrupt reached the child: its parent's call is answered with the
+        rejection (a no-op when the child had ended, e.g. because its parent's interrupt stopped it)."""
+        found = await self.record(child_session_id)
+        if found is not None and found[1] == "running":
+            await self.answer_parent(found[0], interrupted_result(), "interrupted")
+
     async def check(
         self, child_session_id: str, *, now_ms: int | None = None, upto_seq: int | None = None
     ) -> ChildStatus:

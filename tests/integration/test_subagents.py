@@ -276,6 +276,20 @@ async def test_a8_interrupting_the_parent_cancels_its_children(cluster: WorkerCl
         assert statuses == b"interrupted"
 
 
+async def test_a8_1_an_interrupted_child_ends_its_parents_call_even_between_model_calls(
+    cluster: WorkerCluster,
+) -> None:
+    parent = "agents-child-interrupt"
+    async with cluster.client() as bus:
+        before = await bus.send_prompt_and_wait(parent, "start an agent")
+        await bus.send_assistant(parent, create_assistant_message([agent_call("toolu_i", "idle", "Wait.")]))
+        child = child_of(parent, "toolu_i")
+        await bus.next_request(child, after_seq=0)  # waiting for the model: no reply, no tool running
+        await bus.interrupt(child)
+        (result,) = results_of(await bus.next_request(parent, after_seq=before.seq)).values()
+        assert (result["content"], result["is_error"]) == (REJECT_MESSAGE, True)
+
+
 async def test_a9_a_child_past_its_wall_time_answers_its_parent_with_an_error(cluster: WorkerCluster) -> None:
     parent = "agents-wall-time"
     async with cluster.client() as bus:
