@@ -15,10 +15,18 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from services.runtime.local_cluster import LocalRedisCluster, start_local_cluster
 from services.runtime.local_redis import LocalRedis, start_local_redis
 from tests.integration.cluster import WorkerCluster
+
+pytest_plugins = ["tests.fake_model_fixture"]
+
+# No wall-clock limit on a property test's examples: on a loaded 2-core machine a 200 ms deadline is noise.
+hypothesis_settings.register_profile("agentbus", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("agentbus")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE_ROOT = REPO_ROOT.parent / "shared"

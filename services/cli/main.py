@@ -45,6 +45,9 @@ COMMANDS: dict[str, CommandSpec] = {
     "dlq": CommandSpec("services.cli.bus", "dlq_app", "Inspect and replay dead letters."),
     "usage": CommandSpec("services.cli.usage", "usage_command", "Show a session's model usage and cost."),
     "tools": CommandSpec("services.cli.tools", "app", "List the live tool workers and the tools they offer the model."),
+    "fake-model": CommandSpec(
+        "services.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
+    ),
 }
 
 

@@ -1,0 +1,44 @@
+"""``agentbus fake-model``: the fake Anthropic-compatible model server as a process (tests, the demo).
+
+It prints its URL on stderr once it accepts requests (``--port 0`` picks a free port; under ``agentbus up``
+it serves the socket the supervisor hands down and answers ``/readyz``) and stops on SIGINT or SIGTERM,
+cutting any request still in flight. The protocol and the scripting endpoints are in
+``services/model/fake_app.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from services.cli.common import fail
+from services.model.fake_scripts import FallbackScript
+from services.model.fake_server import listener_for_process, serve_until_signalled
+from services.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
+
+
+def fake_model_command(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port; 0 picks a free one.")] = 0,
+    script: Annotated[
+        FallbackScript,
+        typer.Option(
+            "--script",
+            help='Answer of a request nothing was scripted for: echo ("You said: …") or demo (the demo\'s tour).',
+        ),
+    ] = "echo",
+    keep_requests: Annotated[
+        int, typer.Option("--keep-requests", min=1, help="How many of the latest requests /_fake/requests keeps.")
+    ] = DEFAULT_KEEP_REQUESTS,
+) -> None:
+    """Serve the Messages API from scripted replies and faults; prints its URL on stderr."""
+
+    def announce(url: str) -> None:
+        typer.echo(url, err=True)
+
+    try:
+        listener = listener_for_process(host, port)
+    except OSError as error:
+        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+    serve_until_signalled(listener, FakeModelState(script, keep_requests), on_listening=announce)
