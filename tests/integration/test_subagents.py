@@ -74,6 +74,8 @@ def text_of(result: dict[str, Any]) -> str:
 
 
 WALL_TIME_S = 12
+MAX_TOKENS = 10_000
+"""Tokens one child may use (the SDK-played replies of the other tests report none)."""
 """Every child of this module's workers is stopped after this (long enough for the children that finish)."""
 
 
@@ -91,7 +93,11 @@ def cluster(module_cluster: WorkerCluster) -> WorkerCluster:
         )
     )
     module_cluster.extra_env.update(
-        {"AGENTBUS_AGENTS__DEFINITIONS_FILE": str(definitions), "AGENTBUS_AGENTS__WALL_TIME_S": str(WALL_TIME_S)}
+        {
+            "AGENTBUS_AGENTS__DEFINITIONS_FILE": str(definitions),
+            "AGENTBUS_AGENTS__WALL_TIME_S": str(WALL_TIME_S),
+            "AGENTBUS_AGENTS__MAX_TOKENS": str(MAX_TOKENS),
+        }
     )
     module_cluster.workspace.mkdir(parents=True, exist_ok=True)
     (module_cluster.workspace / "a.txt").write_text("alpha\n")
@@ -303,6 +309,34 @@ async def test_a3_8_a_child_at_max_turns_stops_and_its_last_text_is_the_result(c
         (result,) = results_of(await bus.next_request(parent, after_seq=before.seq)).values()
         assert "is_error" not in result
         assert result["content"][0] == {"type": "text", "text": "Looking once."}
+
+
+async def test_a9_a_child_over_its_token_limit_is_stopped_and_answers_with_an_error(cluster: WorkerCluster) -> None:
+    parent = "agents-tokens"
+    async with cluster.client() as bus:
+        before = await bus.send_prompt_and_wait(parent, "start a costly agent")
+        await bus.send_assistant(parent, create_assistant_message([agent_call("toolu_t", "costly", "Think hard.")]))
+        child = child_of(parent, "toolu_t")
+        await bus.next_request(child, after_seq=0)
+        look = ToolUseBlock(id="toolu_t_read", name="Read", input={"file_path": "a.txt"})
+        costly = create_assistant_message([look])
+        usage = {"input_tokens": 9_000, "output_tokens": 1_500}
+        await bus.send_assistant(
+            child, costly.model_copy(update={"message": costly.message.model_copy(update={"usage": usage})})
+        )
+        (result,) = results_of(await bus.next_request(parent, after_seq=before.seq)).values()
+        agent = agent_id_for(parent, "toolu_t")
+        assert result["is_error"] is True
+        assert result["content"] == (
+            f'<tool_use_error>Agent "costly" (agentId: {agent}) exceeded its token limit of {MAX_TOKENS} tokens '
+            "(used 10500) and was stopped</tool_use_error>"
+        )
+        # The child was stopped (an interrupt into its ingress: its model call and tools stop, A8.1).
+        status = await bus.redis.hget(cluster.names.session_key(child, "agent"), "status")
+        assert status == b"failed"
+        rows: Any = await bus.redis.xrange(bus.topology.ingress_for(child))
+        stops = [row for row in rows if b"agent_stop:" in row[1][b"data"]]
+        assert len(stops) == 1
 
 
 async def test_a9_a_child_past_its_wall_time_answers_its_parent_with_an_error(cluster: WorkerCluster) -> None:
