@@ -201,7 +201,10 @@ class AgentTool(Tool[AgentInput]):
         )
         existing = await self.store.record(child)
         if existing is not None:
-            return existing[0]  # a re-run of this job: the child was started already
+            # A re-run of this job (its worker died): the child was registered; its prompt may not have been
+            # sent yet. Sending it again is a duplicate key if it was.
+            await self._start(existing[0], job)
+            return existing[0]
         parent_record = await self.store.record(parent) if parent_depth else None
         parent_mode = (parent_record[0].permission_mode if parent_record else None) or self.permissions.mode
         record = record.model_copy(update={"permission_mode": child_permission_mode(definition, parent_mode)})
@@ -212,18 +215,23 @@ class AgentTool(Tool[AgentInput]):
         config = await self._child_config(record, definition, tool_input)
         await self.redis.set(self.topology.session_config(child), config.to_wire_json())
         await self.store.register(record)
+        await self._start(record, job)
+        return record
+
+    async def _start(self, record: ChildRecord, job: ToolJob) -> None:
+        """A3.2: the child's first (and only) prompt; then, if the parent was interrupted while this call
+        was being launched, the child is stopped and the call answered at once (A8.2)."""
         prompt = IngressEnvelope(
-            session_id=child,
-            idempotency_key=f"agent_prompt:{child}",
-            payload=UserPrompt(content=tool_input.prompt),
+            session_id=record.session_id,
+            idempotency_key=f"agent_prompt:{record.session_id}",
+            payload=UserPrompt(content=record.prompt),
         )
-        await self.redis.xadd(self.topology.ingress_for(child), signed_entry_fields(prompt, self.internal_key))  # type: ignore[arg-type]
-        cancelled_at = await self.store.cancelled_at(parent)
+        fields = signed_entry_fields(prompt, self.internal_key)
+        await self.redis.xadd(self.topology.ingress_for(record.session_id), fields)  # type: ignore[arg-type]
+        cancelled_at = await self.store.cancelled_at(record.parent_session_id)
         if cancelled_at is not None and cancelled_at >= job.dispatched_ms:
-            # The parent was interrupted while this call was being launched (A8.2).
             await self.relay.stop_child(record)
             await self.relay.answer_parent(record, interrupted_result(), "interrupted")
-        return record
 
     async def _child_config(
         self, record: ChildRecord, definition: AgentDefinition, tool_input: AgentInput
