@@ -22,7 +22,7 @@ from services.agents.store import AgentStore
 from services.runtime.codec import DATA_FIELD, signed_entry_fields
 from services.runtime.topology import Topology
 from shared.agents.ids import parse_child_session
-from shared.agents.progress import agent_progress
+from shared.agents.progress import agent_progress, forwarded_shell_progress
 from shared.agents.record import ChildRecord, ChildStatus
 from shared.agents.results import (
     ParentResult,
@@ -44,7 +44,7 @@ from shared.events import (
     parse_log_entry,
 )
 from shared.factories import create_user_message
-from shared.messages import AssistantMessage, Message, UserMessage
+from shared.messages import AssistantMessage, Message, ProgressMessage, UserMessage
 
 log = structlog.get_logger(__name__)
 
@@ -151,6 +151,12 @@ class ChildRelay:
         published = 0
         for entry in entries:
             message = entry.message
+            if isinstance(message, ProgressMessage):
+                shell = forwarded_shell_progress(message, parent_tool_use_id=record.parent_tool_use_id)
+                if shell is not None:
+                    await self._publish_progress(record, shell)
+                    published += 1
+                continue
             first = entry.seq == 1 and isinstance(message, UserMessage)
             if not (first or shows_tool_activity(message)):
                 continue
@@ -164,15 +170,18 @@ class ChildRelay:
                 parent_assistant_uuid=record.parent_assistant_uuid,
                 timestamp=self.clock(),
             )
-            await self._publish(
-                IngressEnvelope(
-                    session_id=record.parent_session_id,
-                    idempotency_key=f"agent_progress:{progress.uuid}",
-                    payload=ToolProgressReport(message=progress),
-                )
-            )
+            await self._publish_progress(record, progress)
             published += 1
         return published
+
+    async def _publish_progress(self, record: ChildRecord, progress: ProgressMessage) -> None:
+        await self._publish(
+            IngressEnvelope(
+                session_id=record.parent_session_id,
+                idempotency_key=f"agent_progress:{progress.uuid}",
+                payload=ToolProgressReport(message=progress),
+            )
+        )
 
     # -- deciding -----------------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
 
 The first carries the child's first user message and the prompt; then one per child message holding a
 ``tool_use`` or ``tool_result`` block, with ``prompt: ""``. Envelope: ``toolUseID`` = ``"agent_"`` + the
-parent assistant message's id, ``parentToolUseID`` = the Agent call's tool_use id. The child's final
-text-only answer is never sent as progress (it arrives in the tool_result, A6.1 [OBS]). Progress is
-ephemeral: the transcript writer drops it (R7.5).
+parent assistant message's id, ``parentToolUseID`` = the Agent call's tool_use id. The child's shell
+progress (``bash_progress``, ``powershell_progress``) is forwarded as it is, with its own ids and the Agent
+call as its parent. The child's final text-only answer is never sent as progress (it arrives in the
+tool_result, A6.1 [OBS]). Progress is ephemeral: the transcript writer drops it (R7.5).
 """
 
 from __future__ import annotations
@@ -48,4 +49,18 @@ def agent_progress(
         data=data,
         clock=lambda: timestamp,
         ids=lambda: progress_uuid,
+    )
+
+
+SHELL_PROGRESS_TYPES = frozenset({"bash_progress", "powershell_progress"})
+
+
+def forwarded_shell_progress(progress: ProgressMessage, *, parent_tool_use_id: str) -> ProgressMessage | None:
+    """A6.1: a child's shell progress as the parent sees it (same data and ``toolUseID``, the Agent call as
+    ``parentToolUseID``, a uuid derived from the child's); None for any other progress."""
+    if progress.data.get("type") not in SHELL_PROGRESS_TYPES:
+        return None
+    forwarded_uuid = str(uuid_module.uuid5(_PROGRESS_NAMESPACE, f"{parent_tool_use_id}:{progress.uuid}"))
+    return progress.model_copy(
+        update={"uuid": forwarded_uuid, "parent_tool_use_id": parent_tool_use_id, "parent_uuid": None}
     )

@@ -384,3 +384,25 @@ def test_a3_7_child_mode_is_the_definitions_unless_the_parent_bypasses_or_accept
     assert child_permission_mode(planner, "bypassPermissions") == "bypassPermissions"
     assert child_permission_mode(planner, "acceptEdits") == "acceptEdits"
     assert child_permission_mode(plain, "dontAsk") == "dontAsk"
+
+
+def test_a6_1_shell_progress_of_a_child_is_forwarded_with_its_own_ids() -> None:
+    from shared.agents.progress import forwarded_shell_progress
+    from shared.factories import create_progress_message
+
+    bash = create_progress_message(
+        tool_use_id="toolu_child_bash",
+        parent_tool_use_id="toolu_child_bash",
+        data={"type": "bash_progress", "output": "x"},
+    )
+    forwarded = forwarded_shell_progress(bash, parent_tool_use_id="toolu_agent")
+    assert forwarded is not None
+    assert (forwarded.tool_use_id, forwarded.parent_tool_use_id, forwarded.data) == (
+        "toolu_child_bash",
+        "toolu_agent",
+        bash.data,
+    )
+    assert forwarded.uuid != bash.uuid
+    assert forwarded_shell_progress(bash, parent_tool_use_id="toolu_agent") == forwarded  # stable: one message
+    hook = create_progress_message(tool_use_id="t", parent_tool_use_id="t", data={"type": "hook_progress"})
+    assert forwarded_shell_progress(hook, parent_tool_use_id="toolu_agent") is None
