@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import redis.asyncio as aioredis
@@ -52,6 +52,9 @@ from shared.messages import AssistantMessage, AttachmentMessage, Message, UserMe
 from shared.model.usage_totals import SessionUsage
 from shared.pi.messages import PI_MESSAGE_ADAPTER, PiMessage
 from shared.session_ids import check_session_id
+
+if TYPE_CHECKING:
+    from services.approvals_sdk import PendingApproval
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,3 +323,27 @@ class AgentbusClient:
                     cursor = entry_id
                     yield parse_log_entry(fields[DATA_FIELD.encode()])
             await asyncio.sleep(0)
+
+    # -- approvals (agent-loop.md §H) --------------------------------------------------------
+
+    def approvals(self, session_id: str | None = None, *, block_ms: int = 1000) -> AsyncIterator[PendingApproval]:
+        """Tool calls waiting for a person (``AGENTBUS_TOOLS__ASK_POLICY=approve``): every pending one, then
+        each new one; answer with ``await req.allow(updated_input=…)``, ``req.always_allow()`` or
+        ``req.deny(message=…, interrupt=…)`` (services/approvals_sdk.py)."""
+        from services.approvals_sdk import follow_approvals
+
+        return follow_approvals(self, session_id, block_ms=block_ms)
+
+    async def pending_approvals(self, session_id: str | None = None) -> list[PendingApproval]:
+        """The approvals pending now (of one session, or all), oldest first."""
+        from services.approvals_sdk import PendingApproval
+        from services.runtime.approval_store import ApprovalStore
+
+        return [PendingApproval(r, self) for r in await ApprovalStore(self.redis, self.topology).pending(session_id)]
+
+    async def approval(self, approval_id: str) -> PendingApproval | None:
+        """One approval by id, pending or not (``None`` when unknown)."""
+        from services.approvals_sdk import PendingApproval, find_approval
+
+        stored = await find_approval(self, approval_id)
+        return None if stored is None else PendingApproval(stored.request, self)

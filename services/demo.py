@@ -1,14 +1,20 @@
-"""The newcomer demo ``agentbus up`` runs on an empty system: a scripted "model" talks to the bus.
+"""The newcomer demo ``agentbus up`` runs on an empty system: the whole agent loop on the bus.
 
-The script plays the model's side of one short session: its first reply is *streamed* as raw Anthropic
-stream events (accumulated by ingestion into one message per block), the others are sent whole; every
-reply carries real tool calls that the tool workers run in the workspace (parallel read-only calls, a
-Bash command allowed by a rule, a Write, and a Bash command the rules deny). Between replies the demo waits for the
-normalizer's next API request, exactly as a model-calling producer would.
+The demo sends one prompt and watches the session: the model worker calls the model (without an API key,
+``up`` starts the fake Anthropic-compatible server, whose ``demo`` script plays the tour below: parallel
+read-only calls, a Bash command allowed by a rule, a Write, and a Bash command the rules deny), streams
+its replies into the bus, ingestion accumulates them and hands the tool calls to the tool workers, whose
+results make the normalizer publish the next request, until the model ends its turn. The demo echoes
+each request, reply and tool result as it happens.
+
+:func:`scripted_replies` and :func:`stream_events_for` are the tour's replies and their raw stream events,
+for tests that play the model's side themselves.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -21,8 +27,8 @@ from services.replay import wait_until_persisted
 from services.runtime.settings import Settings
 from services.transcripts.layout import session_file
 from shared.content import ContentBlock, TextBlock, ToolUseBlock
-from shared.factories import create_assistant_message
 from shared.json_types import JsonObject
+from shared.messages import AssistantMessage
 
 DEMO_PROMPT = "Take a tour of this workspace and leave me a short note about it."
 DEMO_FILES = {
@@ -110,37 +116,61 @@ def prepare_workspace(root: Path) -> None:
 
 
 async def run_demo(
-    bus: AgentbusClient, settings: Settings, *, echo: Callable[[str], None], timeout_s: float = 60.0
+    bus: AgentbusClient, settings: Settings, *, echo: Callable[[str], None], timeout_s: float = 120.0
 ) -> tuple[str, Path, PublishedRequest]:
-    """Play the scripted session; returns its id, its transcript path and the last API request."""
+    """Send the demo prompt and follow the turn until the model ends it; returns the session id, its
+    transcript path and the last API request. Raises :class:`DemoFailed` when the turn ends in an API error."""
     prepare_workspace(settings.tools.workspace)
     session = f"demo-{uuid.uuid4().hex[:8]}"
     echo(f"demo session {session}: user → {DEMO_PROMPT!r}")
-    await bus.send_prompt(session, DEMO_PROMPT)
-    seen = 0
-    request = await bus.next_request(session, after_seq=seen, timeout_s=timeout_s)
-    for turn, blocks in enumerate(scripted_replies(), start=1):
-        echo(f"request #{turn}: {len(request.request['messages'])} messages, repairs {request.repairs or 'none'}")
-        calls = [b for b in blocks if isinstance(b, ToolUseBlock)]
-        summary = ", ".join(f"{c.name}" for c in calls) or "text only"
-        if turn == 1:
-            request_id = f"req_demo_{uuid.uuid4().hex[:12]}"
-            events = stream_events_for(blocks, message_id=f"msg_demo_{turn}", model="claude-demo")
-            echo(f"model streams reply {turn} as {len(events)} events ({summary})")
-            for event in events:
-                await bus.send_stream_event(session, request_id, event)
-        else:
-            message = create_assistant_message(blocks)
-            echo(f"model replies {turn} ({summary})")
-            await bus.send_assistant(session, message)
-        seen = request.seq
-        if calls:
-            request = await bus.next_request(session, after_seq=seen, timeout_s=timeout_s)
-            for line in _tool_outcomes(request.request):
-                echo(f"  tool result: {line}")
+    request = await bus.send_prompt_and_wait(session, DEMO_PROMPT, timeout_s=timeout_s)
+    watcher = asyncio.create_task(_echo_requests(bus, session, request, echo, timeout_s))
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _follow_turn(bus, session, echo)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await watcher
     path = await wait_until_persisted(bus, session, settings=settings, timeout_s=timeout_s)
     echo(f"transcript: {path}")
-    return session, session_file(settings.data_dir, settings.cwd, session), request
+    last = await bus.latest_request(session)
+    return session, session_file(settings.data_dir, settings.cwd, session), last or request
+
+
+class DemoFailed(RuntimeError):
+    """The demo's turn ended in an API error (the model worker gave up)."""
+
+
+async def _echo_requests(
+    bus: AgentbusClient, session: str, first: PublishedRequest, echo: Callable[[str], None], timeout_s: float
+) -> None:
+    """One line per API request the normalizer publishes for the session (what the model worker calls with)."""
+    request, turn = first, 1
+    while True:
+        echo(f"request #{turn}: {len(request.request['messages'])} messages, repairs {request.repairs or 'none'}")
+        for line in _tool_outcomes(request.request):
+            echo(f"  tool result: {line}")
+        request = await bus.next_request(session, after_seq=request.seq, timeout_s=timeout_s)
+        turn += 1
+
+
+async def _follow_turn(bus: AgentbusClient, session: str, echo: Callable[[str], None]) -> None:
+    """Echo the model's blocks as ingestion logs them; return when its turn ends."""
+    async for entry in bus.follow(session):
+        message = entry.message
+        if not isinstance(message, AssistantMessage):
+            continue
+        calls = [block for block in message.blocks if isinstance(block, ToolUseBlock)]
+        text = " ".join(block.text for block in message.blocks if isinstance(block, TextBlock)).strip()
+        if message.is_api_error_message:
+            raise DemoFailed(text)
+        if calls:
+            echo(f"model calls {', '.join(call.name for call in calls)}")
+        elif text:
+            echo(f"model says: {text[:120]}")
+        if message.message.stop_reason not in (None, "tool_use") and not calls:
+            return
 
 
 def _tool_outcomes(request: dict[str, Any]) -> list[str]:

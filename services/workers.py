@@ -1,4 +1,4 @@
-"""The four worker types and how to run one as a process (uvicorn serving its FastStream ASGI app)."""
+"""The five worker types and how to run one as a process (uvicorn serving its FastStream ASGI app)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import sys
 import uvicorn
 
 from services.ingestion import app as ingestion_app
+from services.model.api_key import require_api_key
 from services.normalization import app as normalization_app
 from services.observability.wiring import configure_process
 from services.runtime.settings import Settings
 from services.runtime.supervisor import LISTEN_FD_ENV
-from services.runtime.worker_app import WorkerFactory, WorkerProcess, build_app
+from services.runtime.worker_app import WorkerContext, WorkerFactory, WorkerProcess, WorkerRuntime, build_app
 from services.tool_execution import app as tools_app
 from services.transcripts import app as transcripts_app
 
@@ -23,10 +24,20 @@ WORKER_FACTORIES: dict[str, WorkerFactory] = {
     "tools": tools_app.create,
     "normalization": normalization_app.create,
     "transcripts": transcripts_app.create,
+    "model": lambda context: _model_runtime(context),
 }
 """Every worker type by the name ``agentbus worker NAME`` takes."""
 
-SIGNING_WORKERS = frozenset({"ingestion", "tools"})
+
+def _model_runtime(context: WorkerContext) -> WorkerRuntime:
+    """The model worker, imported only by the process that runs it: the ``anthropic`` SDK costs seconds to
+    import, which the other worker types need not pay."""
+    from services.model import app as model_app
+
+    return model_app.create(context)
+
+
+SIGNING_WORKERS = frozenset({"ingestion", "tools", "model"})
 """The workers that sign or check internal events: they need ``AGENTBUS_INTERNAL_KEY``."""
 
 LISTEN_BACKLOG = 2048
@@ -49,6 +60,8 @@ def run_worker(name: str, settings: Settings | None = None, *, port: int | None 
     resolved = settings if settings is not None else Settings()
     if name in SIGNING_WORKERS:
         resolved.require_internal_key()  # refuse here, in one line, not as a startup traceback in the log
+    if name == "model":
+        require_api_key(resolved)
     configure_process(resolved, name)  # before any consumer binds its logger
     app, _ = build_worker(name, resolved)
     listener = inherited_listener()

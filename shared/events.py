@@ -12,6 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, SerializeAsAny, TypeAdapter, field_validator
 
+from shared.approvals import ApprovalAnswer, ApprovalRequested
 from shared.content import ContentBlock, ToolUseBlock
 from shared.json_types import JsonObject, JsonValue
 from shared.messages import AssistantMessage, AttachmentMessage, Message, ProgressMessage, UserMessage
@@ -47,6 +48,9 @@ class AssistantReply(WireModel):
     type: Literal["assistant_message"] = "assistant_message"
     message: AssistantMessage
     execute_tools: bool = True
+    request_seq: int | None = None
+    """Set by the model worker: the ``seq`` of the API request this reply answers. A reply to a request older
+    than the session's last interrupt is dropped (the interrupt closed that turn, R10.1)."""
 
 
 class StreamEvent(WireModel):
@@ -56,6 +60,10 @@ class StreamEvent(WireModel):
     request_id: str
     event: JsonObject
     execute_tools: bool = True
+    request_seq: int | None = None
+    """As :attr:`AssistantReply.request_seq`: a stream of a request older than the last interrupt is dropped."""
+    max_tokens: int | None = None
+    """The request's ``max_tokens`` (on the stream's first event): the ``max_tokens`` error quotes it (M8.3)."""
 
 
 class StreamFallback(WireModel):
@@ -154,7 +162,9 @@ IngressPayload = Annotated[
     | ToolJobAbandoned
     | DeadlineSweep
     | RecordedMessage
-    | PiMessagePayload,
+    | PiMessagePayload
+    | ApprovalRequested
+    | ApprovalAnswer,
     Field(discriminator="type"),
     SerializeAsAny(),  # dumped by the value's own model (see shared/wire.py)
 ]

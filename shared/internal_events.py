@@ -8,13 +8,17 @@ and the tool workers hold and producers do not. Rules enforced by ingestion on a
 authenticator (each one dead-lettered as ``forged_internal_event``, never applied):
 
 - an internal-only payload (``deadline_sweep``: the ingestion sweeper's tick; ``tool_job_abandoned``:
-  the tool workers' placeholder request);
+  the tool workers' placeholder request; ``approval_requested``: a tool worker parking calls for a person);
 - a tool result or progress (live, recorded, or a pi ``toolResult``) for a call that was dispatched to the tool workers:
   only a tool worker answers such a call; a producer answers only the calls it said it would
   (``execute_tools=False``, e.g. the replay of a recorded session);
 - an idempotency key in the workers' namespace (``internal:``): an authenticated entry's key is kept
   under that prefix, so a producer can never take a key a worker will use (which would get the real
   result dropped as a duplicate).
+
+The same authenticator signs the ``approval_continuation`` jobs ingestion writes to the tool-jobs streams
+(shared/approvals.py): such a job runs a parked call without asking, so a tool worker dead-letters one
+without a valid authenticator as ``forged_internal_event``.
 
 Replaying a captured worker entry verbatim gains nothing: it is a duplicate of an applied key, or a
 result for a call already answered.
@@ -26,6 +30,7 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 
+from shared.approvals import ApprovalRequested
 from shared.events import (
     DeadlineSweep,
     IngressEnvelope,
@@ -72,7 +77,7 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
     """Why an entry WITHOUT a valid authenticator may not be applied (see the module docstring), given
     the session's calls still waiting for a result; None when a producer may write it."""
     payload = envelope.payload
-    if isinstance(payload, DeadlineSweep | ToolJobAbandoned):
+    if isinstance(payload, DeadlineSweep | ToolJobAbandoned | ApprovalRequested):
         return f"{payload.type} is written only by agentbus workers, and this entry has no valid authenticator"
     if envelope.idempotency_key.startswith(INTERNAL_KEY_PREFIX):
         return f"idempotency key {envelope.idempotency_key!r}: the {INTERNAL_KEY_PREFIX!r} namespace is the workers'"

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
+from shared.approval_ledger import ApprovalBook, ApprovalRules
+from shared.approvals import ApprovalAnswer, ApprovalContinuation, ApprovalRequested
 from shared.chain_cursor import ChainCursor
 from shared.clock import Clock, utc_now
 from shared.constants import INTERRUPTED_BY_USER, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
@@ -79,7 +81,12 @@ class LedgerState(WireHolder):
     """Calls of tombstoned messages: they never run, and a result for one is dropped."""
     interrupt_reason: str | None = None
     """Set while dispatched tools finish after an interrupt (R10.2)."""
+    interrupted_seq: int | None = None
+    """The log seq when the last interrupt was applied: a model reply to a request built at or before it (its
+    ``request_seq``) belongs to the interrupted turn and is dropped."""
     open_replies: dict[str, OpenReply] = Field(default_factory=dict)
+    approvals: ApprovalBook = Field(default_factory=ApprovalBook)
+    """Calls parked for a person's approval (shared/approval_ledger.py, agent-loop.md §H)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +106,16 @@ class LedgerOutput:
     closed_tool_use_ids: list[str] = field(default_factory=list)
     retracted_uuids: list[str] = field(default_factory=list)
     interrupt_tools: bool = False
+    interrupt_model: bool = False
+    """An interrupt was applied: the model worker must abort the session's call in flight (published on the
+    interrupts channel)."""
     dropped: list[Dropped] = field(default_factory=list)
     invalid: str | None = None
     """Set when the payload is bad input: the worker dead-letters the raw entry with this reason."""
+    invalid_reason: str = "invalid_input"
+    """The dead-letter reason of ``invalid`` (typed: e.g. ``approval_mismatch``)."""
+    approval_jobs: list[ApprovalContinuation] = field(default_factory=list)
+    """Continuations of parked calls for the tool workers (shared/approvals.py)."""
     state_changed: bool = True
     """False only when the payload changed nothing of the state but an open reply's raw ``events`` (a
     content delta): a store that keeps those apart need not write the state again."""
@@ -112,8 +126,11 @@ class LedgerOutput:
         self.closed_tool_use_ids += other.closed_tool_use_ids
         self.retracted_uuids += other.retracted_uuids
         self.interrupt_tools = self.interrupt_tools or other.interrupt_tools
+        self.interrupt_model = self.interrupt_model or other.interrupt_model
         self.dropped += other.dropped
-        self.invalid = self.invalid or other.invalid
+        if self.invalid is None and other.invalid is not None:
+            self.invalid, self.invalid_reason = other.invalid, other.invalid_reason
+        self.approval_jobs += other.approval_jobs
         self.state_changed = self.state_changed or other.state_changed
 
 
@@ -152,6 +169,12 @@ class SessionLedger:
         self._clock = clock
         self._ids = ids
         self._ingress_id: str | None = None
+        self._now_ms = 0
+
+    def _approvals(self) -> ApprovalRules:
+        return ApprovalRules(
+            self.state.session_id, self.state.approvals, self.state.pending, tool_deadline_ms=self._tool_deadline_ms
+        )
 
     # -- entry points -------------------------------------------------------------------------
 
@@ -169,6 +192,7 @@ class SessionLedger:
         (the span ingestion continued for it) replaces the envelope's on those entries.
         """
         self._ingress_id = ingress_id
+        self._now_ms = now_ms
         out = LedgerOutput()
         payload = envelope.payload
         trace = traceparent if traceparent is not None else envelope.traceparent
@@ -179,6 +203,8 @@ class SessionLedger:
                     out.invalid = f"user_prompt: {problem}"
                 else:
                     self._log(out, prompt, trace)
+            case AssistantReply() if self._interrupted(payload.request_seq):
+                out.dropped.append(Dropped("interrupted", f"reply to request seq {payload.request_seq}"))
             case AssistantReply():
                 if (problem := malformed_block_problem(payload.message)) is not None:
                     out.invalid = f"assistant_message {payload.message.uuid}: {problem}"
@@ -204,11 +230,17 @@ class SessionLedger:
                 self._apply_pi(out, payload, now_ms, trace)
             case DeadlineSweep():
                 out.extend(self.expire(now_ms=payload.now_ms))
+            case ApprovalRequested():
+                self._approvals().park(payload, traceparent=trace)
+            case ApprovalAnswer():
+                self._apply_approval_answer(out, payload, trace)
         return out
 
     def expire(self, *, now_ms: int) -> LedgerOutput:
-        """Placeholder rule: answer every call whose deadline has passed."""
+        """Placeholder rule: answer every call whose deadline has passed; approvals past theirs are denied."""
         out = LedgerOutput()
+        self._now_ms = max(self._now_ms, now_ms)
+        out.approval_jobs += self._approvals().expire(now_ms=now_ms)
         overdue = [
             tool_use_id
             for tool_use_id, pending in self.state.pending.items()
@@ -221,7 +253,8 @@ class SessionLedger:
     def next_deadline_ms(self) -> int | None:
         """The earliest pending deadline, for the worker's sweep timer."""
         deadlines = [p.deadline_ms for p in self.state.pending.values() if p.deadline_ms is not None]
-        return min(deadlines, default=None)
+        approval = self._approvals().next_deadline_ms()
+        return min([*deadlines, *([approval] if approval is not None else [])], default=None)
 
     # -- payload rules -----------------------------------------------------------------------
 
@@ -319,11 +352,18 @@ class SessionLedger:
     ) -> None:
         reply = self.state.open_replies.get(payload.request_id)
         opened = reply is None
+        if reply is None and self._interrupted(payload.request_seq):
+            out.dropped.append(
+                Dropped("interrupted", f"stream {payload.request_id} of request seq {payload.request_seq}")
+            )
+            out.state_changed = False
+            return
         if reply is None:
             reply = OpenReply(
                 request_id=payload.request_id,
                 parent_before=self.state.chain_parent,
                 execute_tools=payload.execute_tools,
+                **({"max_output_tokens": payload.max_tokens} if payload.max_tokens is not None else {}),
             )
             self.state.open_replies[payload.request_id] = reply
         try:
@@ -356,12 +396,44 @@ class SessionLedger:
         if partials:
             self.state.chain_parent = reply.parent_before
 
+    def _interrupted(self, request_seq: int | None) -> bool:
+        """A model reply to the request built at ``request_seq`` belongs to a turn an interrupt closed."""
+        interrupted = self.state.interrupted_seq
+        return request_seq is not None and interrupted is not None and request_seq <= interrupted
+
+    def _apply_approval_answer(self, out: LedgerOutput, payload: ApprovalAnswer, traceparent: str | None) -> None:
+        """H4.3/H4.4: a person's answer resolves its approval once; a deny with ``interrupt`` aborts the turn
+        (H6.2). An answer that matches no parked approval of this session is refused with a typed reason."""
+        outcome = self._approvals().answer(payload, now_ms=self._now_ms)
+        if outcome.problem is not None:
+            out.invalid_reason, out.invalid = outcome.problem
+            return
+        if outcome.continuation is None:
+            out.dropped.append(Dropped("approval_resolved", outcome.ignored or payload.approval_id))
+            return
+        out.approval_jobs.append(outcome.continuation)
+        if payload.behavior == "deny" and payload.interrupt:
+            self._apply_interrupt(out, "user_cancel", traceparent)
+
     def _apply_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
+        out.interrupt_model = True
+        try:
+            self._close_turn_on_interrupt(out, reason, traceparent)
+        finally:
+            self.state.interrupted_seq = self.state.seq
+
+    def _close_turn_on_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
+        out.approval_jobs += self._approvals().cancel_all(now_ms=self._now_ms)  # H6: pending approvals end
         streaming = list(self.state.open_replies.values())
         if streaming:
-            # R10.1: abort during streaming — every collected call is answered, then the interrupt text.
+            # R10.1: abort during streaming — the blocks finished so far are kept (the held-back last one is
+            # logged now, without a final usage: none came), every collected call is answered, then the text.
             self.state.open_replies.clear()
             for reply in streaming:
+                if reply.held is not None:
+                    self._log(out, reply.held, traceparent)
+                    reply.logged.append(reply.held)
+                    reply.held = None
                 for message in reply.emitted_messages():
                     for call in tool_uses_of(message):
                         self._log(out, self._error_result(call.id, message.uuid, INTERRUPTED_BY_USER), traceparent)
@@ -455,6 +527,8 @@ class SessionLedger:
             ):
                 self.state.closed_tool_use_ids.add(tool_use_id)
                 out.closed_tool_use_ids.append(tool_use_id)
+        if self.state.approvals.pending or self.state.approvals.parks:
+            out.approval_jobs += self._approvals().closed(tool_use_ids, now_ms=self._now_ms)
         if self.state.interrupt_reason is not None and not any(p.dispatched for p in self.state.pending.values()):
             reason, self.state.interrupt_reason = self.state.interrupt_reason, None
             if reason != "interrupt":

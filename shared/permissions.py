@@ -61,12 +61,13 @@ __all__ = [
 ]
 
 PermissionMode = Literal["default", "acceptEdits", "bypassPermissions", "plan", "dontAsk"]
-AskPolicy = Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"]
+AskPolicy = Literal["reject", "auto_reject", "ask_message", "allow", "passthrough", "approve"]
 """What a headless bus does with "ask": ``reject`` → deny with REJECT_MESSAGE (SUBAGENT_REJECT_MESSAGE
 for sub-agents), as if the user had said no; ``auto_reject`` → deny with AUTO_REJECT_MESSAGE(tool)
 (Claude Code's behaviour for background agents that cannot prompt); ``ask_message`` → deny with the
 approval request text itself (what ``claude -p`` writes); ``allow`` → allow; ``passthrough`` → leave
-it as "ask" for a caller that can relay the question."""
+it as "ask" for a caller that can relay the question; ``approve`` → leave it as "ask": the tool worker
+asks a person on the bus (agent-loop.md §H, shared/approvals.py)."""
 
 READ_ONLY_TOOLS = frozenset({*READ_RULE_TOOLS, "WebSearch", "TodoRead"})
 """Tools treated as read-only when the caller does not say (file reads still need their path
@@ -194,7 +195,7 @@ def _resolve_ask(decision: PermissionDecision, tool_name: str, context: Permissi
     if context.mode == "dontAsk":
         return decision.resolved("deny", "mode", dont_ask_reject_message(tool_name))
     policy = context.ask_policy
-    if policy == "passthrough":
+    if policy in ("passthrough", "approve"):
         return decision
     if policy == "allow":
         return decision.resolved("allow", "ask_policy", None)

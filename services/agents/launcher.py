@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import redis.asyncio as aioredis
 import structlog
@@ -50,7 +51,7 @@ from shared.agents.tool import (
     agent_type_of,
     denied_agent_types,
 )
-from shared.events import IngressEnvelope, ToolJob, UserPrompt
+from shared.events import IngressEnvelope, UserPrompt
 from shared.ledger import tool_result_ids_of
 from shared.messages import ProgressMessage, UserMessage
 from shared.model.session_config import SessionModelConfig
@@ -60,11 +61,27 @@ from shared.tool_definitions import ToolDefinition
 log = structlog.get_logger(__name__)
 
 
+class CallingJob(Protocol):
+    """What the launch needs of the job an Agent call came in: a :class:`ToolJob`, or an approval
+    continuation running the tail of a parked reply (the same fields)."""
+
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def assistant_uuid(self) -> str: ...
+    @property
+    def message_id(self) -> str | None: ...
+    @property
+    def dispatched_ms(self) -> int: ...
+    @property
+    def deadline_ms(self) -> int: ...
+
+
 @dataclass(slots=True)
 class AgentJob:
     """The tool job an Agent call belongs to, and the calls of it that started a child (no result now)."""
 
-    job: ToolJob
+    job: CallingJob
     launched: set[str] = field(default_factory=set)
 
     def deferred(self, message: ProgressMessage | UserMessage) -> bool:
@@ -78,7 +95,7 @@ class AgentJob:
 CURRENT_AGENT_JOB: ContextVar[AgentJob | None] = ContextVar("agentbus_agent_job", default=None)
 
 
-def enter_agent_job(job: ToolJob) -> AgentJob:
+def enter_agent_job(job: CallingJob) -> AgentJob:
     """Called by the tool worker at the start of a job (in the job's own task)."""
     agent_job = AgentJob(job)
     CURRENT_AGENT_JOB.set(agent_job)
@@ -169,7 +186,7 @@ class AgentTool(Tool[AgentInput]):
         )
         yield ToolOutput(content="")
 
-    async def _launch(self, job: ToolJob, tool_use_id: str, tool_input: AgentInput) -> ChildRecord:
+    async def _launch(self, job: CallingJob, tool_use_id: str, tool_input: AgentInput) -> ChildRecord:
         definition = self._resolve(tool_input)
         parent = job.session_id
         limits = self.setup.limits
@@ -218,7 +235,7 @@ class AgentTool(Tool[AgentInput]):
         await self._start(record, job)
         return record
 
-    async def _start(self, record: ChildRecord, job: ToolJob) -> None:
+    async def _start(self, record: ChildRecord, job: CallingJob) -> None:
         """A3.2: the child's first (and only) prompt; then, if the parent was interrupted while this call
         was being launched, the child is stopped and the call answered at once (A8.2)."""
         prompt = IngressEnvelope(

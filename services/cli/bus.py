@@ -34,7 +34,7 @@ streams_app = typer.Typer(
 )
 dlq_app = typer.Typer(name="dlq", help="Inspect and replay dead letters.", no_args_is_help=True)
 
-WORKER_NAMES_HELP = "ingestion, tools, normalization or transcripts"
+WORKER_NAMES_HELP = "ingestion, tools, normalization, transcripts or model"
 _STREAM_ID = re.compile(r"^\d+(-\d+)?$")
 
 

@@ -9,11 +9,12 @@ exits non-zero on any failure.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Final
@@ -78,8 +79,13 @@ def up_command(
     max_restarts: Annotated[
         int, typer.Option("--max-restarts", min=0, help="Restarts of a worker that keeps dying before giving up.")
     ] = RestartPolicy.max_restarts,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model id the model worker calls (default: AGENTBUS_MODEL__MODEL)."),
+    ] = None,
 ) -> None:
-    """Start the four worker types (tools scaled to --tools) and, if needed, a private Redis."""
+    """Start the five worker types (tools scaled to --tools), if needed a private Redis, and, without an
+    ANTHROPIC_API_KEY, the fake model server (its demo script) for the model worker to call."""
     signals = stop_signals()
     signal_handlers = {sig: signal.signal(sig, _raise_stop) for sig in signals}
     redis_server: LocalRedis | None = None
@@ -94,13 +100,16 @@ def up_command(
                 f"no Redis reachable: started a private one at {redis_server.url} "
                 f"(pid {redis_server.pid}, AOF in {redis_server.directory})"
             )
+        if model is not None:
+            env["AGENTBUS_MODEL__MODEL"] = model
         logs = WorkerLogs(
             log_file_path(settings.data_dir), console=console_wanted(log_format, sys.stdout), out=sys.stdout
         )
         try:
-            policy = RestartPolicy(max_restarts)
-            plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
-            code = asyncio.run(plan.run(logs))
+            with model_server(settings, env):
+                policy = RestartPolicy(max_restarts)
+                plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
+                code = asyncio.run(plan.run(logs))
         finally:
             logs.close()
     except StopRequested:
@@ -142,6 +151,27 @@ def _settings_and_env() -> tuple[Settings, dict[str, str]]:
     return settings, env
 
 
+FAKE_MODEL_KEY: Final = "agentbus-fake-model"
+"""The API key the model worker sends to the fake server (it checks only that one is present)."""
+
+
+@contextlib.contextmanager
+def model_server(settings: Settings, env: dict[str, str]) -> Iterator[None]:
+    """Without an API key, the fake Anthropic-compatible server (``--script demo``) runs in this process for
+    the model worker to call; with one, the model worker calls the real API."""
+    if settings.anthropic_api_key is not None and settings.anthropic_api_key.get_secret_value():
+        typer.echo(f"model: the Anthropic API ({env.get('AGENTBUS_MODEL__MODEL', settings.model.model)})")
+        yield
+        return
+    from services.model.fake_server import FakeModelServer
+
+    with FakeModelServer.running(script="demo") as fake:
+        env["AGENTBUS_MODEL__BASE_URL"] = fake.base_url
+        env["ANTHROPIC_API_KEY"] = FAKE_MODEL_KEY
+        typer.echo(f"no ANTHROPIC_API_KEY: the model is the fake server at {fake.base_url} (demo script)")
+        yield
+
+
 def _start_private_redis(settings: Settings) -> LocalRedis:
     parsed = urlparse(settings.redis_url)
     local = parsed.hostname in {"127.0.0.1", "localhost", "::1"}
@@ -171,7 +201,7 @@ class UpPlan:
         self.base_port = base_port
         self.policy = policy
         self.signals = signals
-        names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools
+        names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools + ["model"]
         self.workers = [(name if name != "tools" else f"tools-{i - 2}", name) for i, name in enumerate(names)]
         self.stop = asyncio.Event()
 

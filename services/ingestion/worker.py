@@ -39,7 +39,7 @@ from services.ingestion.ledger_cache import (
 from services.observability import metrics
 from services.observability.logging import debug_enabled
 from services.observability.tracing import continue_trace
-from services.runtime.codec import DATA_FIELD, decode_entry, entry_fields
+from services.runtime.codec import DATA_FIELD, decode_entry, entry_fields, signed_entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
@@ -209,7 +209,7 @@ class IngestionWorker:
             if out.state_changed:
                 batch.changed.add(session)
             if out.invalid is not None:
-                batch.poison[entry.entry_id] = Poison("invalid_input", out.invalid)
+                batch.poison[entry.entry_id] = Poison(out.invalid_reason, out.invalid)
         for session, dropped in batch.dropped:
             log.debug("ingress_dropped", session_id=session, reason=dropped.reason, detail=dropped.detail)
         self.dropped_total += len(batch.dropped)
@@ -331,11 +331,15 @@ class IngestionWorker:
         for job in out.tool_jobs:
             batch.outputs.append(Output(self.topology.tool_jobs_for(session), entry_fields(job)))
             batch.produced["tool_jobs", "tool_job"] += 1
+        for continuation in out.approval_jobs:  # signed: only ingestion may release a parked call (§H)
+            fields = signed_entry_fields(continuation, self.internal_key)
+            batch.outputs.append(Output(self.topology.tool_jobs_for(session), fields))
+            batch.produced["tool_jobs", continuation.type] += 1
         if out.closed_tool_use_ids:
             batch.closed.setdefault(session, []).extend(out.closed_tool_use_ids)
         if out.retracted_uuids:
             batch.retracted.setdefault(session, []).extend(out.retracted_uuids)
-        if out.interrupt_tools:
+        if out.interrupt_tools or out.interrupt_model:
             batch.interrupts[session] = self.now_ms()
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
 

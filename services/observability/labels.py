@@ -15,6 +15,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel
 
+from shared.approvals import ApprovalContinuation
 from shared.events import IngressPayload, RequestReady, ToolJob
 from shared.messages import CONTROL_TYPES, STORED_TYPES
 from shared.normalize.report import RepairKind
@@ -22,9 +23,9 @@ from shared.normalize.report import RepairKind
 OTHER: Final = "other"
 """The catch-all label value for anything outside an allowlist."""
 
-WorkerType = Literal["ingestion", "tools", "normalization", "transcripts"]
-WORKER_TYPES: Final[tuple[WorkerType, ...]] = ("ingestion", "tools", "normalization", "transcripts")
-"""The four worker types; the names of ``agentbus worker NAME`` and the ``worker`` label."""
+WorkerType = Literal["ingestion", "tools", "normalization", "transcripts", "model"]
+WORKER_TYPES: Final[tuple[WorkerType, ...]] = ("ingestion", "tools", "normalization", "transcripts", "model")
+"""The five worker types; the names of ``agentbus worker NAME`` and the ``worker`` label."""
 
 StreamFamily = Literal["ingress", "log", "tool_jobs", "requests"]
 STREAM_FAMILIES: Final[tuple[StreamFamily, ...]] = ("ingress", "log", "tool_jobs", "requests")
@@ -91,6 +92,7 @@ EVENT_TYPES: Final[frozenset[str]] = (
     | STORED_TYPES
     | CONTROL_TYPES
     | {_type_default(ToolJob), _type_default(RequestReady), EVENT_TYPE_INVALID}
+    | {_type_default(ApprovalContinuation)}
 )
 """Every event type a worker may count: ingress payloads, log messages, tool jobs, request notices."""
 

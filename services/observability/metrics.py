@@ -21,7 +21,7 @@ from typing import Final, Generic, Literal, TypeVar
 from prometheus_client import Counter, Histogram, Info, disable_created_metrics
 from prometheus_client.metrics_core import Metric
 
-from services.observability import consumer_metrics, stream_stats
+from services.observability import approval_metrics, consumer_metrics, model_metrics, stream_stats
 from services.observability.labels import (
     EVENT_TYPES,
     REPAIR_KINDS,
@@ -471,6 +471,9 @@ def metric_families() -> list[Metric]:
         families.extend(metric.describe())
     families.extend(consumer_metrics.describe_metrics())
     families.extend(stream_stats.describe_metrics())
+    for model_metric in model_metrics.DEFINED:  # the model worker's (gen_ai_* and agentbus_model_*)
+        families.extend(model_metric.describe())
+    families.extend(approval_metrics.describe_metrics())
     return families
 
 

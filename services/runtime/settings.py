@@ -44,8 +44,13 @@ class ToolSettings(BaseModel):
     allow: list[str] = Field(default_factory=lambda: ["Read", "Glob", "Grep"])
     deny: list[str] = Field(default_factory=list)
     ask: list[str] = Field(default_factory=list)
-    ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough"] = Field(
+    ask_policy: Literal["reject", "auto_reject", "ask_message", "allow", "passthrough", "approve"] = Field(
         "reject", description="how an 'ask' resolves in a headless bus (no human to ask): reject = REJECT_MESSAGE"
+    )
+    approval_timeout_s: float = Field(
+        3600.0,
+        gt=0,
+        description="ask_policy=approve: an approval nobody answers within this is denied (agent-loop.md §H)",
     )
     catalog_refresh_s: float = Field(
         10.0, gt=0, description="how often a tool worker rewrites its entry in the tool catalog"
@@ -96,6 +101,36 @@ class RetentionSettings(BaseModel):
         ge=0,
         description="a session's applied idempotency keys are forgotten this long after its last activity (0: never)",
     )
+
+
+class ModelSettings(BaseModel):
+    """The model workers (agent-loop.md §M): the defaults of a session without its own
+    :class:`~shared.model.session_config.SessionModelConfig`, and the call's limits and retry knobs."""
+
+    base_url: str | None = Field(
+        None, description="Messages API base URL (None: ANTHROPIC_BASE_URL, else https://api.anthropic.com)"
+    )
+    model: str = Field("claude-sonnet-4-5", description="default model id")
+    fallback_model: str | None = Field(None, description="model switched to after three 529s in a row (M6)")
+    max_tokens: int | None = Field(None, ge=1, description="default max_tokens (None: the model's M1.5 default)")
+    system_prompt: str = Field(
+        "You are a helpful agent with tools. Use them to do what the user asks.",
+        description="default system prompt (after the CLI prefix block, M1.4)",
+    )
+    thinking: dict[str, object] | None = Field(None, description="default `thinking` request field (M1.6)")
+    temperature: float | None = Field(None, ge=0, le=1, description="sent only when thinking is off (M1.6)")
+    device_id: str = Field("agentbus", description="device_id of metadata.user_id (M1.3)")
+    max_concurrent_calls: int = Field(32, ge=1, description="model calls one worker streams at once")
+    request_timeout_s: float = Field(600.0, gt=0, description="per-attempt timeout of a streaming call (M1.2)")
+    nonstreaming_timeout_s: float = Field(300.0, gt=0, description="per-attempt timeout of the M5 fallback call")
+    stream_idle_timeout_s: float = Field(90.0, gt=0, description="no stream event this long: the stream failed (M2.8)")
+    max_retries: int = Field(10, ge=0, description="retries after the first attempt (M4.2)")
+    retry_base_delay_ms: float = Field(500.0, gt=0, description="M4.3 BASE_DELAY_MS (scales the whole schedule)")
+    retry_max_delay_ms: float = Field(32_000.0, gt=0, description="M4.3 cap of the exponential delay")
+    fallback_for_all_models: bool = Field(
+        True, description="count 529s for every primary model, not only Opus (FALLBACK_FOR_ALL_PRIMARY_MODELS, M4.5)"
+    )
+    session_lease_ms: int = Field(10_000, ge=200, description="a session's call lease (renewed while streaming)")
 
 
 class PricingSettings(BaseModel):
@@ -204,6 +239,12 @@ class Settings(BaseSettings):
         None,
         description="worker secret that authenticates internal events (sweeps, tool results); ingestion and "
         "tool workers need it, producers must not have it (shared/internal_events.py)",
+    )
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    anthropic_api_key: SecretStr | None = Field(
+        None,
+        validation_alias=AliasChoices("ANTHROPIC_API_KEY", "AGENTBUS_ANTHROPIC_API_KEY"),
+        description="the model workers' API key (agentbus up starts the fake model server when it is unset)",
     )
     max_ingress_entry_bytes: int = Field(
         DEFAULT_MAX_INGRESS_ENTRY_BYTES,

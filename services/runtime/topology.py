@@ -22,6 +22,7 @@ INGESTION_GROUP = "ingestion"
 NORMALIZATION_GROUP = "normalization"
 TRANSCRIPTS_GROUP = "transcripts"
 TOOLS_GROUP = "tools"
+MODEL_GROUP = "model"
 
 LANE_OF_GROUP = {
     INGESTION_GROUP: "ingress",
@@ -114,6 +115,15 @@ class Topology:
     def usage(self, session_id: str) -> str:
         """Hash of the session's accumulated model usage and cost (M10)."""
         return self.names.session_key(session_id, "usage")
+
+    def model_lease(self, session_id: str) -> str:
+        """Which model worker is calling the model for the session (at most one call in flight)."""
+        return self.names.session_key(session_id, "model", "lease")
+
+    def model_inflight(self, session_id: str) -> str:
+        """The session's latest model call: its request id and seq, and whether its reply is complete (JSON; a
+        worker that takes over a dead worker's request tombstones a half-streamed reply from it)."""
+        return self.names.session_key(session_id, "model", "inflight")
 
     @property
     def tool_catalog(self) -> str:

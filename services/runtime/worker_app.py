@@ -37,7 +37,7 @@ from services.runtime.topology import Topology
 
 log = structlog.get_logger(__name__)
 
-WORKER_NAMES = ("ingestion", "tools", "normalization", "transcripts")
+WORKER_NAMES = ("ingestion", "tools", "normalization", "transcripts", "model")
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, OSError)
 """What Redis answers (or not) while it is down, starting, or loading its data set."""

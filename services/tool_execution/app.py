@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 
 from services.agents.launcher import AgentTool
@@ -10,7 +11,7 @@ from services.agents.permissions import SessionPermissions
 from services.agents.setup import agent_setup
 from services.agents.store import AgentStore
 from services.observability.metrics import instrument_handler
-from services.runtime.codec import decode_entry, signed_entry_fields
+from services.runtime.codec import signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
 from services.runtime.deadletter import DeadLetter
 from services.runtime.entries import StreamEntry, field_bytes
@@ -20,13 +21,15 @@ from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GRO
 from services.runtime.tool_catalog import ToolCatalogPublisher, read_tool_catalog
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
+from services.tool_execution.approvals import ApprovalGate
 from services.tool_execution.executor import ToolTimeouts
 from services.tool_execution.registry import ToolRegistry, default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
 from shared.agents.tool import AGENT_TOOL_NAME
-from shared.events import parse_tool_job
 from shared.permissions import PermissionContext
+
+APPROVALS_GAUGE_INTERVAL_S = 5.0
 
 
 class ToolRuntime:
@@ -60,6 +63,14 @@ class ToolRuntime:
             tool_names=lambda: _catalog_names(context, builtin),
         )
         registry = ToolRegistry([*builtin, self.agent_tool])
+        self.approvals = ApprovalGate(
+            context.redis,
+            self.topology,
+            registry=registry,
+            internal_key=settings.require_internal_key(),
+            consumer=context.owner,
+            timeout_s=settings.tools.approval_timeout_s,
+        )
         self.catalog = ToolCatalogPublisher(
             context.redis,
             self.topology,
@@ -78,6 +89,7 @@ class ToolRuntime:
             keepalive_s=max(claim_idle_ms / 3000, 0.05),
             internal_key=settings.require_internal_key(),
             slots=self.slots,
+            approvals=self.approvals,
         )
         # One entry per read: the handler takes an entry only when a slot is free to run it (slots.py).
         # The reclaim sweep scans as much of the pending list as it did when a read took a slot's worth.
@@ -104,6 +116,7 @@ class ToolRuntime:
             for jobs in self.jobs
         ]
         context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
+        self._approvals_gauge: asyncio.Task[None] | None = None
 
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
@@ -118,7 +131,7 @@ class ToolRuntime:
                 entry.stream, entry.entry_id, {field_bytes(k): v for k, v in entry.fields.items()}
             )
             original = StreamEntry(letter.stream, letter.entry_id, dict(letter.fields), letter.delivery_count)
-            job = decode_entry(original, parse_tool_job)
+            job = self.approvals.decode(original)
             if isinstance(job, Poison):
                 poison[entry.entry_id] = job
                 continue
@@ -132,12 +145,22 @@ class ToolRuntime:
         await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
+        self._approvals_gauge = asyncio.create_task(self._refresh_approvals_gauge(), name="approvals-gauge")
+
+    async def _refresh_approvals_gauge(self) -> None:
+        """agentbus_approvals_pending: the store's count, read every few seconds (people answer anywhere)."""
+        while True:
+            with contextlib.suppress(Exception):
+                await self.approvals.refresh_pending()
+            await asyncio.sleep(APPROVALS_GAUGE_INTERVAL_S)
         self.catalog.start()
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
         entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
+        if self._approvals_gauge is not None:
+            self._approvals_gauge.cancel()
         await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))

@@ -33,6 +33,7 @@ from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
+from services.tool_execution.approvals import AnyJob, ApprovalGate, JobPlan, carries_decision
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
 from services.tool_execution.tool_spans import ToolCallSpans
@@ -40,7 +41,6 @@ from shared.agents.ids import is_child_session
 from shared.clock import Clock, utc_now
 from shared.events import (
     IngressEnvelope,
-    ToolJob,
     ToolJobAbandoned,
     ToolProgressReport,
     ToolResultReport,
@@ -85,6 +85,7 @@ class ToolWorker:
         keepalive_s: float,
         internal_key: bytes,
         slots: JobSlots,
+        approvals: ApprovalGate | None = None,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
         tracer: WorkerTracer | None = None,
@@ -104,6 +105,8 @@ class ToolWorker:
         self.clock = clock
         self.ids = ids
         self.stats = ToolWorkerStats()
+        self.approvals = approvals
+        """Parks calls that ask for a person and runs their decisions (agent-loop.md §H)."""
         self._running: dict[str, _Running] = {}
         self.session_permissions: Callable[[str], Awaitable[PermissionContext]] | None = None
         """Sub-agents (services/agents/permissions.py): a child session's calls are decided in its own mode."""
@@ -124,7 +127,7 @@ class ToolWorker:
         for entry in entries:
             if self.slots.holds(entry.entry_id):
                 continue  # re-read (our pending list after a reconnect) while its job runs
-            job = decode_entry(entry, parse_tool_job)
+            job = self.approvals.decode(entry) if self.approvals else decode_entry(entry, parse_tool_job)
             if isinstance(job, Poison):
                 poison[entry.entry_id] = job
             else:
@@ -132,7 +135,7 @@ class ToolWorker:
         await self.slots.until_free()
         return BatchOutcome(ack=(), poison=poison)
 
-    async def _run(self, entry: StreamEntry, job: ToolJob) -> None:
+    async def _run(self, entry: StreamEntry, job: AnyJob) -> None:
         self.stats.jobs += 1
         pipe = self.redis.pipeline(transaction=False)
         pipe.sismember(self.topology.retracted(job.session_id), job.assistant_uuid)
@@ -144,7 +147,7 @@ class ToolWorker:
             return
         calls = [call for call, done in zip(job.tool_uses, answered, strict=True) if not done]
         self.stats.calls_skipped_answered += len(job.tool_uses) - len(calls)
-        if not calls:
+        if not calls and not carries_decision(job):  # a decision is recorded even for an answered call
             return
         permissions = (
             self.permissions if self.session_permissions is None else await self.session_permissions(job.session_id)
@@ -169,11 +172,16 @@ class ToolWorker:
         ingress = self.topology.ingress_for(job.session_id)
         agent_job = enter_agent_job(job)  # an Agent call starts a child and answers later (services/agents)
         try:
+            plan = JobPlan(calls, permissions)
+            if self.approvals is not None:  # §H: asking calls are parked, decided ones carried out
+                plan = await self.approvals.plan(job, calls, permissions, interrupted=running.interrupt.is_set())
+            for answered in plan.answered:
+                await self.redis.xadd(ingress, signed_entry_fields(self._envelope(job, answered), self.internal_key))  # type: ignore[arg-type]
             async for message in execute_tool_uses(
-                calls,
+                plan.run,
                 assistant_uuid=job.assistant_uuid,
                 registry=self.registry,
-                permissions=permissions,
+                permissions=plan.permissions,
                 timeouts=self.timeouts,
                 interrupt=running.interrupt,
                 clock=self.clock,
@@ -183,7 +191,7 @@ class ToolWorker:
             ):
                 if agent_job.deferred(message):
                     continue
-                fields = signed_entry_fields(self._envelope(job, message), self.internal_key)
+                fields = signed_entry_fields(self._envelope(job, plan.decorate(message)), self.internal_key)
                 await self.redis.xadd(ingress, fields)  # type: ignore[arg-type]
         finally:
             keepalive.cancel()
@@ -191,7 +199,7 @@ class ToolWorker:
                 await keepalive
             self._running.pop(entry.entry_id, None)
 
-    def _envelope(self, job: ToolJob, message: ProgressMessage | UserMessage) -> IngressEnvelope:
+    def _envelope(self, job: AnyJob, message: ProgressMessage | UserMessage) -> IngressEnvelope:
         if isinstance(message, ProgressMessage):
             self.stats.progress += 1
             return IngressEnvelope(
@@ -219,7 +227,7 @@ class ToolWorker:
                 )
 
 
-def abandoned_job_envelope(job: ToolJob, reason: str) -> IngressEnvelope:
+def abandoned_job_envelope(job: AnyJob, reason: str) -> IngressEnvelope:
     """Placeholder rule for a dead-lettered job (its workers kept dying): ingestion answers its calls."""
     tool_use_ids = [call.id for call in job.tool_uses]
     return IngressEnvelope(

@@ -49,6 +49,7 @@ def start_up(tmp_path: Path) -> Iterator[StartUp]:
             "PYTHONPATH": str(REPO),
         }
         env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
+        env.pop("ANTHROPIC_API_KEY", None)  # the demo's model is the fake server
         port = free_port() if base_port is None else base_port
         command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port), *args]
         # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
@@ -128,6 +129,10 @@ def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path, start
     assert up.returncode == 0, output[-4000:]
     assert f"started a private one at redis://127.0.0.1:{redis_port}/0" in output
     assert "final request of demo-" in output, output[-4000:]
+    # No API key: the fake model server played the model, called by the model worker (issue 18).
+    assert "no ANTHROPIC_API_KEY: the model is the fake server at http://127.0.0.1:" in output
+    assert "model calls" in output, output[-4000:]
+    assert "model says:" in output
     transcripts = list((tmp_path / "data" / "projects").rglob("demo-*.jsonl"))
     assert len(transcripts) == 1
     assert transcripts[0].read_text().count("\n") >= 5
@@ -150,14 +155,14 @@ def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
     lines: list[str] = []
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
-    assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1"}, pids
+    assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1", "model"}, pids
     os.killpg(up.pid, stop_signal)  # what the terminal does: the whole foreground group
     rest, _ = up.communicate(timeout=90)
     output = "".join(lines) + rest
     assert up.returncode == 0, output[-4000:]
     assert "shutdown failed" not in output, output[-4000:]
     assert "redis_unavailable" not in output, output[-4000:]  # no worker outlived its Redis
-    assert output.count("Application shutdown complete") == 4
+    assert output.count("Application shutdown complete") == 5
     assert _wait_gone(pids, timeout_s=5) == {}
     assert not is_reachable(f"redis://127.0.0.1:{redis_port}/0")
 
@@ -234,9 +239,9 @@ def test_leftovers_on_a_port_do_not_fool_readiness_and_console_logs_stay_short(
     assert _Leftover.requests == []
     assert "agentbus is up" in output
     assert not [line for line in output.splitlines() if line.startswith("{")], output[-4000:]
-    assert output.count("worker_started") == 4, output[-4000:]
+    assert output.count("worker_started") == 5, output[-4000:]
     log_file = tmp_path / "data" / "logs" / "up.log"
     assert f"worker logs: {log_file}" in output
     records = [orjson.loads(line) for line in log_file.read_bytes().splitlines()]
-    assert {record["worker"] for record in records} == {"ingestion", "normalization", "transcripts", "tools"}
-    assert sum(record["event"] == "Application shutdown complete." for record in records) == 4
+    assert {record["worker"] for record in records} == {"ingestion", "normalization", "transcripts", "tools", "model"}
+    assert sum(record["event"] == "Application shutdown complete." for record in records) == 5

@@ -33,6 +33,7 @@ from services.runtime.streams import StreamNames
 from services.runtime.topology import (
     INGESTION_GROUP,
     LANE_OF_GROUP,
+    MODEL_GROUP,
     NORMALIZATION_GROUP,
     TOOLS_GROUP,
     TRANSCRIPTS_GROUP,
@@ -56,6 +57,7 @@ WORKER_GROUPS = {
     "tools": TOOLS_GROUP,
     "normalization": NORMALIZATION_GROUP,
     "transcripts": TRANSCRIPTS_GROUP,
+    "model": MODEL_GROUP,
 }
 METRIC_NAME = re.compile(r"\bagentbus_[a-z0-9_]+\b")
 ENV_READ_IN_CODE = re.compile(r"""(?:os\.environ\.get|os\.getenv|os\.environ\[)\(?\s*["']([A-Z][A-Z0-9_]*)["']""")
@@ -230,7 +232,12 @@ def compose() -> dict[str, Any]:
 
 
 def agentbus_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: svc for name, svc in compose["services"].items() if svc.get("image", "").startswith("agentbus")}
+    """The agentbus processes that use Redis (the fake model server, same image, does not)."""
+    return {
+        name: svc
+        for name, svc in compose["services"].items()
+        if svc.get("image", "").startswith("agentbus") and svc.get("command", [""])[0] != "fake-model"
+    }
 
 
 def test_compose_services(compose: dict[str, Any]) -> None:
@@ -241,9 +248,17 @@ def test_compose_services(compose: dict[str, Any]) -> None:
         "tools",
         "normalization",
         "transcripts",
+        "model",
+        "fake-model",
         "prometheus",
         "grafana",
     }
+    fake = compose["services"]["fake-model"]
+    assert_real_cli_command(fake["command"][:1], "compose service fake-model")  # its options: --help below
+    assert fake["image"] == compose["services"]["model"]["image"]
+    help_text = runner.invoke(cli_app, ["fake-model", "--help"]).output
+    assert all(option in help_text for option in fake["command"][1::2]), help_text
+    assert compose["services"]["model"]["environment"]["AGENTBUS_MODEL__BASE_URL"].endswith("http://fake-model:8080}")
     images = {svc["image"] for svc in agentbus_services(compose).values()}
     assert len(images) == 1, "one image for every agentbus process"
     builds = {json.dumps(svc["build"], sort_keys=True) for svc in agentbus_services(compose).values()}
@@ -481,7 +496,13 @@ def test_k8s_scaledobjects_read_the_topology(k8s: list[dict[str, Any]]) -> None:
         assert target in deployments
         worker = deployments[target]["spec"]["template"]["spec"]["containers"][0]["args"][1]
         group = WORKER_GROUPS[worker]
-        expected = topology.tool_job_streams() if group == TOOLS_GROUP else topology.lane_streams(group)
+        expected = (
+            topology.tool_job_streams()
+            if group == TOOLS_GROUP
+            else topology.request_streams()
+            if group == MODEL_GROUP
+            else topology.lane_streams(group)
+        )
         assert spec["minReplicaCount"] >= 1, name
         assert spec["fallback"]["replicas"] >= 1, name
         triggers = spec["triggers"]
@@ -597,7 +618,7 @@ def test_acl_each_worker_owns_its_group_streams_and_leases(acl_redis: int) -> No
     operator = client(acl_redis, "operator")
     for worker, group in WORKER_GROUPS.items():
         user = client(acl_redis, worker)
-        family = "tools:jobs" if group == TOOLS_GROUP else LANE_OF_GROUP[group]
+        family = {TOOLS_GROUP: "tools:jobs", MODEL_GROUP: "requests"}.get(group) or LANE_OF_GROUP[group]
         streams = [f"agentbus:{{s05}}:{family}"]
         for stream in streams:
             if not _has_group(operator, stream, group):
@@ -611,7 +632,7 @@ def test_acl_each_worker_owns_its_group_streams_and_leases(acl_redis: int) -> No
             user.xpending(stream, group)
             assert any(g["name"].decode() == group for g in user.xinfo_groups(stream))
             user.xtrim(stream, minid="0-1")  # retention: each worker trims the work streams it reads
-        if group != TOOLS_GROUP:
+        if group in LANE_OF_GROUP:
             lease = f"agentbus:lease:{group}:{{s05}}"
             script = user.register_script(
                 "redis.call('SET', KEYS[1], ARGV[1], 'PX', 1000) return redis.call('INCR', KEYS[2])"

@@ -190,7 +190,9 @@ def test_exported_sample_names_cover_every_family() -> None:
     assert "agentbus_consumer_entries_consumed_total" in names
     assert "agentbus_end_to_end_latency_seconds_bucket" in names
     assert "agentbus_build_info" in names
-    assert all(name.startswith("agentbus_") for name in names)
+    # agentbus_* metrics, and the model worker's OTel GenAI client instruments (M11.5, M11.6)
+    assert all(name.startswith(("agentbus_", "gen_ai_client_")) for name in names)
+    assert "gen_ai_client_token_usage_bucket" in names
 
 
 # ----------------------------------------------------------------------------- ConsumerStats collector

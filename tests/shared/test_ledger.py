@@ -197,10 +197,44 @@ def test_r10_1_interrupt_while_streaming(ledger: SessionLedger) -> None:
         send(ledger, event)
     out = send(ledger, Interrupt(reason="user_cancel"))
     results = [e.message for e in out.entries]
-    first = results[0]
-    assert isinstance(first, UserMessage)
-    assert first.blocks == [ToolResultBlock(tool_use_id="t9", content=INTERRUPTED_BY_USER, is_error=True)]
+    held, answer = results[0], results[1]
+    # The text block finished before the abort: it was yielded (R9.4), so it is kept, after the tool block.
+    assert isinstance(held, AssistantMessage)
+    assert held.blocks[0].type == "text"
+    assert isinstance(answer, UserMessage)
+    assert answer.blocks == [ToolResultBlock(tool_use_id="t9", content=INTERRUPTED_BY_USER, is_error=True)]
     assert results[-1].blocks == [TextBlock(text=INTERRUPT_MESSAGE)]  # type: ignore[union-attr]
+    assert out.interrupt_model
+
+
+def test_r10_1_interrupt_answers_the_call_of_the_held_back_last_block(ledger: SessionLedger) -> None:
+    for event in _stream("r1", MESSAGE_START, *TOOL_BLOCK):
+        send(ledger, event)
+    out = send(ledger, Interrupt(reason="user_cancel"))
+    tool_message, answer, text = (e.message for e in out.entries)
+    assert isinstance(tool_message, AssistantMessage)
+    assert answer.blocks == [ToolResultBlock(tool_use_id="t9", content=INTERRUPTED_BY_USER, is_error=True)]  # type: ignore[union-attr]
+    assert answer.parent_uuid == tool_message.uuid  # type: ignore[union-attr]
+    assert text.blocks == [TextBlock(text=INTERRUPT_MESSAGE)]  # type: ignore[union-attr]
+
+
+def test_r10_1_stream_of_an_interrupted_request_is_dropped_after_the_interrupt(ledger: SessionLedger) -> None:
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    send(ledger, Interrupt(reason="user_cancel"))  # nothing streamed yet: the model call is still waiting
+    late = LedgerOutput()
+    for event in _stream("r1", MESSAGE_START, *TEXT_BLOCK, *FINISH):
+        late.extend(send(ledger, event.model_copy(update={"request_seq": 1})))
+    assert late.entries == []
+    assert {d.reason for d in late.dropped} == {"interrupted"}
+    reply = send(ledger, AssistantReply(message=assistant_with_calls("t1"), request_seq=1))
+    assert reply.entries == []
+    assert reply.dropped[0].reason == "interrupted"
+    # A request built after the interrupt (a new prompt) is answered as usual.
+    send(ledger, UserPrompt(content="again", uuid="u2"))
+    fresh = LedgerOutput()
+    for event in _stream("r2", MESSAGE_START, *TEXT_BLOCK, *FINISH):
+        fresh.extend(send(ledger, event.model_copy(update={"request_seq": ledger.state.seq})))
+    assert len(fresh.entries) == 1
 
 
 def test_r10_2_interrupt_while_tools_run(ledger: SessionLedger) -> None:

@@ -1,0 +1,242 @@
+"""The model worker's added cost (issue 18): CPU per streamed event and time to first token through the bus,
+each against the SDK streaming straight from the same fake server, as ratios measured in one run.
+
+    uv run python bench/model_worker.py                 # ~1 minute
+    uv run python bench/model_worker.py --calls 200 --chars 4000
+
+Setup: a private Redis, the fake Anthropic-compatible server in its own process (``agentbus fake-model``),
+one model worker process (``agentbus worker model``). Every call streams one text block of ``--chars``
+characters in deltas of ``--chunk`` characters (``chars / chunk + 6`` events).
+
+- **SDK baseline**: this process calls ``AsyncAnthropic().messages.create(stream=True)`` against the fake
+  server and consumes every event. TTFT = from the call to the first event received; CPU = this process's
+  CPU time while consuming, per event.
+- **Through the bus**: this process plays the normalizer: it stores a request and publishes its notice
+  (``RequestReady``) for a fresh session; the model worker takes it, calls the fake server the same way and
+  publishes every event into the session's ingress. TTFT = from the notice's XADD to this process seeing the
+  first ``stream_event`` entry in ingress (a blocking XREAD, so it includes one more Redis hop than the
+  worker's own view); CPU = the worker process's CPU time (``/proc``) over the run, per event — all of it,
+  its idle loops included.
+- Baseline and bus calls alternate, so both see the same load on the machine.
+
+The goal: added TTFT (bus p50 − SDK p50) ≤ 2 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from anthropic import AsyncAnthropic
+
+from services.model.fake_server import FakeModelAdmin
+from services.runtime.codec import entry_fields
+from services.runtime.local_redis import free_port, start_local_redis
+from services.runtime.streams import StreamNames
+from services.runtime.topology import Topology
+from shared.events import RequestReady
+
+SHARDS = 8
+MODEL = "claude-sonnet-4-5"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def start_fake(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "fake-model", "--port", "0"], stdout=out, stderr=out
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if "http://" in text:
+            return process, text[text.index("http://") :].split()[0]
+        time.sleep(0.05)
+    raise RuntimeError(f"fake-model did not start: {log.read_text()}")
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "worker", "model", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as reply:
+                if reply.status == 200:
+                    return process
+        except OSError:
+            pass
+        if process.poll() is not None:
+            raise RuntimeError(f"model worker exited: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    raise RuntimeError("model worker not ready")
+
+
+def reply_step(chars: int, chunk: int) -> dict[str, Any]:
+    text = ("The quick brown fox jumps over the lazy dog. " * (chars // 45 + 1))[:chars]
+    content = [{"type": "text", "text": text}]
+    return {"kind": "reply", "content": content, "stop_reason": "end_turn", "chunk_chars": chunk}
+
+
+async def sdk_call(client: AsyncAnthropic) -> tuple[float, int, float]:
+    """(TTFT s, events, CPU s of consuming them) of one direct streaming call."""
+    cpu0 = time.process_time()
+    started = time.perf_counter()
+    stream = await client.messages.create(
+        model=MODEL, max_tokens=1024, messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    ttft = 0.0
+    events = 0
+    async for _ in stream:
+        if events == 0:
+            ttft = time.perf_counter() - started
+        events += 1
+    return ttft, events, time.process_time() - cpu0
+
+
+async def bus_call(redis: aioredis.Redis, topology: Topology) -> tuple[float, str]:
+    """TTFT through the bus of one call for a fresh session: notice XADD → first stream_event in ingress."""
+    session = f"bench-{uuid.uuid4().hex[:12]}"
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    await redis.set(topology.request(session), orjson.dumps({"session_id": session, "seq": 1, "request": request}))
+    notice = RequestReady(session_id=session, seq=1, key=topology.request(session), message_count=1)
+    ingress = topology.ingress_for(session)
+    last: Any = await redis.xrevrange(ingress, count=1)
+    cursor = last[0][0] if last else b"0-0"
+    started = time.perf_counter()
+    await redis.xadd(topology.requests_for(session), entry_fields(notice))  # type: ignore[arg-type]
+    while True:
+        rows: Any = await redis.xread({ingress: cursor}, block=5000, count=100)
+        if not rows:
+            raise TimeoutError("no stream event within 5 s")
+        for _, entries in rows:
+            for entry_id, fields in entries:
+                cursor = entry_id
+                if orjson.loads(fields[b"data"]).get("session_id") == session:
+                    return time.perf_counter() - started, session
+
+
+async def wait_answered(redis: aioredis.Redis, topology: Topology, sessions: list[str]) -> None:
+    for session in sessions:
+        deadline = time.monotonic() + 60
+        while True:
+            raw = await redis.get(topology.model_inflight(session))
+            if raw is not None and orjson.loads(raw).get("state") == "answered":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{session} not answered")
+            await asyncio.sleep(0.005)
+
+
+def p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="agentbus-bench-model-"))
+    redis_server = start_local_redis(root / "redis")
+    fake, base_url = start_fake(root / "fake.log")
+    admin = FakeModelAdmin(base_url)
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_server.url,
+        "AGENTBUS_SHARDS": str(SHARDS),
+        "AGENTBUS_INTERNAL_KEY": secrets.token_hex(16),
+        "ANTHROPIC_API_KEY": "bench",
+        "AGENTBUS_MODEL__BASE_URL": base_url,
+        "AGENTBUS_MODEL__MODEL": MODEL,
+        "AGENTBUS_RETENTION__ENABLED": "false",
+        "LOG_LEVEL": "WARNING",
+    }
+    worker = start_worker(env, root / "worker.log")
+    redis = aioredis.Redis.from_url(redis_server.url)
+    topology = Topology(StreamNames(prefix="agentbus:", shards=SHARDS))
+    client = AsyncAnthropic(api_key="bench", base_url=base_url, max_retries=0)
+    events_per_call = 0
+    try:
+        admin.script(None, [reply_step(args.chars, args.chunk)] * (2 * (args.calls + args.warmup)))
+        for _ in range(args.warmup):  # connections, caches, first-call imports on both paths
+            _, events_per_call, _ = await sdk_call(client)
+            _, session = await bus_call(redis, topology)
+            await wait_answered(redis, topology, [session])
+        sdk_ttft: list[float] = []
+        bus_ttft: list[float] = []
+        sdk_cpu = 0.0
+        sdk_events = 0
+        sessions: list[str] = []
+        worker_cpu0 = cpu_seconds(worker.pid)
+        for _ in range(args.calls):
+            ttft, events, cpu = await sdk_call(client)
+            sdk_ttft.append(ttft)
+            sdk_cpu += cpu
+            sdk_events += events
+            ttft, session = await bus_call(redis, topology)
+            bus_ttft.append(ttft)
+            sessions.append(session)
+            await wait_answered(redis, topology, [session])
+        worker_cpu = cpu_seconds(worker.pid) - worker_cpu0
+        bus_events = sdk_events  # the same scripted reply each time
+        published = sum([await redis.xlen(stream) for stream in [topology.ingress(s) for s in range(SHARDS)]])
+    finally:
+        await client.close()
+        await redis.aclose()
+        worker.terminate()
+        worker.wait(timeout=30)
+        fake.terminate()
+        fake.wait(timeout=30)
+        redis_server.stop()
+    sdk_us = sdk_cpu / sdk_events * 1e6
+    bus_us = worker_cpu / bus_events * 1e6
+    sdk_p50, bus_p50 = statistics.median(sdk_ttft) * 1000, statistics.median(bus_ttft) * 1000
+    added = bus_p50 - sdk_p50
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"calls {args.calls} (after {args.warmup} warm-up), {events_per_call} events each, {published} published")
+    print(
+        f"TTFT p50   SDK {sdk_p50:7.2f} ms   bus {bus_p50:7.2f} ms   added {added:+6.2f} ms   x{bus_p50 / sdk_p50:5.2f}"
+    )
+    sdk_p90, bus_p90 = p(sdk_ttft, 0.9) * 1000, p(bus_ttft, 0.9) * 1000
+    print(f"TTFT p90   SDK {sdk_p90:7.2f} ms   bus {bus_p90:7.2f} ms   added {bus_p90 - sdk_p90:+6.2f} ms")
+    print(f"CPU/event  SDK {sdk_us:7.1f} µs   worker {bus_us:7.1f} µs   ratio {bus_us / sdk_us:5.2f}")
+    print(f"goal: added TTFT p50 <= 2 ms: {'met' if added <= 2 else 'NOT met'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--chars", type=int, default=2000)
+    parser.add_argument("--chunk", type=int, default=16)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Publishing one model call's output into its session's ingress shard, in order.
+
+Raw stream events go out as they arrive: the first event of a burst is written at once (time to first
+token matters), and the events that arrive while that write is in flight go together in the next one. A
+write is one atomic script (``key_calls.py``): a batch of ``XADD``s, plus, for the reply's last batch, the
+in-flight record that says the request was answered (so a worker that takes the request over after a crash
+knows not to call again). Every entry is signed with the worker secret (``shared/internal_events.py``) and
+has a deterministic idempotency key, so a republished entry is applied once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import orjson
+import redis.asyncio as aioredis
+
+from services.runtime.codec import DATA_FIELD, signed_entry_fields
+from services.runtime.key_calls import KeyCalls
+from services.runtime.topology import Topology
+from shared.events import SCHEMA_VERSION, IngressEnvelope, IngressPayload
+from shared.internal_events import AUTH_FIELD, internal_event_proof
+from shared.json_types import JsonObject
+
+Fields = dict[str, bytes]
+
+
+class SessionPublisher:
+    """Writes the entries of one session's model call to its ingress (see the module docstring)."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        topology: Topology,
+        *,
+        session_id: str,
+        request_seq: int,
+        internal_key: bytes,
+        traceparent: str | None,
+        request_digest: str | None = None,
+    ) -> None:
+        self.redis = redis
+        self.topology = topology
+        self.session_id = session_id
+        self.request_seq = request_seq
+        self.internal_key = internal_key
+        self.traceparent = traceparent
+        self.request_digest = request_digest
+        """Carried by every in-flight record (``worker.answered_already``)."""
+        self.ingress = topology.ingress_for(session_id)
+        self.inflight_key = topology.model_inflight(session_id)
+        self._pending: list[Fields] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._record: bytes | None = None
+        self.published = 0
+
+    # -- stream events: written behind the stream -------------------------------------------------
+
+    def record(self, state: JsonObject) -> None:
+        """Set the in-flight record to ``state`` in the next write, atomically with the events queued with it
+        (the record of a stream goes out with its first event; "answered" with its ``message_stop``)."""
+        self._record = orjson.dumps({**state, "digest": self.request_digest} if self.request_digest else state)
+
+    def add_event(self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None) -> None:
+        """Queue raw event number ``index`` of ``request_id``; it is written now if no write is in flight."""
+        self._pending.append(self.stream_event_fields(request_id, index, event, max_tokens=max_tokens))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_pending())
+
+    def stream_event_fields(
+        self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None
+    ) -> Fields:
+        """The signed entry of one stream event: the JSON ``IngressEnvelope(payload=StreamEvent(…))`` dumps to,
+        built directly (a fifth of the cost of validating the event into the models and dumping them again; the
+        event is the SDK's parsed JSON already). ``tests/services/test_model_publisher.py`` holds it equal."""
+        payload: JsonObject = {
+            "type": "stream_event",
+            "request_id": request_id,
+            "event": event,
+            "request_seq": self.request_seq,
+        }
+        if max_tokens is not None:
+            payload["max_tokens"] = max_tokens
+        data = orjson.dumps(
+            {
+                "v": SCHEMA_VERSION,
+                "session_id": self.session_id,
+                "idempotency_key": f"model:{request_id}:{index}",
+                "payload": payload,
+                "traceparent": self.traceparent,
+            }
+        )
+        return {DATA_FIELD: data, AUTH_FIELD: internal_event_proof(self.internal_key, data)}
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            calls = KeyCalls()
+            if self._record is not None:
+                calls.add("SET", self.inflight_key, self._record)
+                self._record = None
+            for fields in batch:
+                calls.add_xadd(self.ingress, fields)
+            try:
+                await calls.write(self.redis)
+            except BaseException as error:
+                self._failure = error
+                self._pending = []
+                raise
+            self.published += len(batch)
+
+    async def drain(self) -> None:
+        """Wait until every queued event is written; raises what a write raised."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._writer)
+        if self._failure is not None:
+            raise self._failure
+
+    def discard_pending(self) -> None:
+        """Drop the events not written yet (the stream failed or was aborted: they would be tombstoned)."""
+        self._pending = []
+
+    async def close(self) -> None:
+        """Stop writing (an abort): what is being written finishes, nothing queued is written."""
+        self.discard_pending()
+        if self._writer is not None and not self._writer.done():
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._writer
+
+    # -- whole entries -----------------------------------------------------------------------------
+
+    async def publish(self, entries: list[tuple[str, IngressPayload]]) -> None:
+        """Write ``entries`` (idempotency key, payload) after every queued event, in one script, with the
+        in-flight record if one was set (:meth:`record`)."""
+        await self.drain()
+        calls = KeyCalls()
+        for key, payload in entries:
+            calls.add_xadd(self.ingress, self._fields(key, payload))
+        if self._record is not None:
+            calls.add("SET", self.inflight_key, self._record)
+            self._record = None
+        if len(calls):
+            await calls.write(self.redis)
+        self.published += len(entries)
+
+    def _fields(self, key: str, payload: IngressPayload) -> Fields:
+        envelope = IngressEnvelope(
+            session_id=self.session_id, idempotency_key=key, payload=payload, traceparent=self.traceparent
+        )
+        return signed_entry_fields(envelope, self.internal_key)

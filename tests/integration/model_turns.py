@@ -1,0 +1,102 @@
+"""Reading a session's log as the model worker tests check it: live messages (tombstones applied), turn
+ends, tool-call pairing, and the fake server's script steps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from services.client import AgentbusClient
+from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
+from shared.events import LogEntry
+from shared.json_types import JsonObject
+from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMessage
+
+
+def live_messages(history: list[LogEntry]) -> list[Message]:
+    """The log's messages without the tombstoned ones (and without the tombstones)."""
+    retracted = {
+        getattr(entry.message.message, "uuid", None) for entry in history if isinstance(entry.message, TombstoneMessage)
+    }
+    return [
+        entry.message
+        for entry in history
+        if not isinstance(entry.message, TombstoneMessage) and getattr(entry.message, "uuid", None) not in retracted
+    ]
+
+
+def tombstones(history: list[LogEntry]) -> list[TombstoneMessage]:
+    return [entry.message for entry in history if isinstance(entry.message, TombstoneMessage)]
+
+
+def text_of(message: Message) -> str:
+    if not isinstance(message, AssistantMessage | UserMessage):
+        return ""
+    return "".join(block.text for block in message.blocks if isinstance(block, TextBlock))
+
+
+def assert_every_tool_use_answered_once(history: list[LogEntry]) -> None:
+    """Never an unpaired tool_use: each live call has exactly one result, and no result answers nothing."""
+    live = live_messages(history)
+    calls = [b.id for m in live if isinstance(m, AssistantMessage) for b in m.blocks if isinstance(b, ToolUseBlock)]
+    results = Counter(
+        b.tool_use_id for m in live if isinstance(m, UserMessage) for b in m.blocks if isinstance(b, ToolResultBlock)
+    )
+    assert len(calls) == len(set(calls)), f"duplicate tool_use ids: {calls}"
+    assert {call: results.get(call, 0) for call in calls} == dict.fromkeys(calls, 1), (calls, results)
+    assert set(results) <= set(calls), f"results for unknown calls: {set(results) - set(calls)}"
+
+
+def turn_ended(history: list[LogEntry]) -> bool:
+    """The model's turn is over: the last live assistant message ended it (end_turn, or an API error) with
+    no call pending, or the turn was interrupted."""
+    live = [m for m in live_messages(history) if m.type in ("assistant", "user")]
+    if not live:
+        return False
+    last = live[-1]
+    if isinstance(last, UserMessage):
+        return text_of(last).startswith("[Request interrupted by user")
+    assert isinstance(last, AssistantMessage)
+    if last.is_api_error_message:
+        return True
+    return last.message.stop_reason in ("end_turn", "stop_sequence", "max_tokens") and not any(
+        isinstance(b, ToolUseBlock) for b in last.blocks
+    )
+
+
+async def wait_for(
+    client: AgentbusClient,
+    session: str,
+    predicate: Callable[[list[LogEntry]], bool],
+    *,
+    timeout_s: float = 60.0,
+) -> list[LogEntry]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        history = await client.history(session)
+        if predicate(history):
+            return history
+        if time.monotonic() > deadline:
+            lines = [f"{e.seq} {e.message.type} {text_of(e.message)[:80]!r}" for e in history]
+            raise TimeoutError(f"session {session}: condition not met; log:\n" + "\n".join(lines))
+        await asyncio.sleep(0.05)
+
+
+def text(value: str) -> JsonObject:
+    return {"type": "text", "text": value}
+
+
+def tool_use(tool_id: str, name: str, **tool_input: Any) -> JsonObject:
+    return {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}
+
+
+def reply(*content: JsonObject, stop_reason: str | None = None, **options: Any) -> JsonObject:
+    stop = stop_reason or ("tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn")
+    return {"kind": "reply", "content": list(content), "stop_reason": stop, **options}
+
+
+def http_error(status: int, error_type: str, message: str, **headers: str) -> JsonObject:
+    return {"kind": "http_error", "status": status, "error_type": error_type, "message": message, "headers": headers}

@@ -1,0 +1,423 @@
+"""Issue 18, the model worker: every worker a process, a real Redis, the fake Anthropic-compatible server
+over real HTTP (its own process), scripted per session. Each test plays one session to the end of its turn
+and checks the log: the spec's behaviour (M4 retries with their backoff, M5 non-streaming fallback with
+tombstones, M6 fallback model, M7 exact error texts, R10.1 interrupts) and never an unpaired tool_use.
+
+The backoff schedule runs scaled down (``retry_base_delay_ms`` = 200 instead of 500); the times the fake
+server recorded for each request are checked against the pure schedule of ``shared/model/retry.py``: the gap
+after attempt k is at least the low end of k's window and below the low end of k+1's (:func:`assert_backoff`);
+the exact delays the worker chose are checked in its ``api_error`` notices (M4.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from services.runtime.topology import Topology
+from shared.constants import max_output_tokens_error
+from shared.messages import AssistantMessage, UserMessage
+from shared.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
+from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from shared.model.retry import backoff_window_ms
+from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
+from tests.integration.cluster import WorkerCluster
+from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.model_turns import (
+    assert_every_tool_use_answered_once,
+    http_error,
+    live_messages,
+    reply,
+    text,
+    text_of,
+    tombstones,
+    tool_use,
+    turn_ended,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+MODEL = "claude-sonnet-4-5"
+FALLBACK = "claude-haiku-4-5"
+BASE_MS = 200.0
+MAX_MS = 800.0
+MAX_RETRIES = 4
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
+    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
+    module_cluster.extra_env.update(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "AGENTBUS_MODEL__BASE_URL": fake.base_url,
+            "AGENTBUS_MODEL__MODEL": MODEL,
+            "AGENTBUS_MODEL__RETRY_BASE_DELAY_MS": str(BASE_MS),
+            "AGENTBUS_MODEL__RETRY_MAX_DELAY_MS": str(MAX_MS),
+            "AGENTBUS_MODEL__MAX_RETRIES": str(MAX_RETRIES),
+            "AGENTBUS_MODEL__SESSION_LEASE_MS": "1500",
+        }
+    )
+    for name in ("ingestion", "normalization", "transcripts", "tools", "model"):
+        module_cluster.start(name)
+    module_cluster.wait_ready(timeout_s=240)  # a loaded machine starts five Python processes slowly
+    (module_cluster.workspace / "README.md").write_text("# demo\n", encoding="utf-8")
+    return module_cluster
+
+
+def new_session() -> str:
+    return f"model-{uuid.uuid4().hex[:12]}"
+
+
+async def set_fallback_model(cluster: WorkerCluster, session: str, fallback: str) -> None:
+    async with cluster.client() as client:
+        await client.redis.set(
+            Topology(cluster.names).session_config(session), orjson.dumps({"fallback_model": fallback})
+        )
+
+
+def gaps_ms(requests: list[dict[str, Any]]) -> list[float]:
+    times = [float(r["at_ms"]) for r in requests]
+    return [later - earlier for earlier, later in itertools.pairwise(times)]
+
+
+def assert_backoff(gap: float, attempt: int) -> None:
+    """The gap after failed attempt ``attempt`` is at least its M4.3 window's low end and below the low end of
+    the next attempt's window (twice as long below the cap): attempt ``k``'s delay was used, not ``k+1``'s;
+    the room above the window's high end is for the round trips on a loaded machine."""
+    low, high = backoff_window_ms(attempt, base_ms=BASE_MS, max_ms=MAX_MS)
+    ceiling = max(backoff_window_ms(attempt + 1, base_ms=BASE_MS, max_ms=MAX_MS)[0], high + BASE_MS)
+    assert low <= gap < ceiling, f"attempt {attempt}: waited {gap:.1f} ms, window [{low}, {high})"
+
+
+async def test_m2_multi_turn_conversation_with_parallel_tool_calls_ends_valid(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(
+                text("I'll read the README and list the files."),
+                tool_use("toolu_read_1", "Read", file_path="README.md"),
+                tool_use("toolu_glob_1", "Glob", pattern="*"),
+            ),
+            reply(text("The workspace holds a README.")),
+            reply(text("{{echo}}")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "Look around.")
+        first = await wait_for(client, session, turn_ended)
+        await client.send_prompt(session, "And now?")
+        history = await wait_for(client, session, lambda h: turn_ended(h) and len(h) > len(first))
+    assert_every_tool_use_answered_once(history)
+    assert tombstones(history) == []
+    live = live_messages(history)
+    assistants = [m for m in live if isinstance(m, AssistantMessage)]
+    assert [text_of(m) for m in assistants if text_of(m)] == [
+        "I'll read the README and list the files.",
+        "The workspace holds a README.",
+        "And now?",
+    ]
+    results = [m for m in live if isinstance(m, UserMessage) and m.tool_use_result is not None]
+    assert any("# demo" in json.dumps(m.model_dump(mode="json")) for m in results)
+    requests = fake.requests(session)
+    assert [r["body"].get("stream") for r in requests] == [True, True, True]
+    assert all(r["headers"].get("x-client-request-id") for r in requests)  # M1.2
+    assert all(session in json.loads(r["body"]["metadata"]["user_id"])["session_id"] for r in requests)  # M1.3
+    second = requests[1]["body"]["messages"]
+    answered = {
+        block["tool_use_id"]
+        for message in second
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    }
+    assert answered == {"toolu_read_1", "toolu_glob_1"}
+
+
+async def test_m4_3_429_waits_exactly_retry_after(deployment: WorkerCluster, fake: FakeModelProcess) -> None:
+    session = new_session()
+    fake.script(
+        session,
+        [
+            http_error(
+                429,
+                "rate_limit_error",
+                "Number of request tokens has exceeded your per-minute rate limit",
+                **{"retry-after": "1"},
+            ),
+            reply(text("ok")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "hi")
+        history = await wait_for(client, session, turn_ended)
+    notices = [m for m in live_messages(history) if isinstance(m, ApiErrorSystemMessage)]
+    # retry-after: exactly that many seconds, no jitter, no cap (M4.3); announced before the sleep (M4.4).
+    assert [(n.retry_attempt, n.retry_in_ms, n.max_retries) for n in notices] == [(1, 1000, MAX_RETRIES)]
+    (gap,) = gaps_ms(fake.requests(session))
+    assert 1000 <= gap < 2000, f"waited {gap:.1f} ms"  # not a backoff delay, not twice the header
+    assert text_of(live_messages(history)[-1]) == "ok"
+
+
+async def test_m4_3_500s_retry_on_the_backoff_schedule(deployment: WorkerCluster, fake: FakeModelProcess) -> None:
+    session = new_session()
+    fake.script(session, [http_error(500, "api_error", "Internal server error")] * 3 + [reply(text("recovered"))])
+    async with deployment.client() as client:
+        await client.send_prompt(session, "hi")
+        history = await wait_for(client, session, turn_ended)
+    gaps = gaps_ms(fake.requests(session))
+    assert len(gaps) == 3
+    for attempt, gap in enumerate(gaps, start=1):
+        assert_backoff(gap, attempt)
+    notices = [m for m in live_messages(history) if isinstance(m, ApiErrorSystemMessage)]
+    assert [n.retry_attempt for n in notices] == [1, 2, 3]
+    for notice in notices:
+        low, high = backoff_window_ms(notice.retry_attempt or 0, base_ms=BASE_MS, max_ms=MAX_MS)
+        assert low <= (notice.retry_in_ms or 0) < high
+    assert text_of(live_messages(history)[-1]) == "recovered"
+
+
+async def test_m7_2_exhausted_500s_end_with_the_exact_api_error_text(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    fake.script(session, [http_error(500, "api_error", "Internal server error")] * (MAX_RETRIES + 1))
+    async with deployment.client() as client:
+        await client.send_prompt(session, "hi")
+        history = await wait_for(client, session, turn_ended)
+    assert len(fake.requests(session)) == MAX_RETRIES + 1  # M4.2: attempts 1 … max_retries + 1
+    last = live_messages(history)[-1]
+    assert isinstance(last, AssistantMessage)
+    assert last.is_api_error_message
+    assert last.message.model == "<synthetic>"
+    prefix = "API Error: 500 "
+    assert text_of(last).startswith(prefix)
+    body = json.loads(text_of(last)[len(prefix) :])  # compact JSON of the error body (M7.2)
+    assert body["error"] == {"type": "api_error", "message": "Internal server error"}
+    assert text_of(last) == prefix + json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (
+            http_error(400, "invalid_request_error", "prompt is too long: 137500 tokens > 135000 maximum"),
+            "Prompt is too long",
+        ),
+        (
+            http_error(413, "request_too_large", "Request exceeds the maximum allowed number of bytes"),
+            REQUEST_TOO_LARGE,
+        ),
+    ],
+)
+async def test_m7_2_not_retryable_errors_give_up_at_once_with_their_text(
+    deployment: WorkerCluster, fake: FakeModelProcess, error: dict[str, Any], expected: str
+) -> None:
+    session = new_session()
+    fake.script(session, [error])
+    async with deployment.client() as client:
+        await client.send_prompt(session, "hi")
+        history = await wait_for(client, session, turn_ended)
+    assert len(fake.requests(session)) == 1
+    last = live_messages(history)[-1]
+    assert isinstance(last, AssistantMessage)
+    assert text_of(last) == expected
+    assert last.error == "invalid_request"
+    assert isinstance(last.error_details, str)
+
+
+TWO_BLOCKS_THEN_A_CALL = (
+    text("First I will look."),
+    text("Then I will read."),
+    tool_use("toolu_partial", "Read", file_path="README.md"),
+)
+
+
+EVENTS_BEFORE_THE_CALL = 1 + 2 * 3
+"""message_start, then each text block as start, one delta (``chunk_chars`` above its length), stop: failing
+right after them leaves two finished blocks, the first logged, the second held back (tombstone material)."""
+WHOLE_BLOCKS = 1000
+
+
+@pytest.mark.parametrize("fail_with", ["overloaded_error", "drop"])
+async def test_m5_broken_stream_is_tombstoned_and_repeated_without_streaming(
+    deployment: WorkerCluster, fake: FakeModelProcess, fail_with: str
+) -> None:
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(
+                *TWO_BLOCKS_THEN_A_CALL,
+                fail_after_events=EVENTS_BEFORE_THE_CALL,
+                chunk_chars=WHOLE_BLOCKS,
+                fail_with=fail_with,
+            ),
+            reply(text("Reading it whole."), tool_use("toolu_whole", "Read", file_path="README.md")),
+            reply(text("Done.")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    requests = fake.requests(session)
+    assert [r["body"].get("stream", False) for r in requests] == [True, False, True]
+    assert requests[1]["body"]["max_tokens"] <= 64_000  # M1.7
+    dead = tombstones(history)
+    assert [text_of(t.message) for t in dead] == ["First I will look."]  # the second was still held back
+    assert_every_tool_use_answered_once(history)
+    whole = [m for m in live_messages(history) if isinstance(m, AssistantMessage) and "Reading it whole." in text_of(m)]
+    assert len(whole) == 1
+    assert [b.type for b in whole[0].blocks] == ["text", "tool_use"]  # one message holds every block (M5.2)
+    assert text_of(live_messages(history)[-1]) == "Done."
+
+
+async def test_m6_three_overloads_switch_to_the_fallback_model_with_tombstones(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    await set_fallback_model(deployment, session, FALLBACK)
+    fake.script(
+        session,
+        [
+            reply(
+                *TWO_BLOCKS_THEN_A_CALL,
+                fail_after_events=EVENTS_BEFORE_THE_CALL,
+                chunk_chars=WHOLE_BLOCKS,
+                fail_with="overloaded_error",
+            ),
+            http_error(529, "overloaded_error", "Overloaded"),  # non-streaming fallback: the counter started at 1
+            http_error(529, "overloaded_error", "Overloaded"),
+            reply(text("On the fallback model."), tool_use("toolu_fb", "Read", file_path="README.md")),
+            reply(text("Done.")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    requests = fake.requests(session)
+    assert [(r["body"]["model"], r["body"].get("stream", False)) for r in requests] == [
+        (MODEL, True),
+        (MODEL, False),
+        (MODEL, False),
+        (FALLBACK, True),
+        (FALLBACK, True),
+    ]
+    assert [text_of(t.message) for t in tombstones(history)] == ["First I will look."]
+    warnings = [m for m in live_messages(history) if isinstance(m, InformationalSystemMessage)]
+    assert [(w.content, w.level) for w in warnings] == [(switched_model_notice(FALLBACK, MODEL), "warning")]
+    assert_every_tool_use_answered_once(history)
+    assert text_of(live_messages(history)[-1]) == "Done."
+
+
+async def test_m6_4_three_overloads_without_fallback_model_give_up(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    fake.script(session, [http_error(529, "overloaded_error", "Overloaded")] * 3)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    assert len(fake.requests(session)) == 3
+    assert text_of(live_messages(history)[-1]) == "API Error: Repeated 529 Overloaded errors"
+
+
+async def test_r10_1_interrupt_mid_stream_aborts_within_100_ms(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(
+                text("Starting."),
+                tool_use("toolu_slow", "Read", file_path="README.md"),
+                text("never finished " * 20),
+                chunk_delay_ms=150,
+            )
+        ],
+    )
+    topology = Topology(deployment.names)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        # Wait until the first block was streamed and the tool block is under way.
+        await wait_for(client, session, lambda h: len(h) >= 1, timeout_s=30)
+        inflight_key = topology.model_inflight(session)
+        deadline = time.monotonic() + 30
+        while True:
+            raw = await client.redis.get(inflight_key)
+            if raw is not None and orjson.loads(raw).get("state") == "streaming":
+                break
+            assert time.monotonic() < deadline, "the call never started streaming"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)  # the text block is done, the tool block streams
+        interrupted_at_ms = time.time() * 1000
+        await client.interrupt(session)
+        while True:
+            record = orjson.loads(await client.redis.get(inflight_key) or b"{}")
+            if record.get("state") == "interrupted":
+                break
+            assert time.monotonic() < deadline + 30, "the call was never aborted"
+            await asyncio.sleep(0.005)
+        history = await wait_for(client, session, turn_ended)
+    abort_ms = record["aborted_at_ms"] - interrupted_at_ms
+    assert abort_ms < 100, f"stream aborted {abort_ms:.1f} ms after the interrupt"
+    # The server saw the client leave (the HTTP stream was closed, not just no longer read), within 100 ms too.
+    (call,) = fake.requests(session)
+    assert call["ended"] == "client_left", call
+    server_ms = call["ended_at_ms"] - interrupted_at_ms
+    assert server_ms < 100, f"the fake server saw the stream closed {server_ms:.1f} ms after the interrupt"
+    live = live_messages(history)
+    assert text_of(live[-1]) == "[Request interrupted by user]"
+    assert "Starting." in [text_of(m) for m in live if isinstance(m, AssistantMessage)]
+    assert not any("never finished" in text_of(m) for m in live)
+    assert_every_tool_use_answered_once(history)
+    assert len(fake.requests(session)) == 1
+    await asyncio.sleep(0.5)  # nothing else arrives for the interrupted request
+    async with deployment.client() as client:
+        assert len(await client.history(session)) == len(history)
+
+
+async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_with_the_meta_message(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = new_session()
+    fake.script(
+        session,
+        [reply(text("The first half"), stop_reason="max_tokens"), reply(text("and the second half."))],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "Write a lot.")
+        history = await wait_for(
+            client, session, lambda h: any(text_of(m) == "and the second half." for m in live_messages(h))
+        )
+    requests = fake.requests(session)
+    assert len(requests) == 2
+    max_tokens = requests[0]["body"]["max_tokens"]
+    texts = [text_of(m) for m in live_messages(history)]
+    # M8.3: the cut reply's error quotes the request's max_tokens; M8.5: then the meta message, then the rest.
+    assert max_output_tokens_error(max_tokens) in texts
+    assert OUTPUT_TOKEN_RECOVERY_MESSAGE in json.dumps(requests[1]["body"]["messages"][-1], ensure_ascii=False)
+    assert (
+        texts.index("The first half") < texts.index(OUTPUT_TOKEN_RECOVERY_MESSAGE) < texts.index("and the second half.")
+    )

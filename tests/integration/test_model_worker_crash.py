@@ -1,0 +1,125 @@
+"""Issue 18, crash safety of the model worker: two model workers (processes) compete for the request
+notices; neither calls the model twice for one request, and when one is SIGKILLed mid-stream the other
+takes the request over once its lease expired, tombstones the half-streamed reply and calls again once:
+the transcript holds one reply."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import orjson
+import pytest
+
+from services.runtime.settings import Settings
+from services.runtime.topology import Topology
+from services.transcripts.layout import session_file
+from shared.messages import AssistantMessage
+from tests.integration.cluster import WorkerCluster
+from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.model_turns import (
+    assert_every_tool_use_answered_once,
+    live_messages,
+    reply,
+    text,
+    text_of,
+    tombstones,
+    turn_ended,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+
+LEASE_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
+    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
+    module_cluster.extra_env.update(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "AGENTBUS_MODEL__BASE_URL": fake.base_url,
+            "AGENTBUS_MODEL__SESSION_LEASE_MS": str(LEASE_MS),
+            "LOG_LEVEL": "INFO",
+        }
+    )
+    for name in ("ingestion", "normalization", "transcripts", "tools"):
+        module_cluster.start(name)
+    module_cluster.start("model", 2)
+    module_cluster.wait_ready(timeout_s=240)
+    return module_cluster
+
+
+async def test_two_model_workers_call_the_model_once_per_request(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    sessions = [f"pair-{uuid.uuid4().hex[:10]}" for _ in range(8)]
+    for session in sessions:
+        fake.script(session, [reply(text(f"answer for {session}"))])
+    async with deployment.client() as client:
+        for session in sessions:
+            await client.send_prompt(session, "hello")
+        histories = await asyncio.gather(*(wait_for(client, s, turn_ended) for s in sessions))
+    for session, history in zip(sessions, histories, strict=True):
+        assert len(fake.requests(session)) == 1
+        replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+        assert [text_of(m) for m in replies] == [f"answer for {session}"]
+
+
+async def test_sigkill_mid_stream_tombstones_the_partial_reply_and_calls_again_once(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    session = f"crash-{uuid.uuid4().hex[:10]}"
+    slow = [text(f"Block {n} of a slow reply.") for n in range(1, 8)]
+    fake.script(session, [reply(*slow, chunk_delay_ms=150, chunk_chars=1000), reply(text("The whole answer."))])
+    topology = Topology(deployment.names)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "tell me slowly")
+        # Block 1 is logged once block 2 stopped: the reply is half streamed.
+        await wait_for(client, session, lambda h: any(isinstance(m, AssistantMessage) for m in live_messages(h)))
+        record = orjson.loads(await client.redis.get(topology.model_inflight(session)) or b"{}")
+        assert record["state"] == "streaming"
+        pid = int(str(record["owner"]).split("-")[-2])
+        (victim,) = [w for w in deployment.of("model") if w.process.pid == pid]
+        deployment.kill(victim)
+        history = await wait_for(client, session, turn_ended, timeout_s=90)
+    requests = fake.requests(session)
+    assert len(requests) == 2  # the request was retried once
+    first, second = (r["headers"]["x-client-request-id"] for r in requests)
+    assert first != second
+    dead = tombstones(history)
+    assert dead, "the half-streamed reply was not tombstoned"
+    assert all(text_of(t.message).startswith("Block ") for t in dead)
+    replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+    assert [text_of(m) for m in replies] == ["The whole answer."]  # one reply in the log
+    assert_every_tool_use_answered_once(history)
+    path = session_file(deployment.data_dir, Settings().cwd, session)
+
+    def transcript_settled() -> bool:
+        if not path.exists():
+            return False
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        return [line["uuid"] for line in lines if line.get("type") == "assistant"] == [replies[0].uuid]
+
+    await eventually_true(transcript_settled)  # the transcript holds one reply, the tombstoned lines removed
+    survivor = deployment.of("model")[0]
+    assert "model_call_recovered" in survivor.log_path.read_text(errors="replace")
+
+
+async def eventually_true(check: Callable[[], bool], *, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
