@@ -279,8 +279,11 @@ async def test_a8_interrupting_the_parent_cancels_its_children(cluster: WorkerCl
         await wait_for_text(bus, busy, INTERRUPT_MESSAGE_FOR_TOOL_USE)
         busy_results = tool_results_in(await bus.history(busy))
         assert [(b["tool_use_id"], b["is_error"]) for b in busy_results] == [("toolu_sleep", True)]
-        statuses = await bus.redis.hget(cluster.names.session_key(busy, "agent"), "status")
-        assert statuses == b"interrupted"
+
+        async def interrupted() -> bool:
+            return await bus.redis.hget(cluster.names.session_key(busy, "agent"), "status") == b"interrupted"
+
+        await eventually(interrupted, timeout_s=10)
 
 
 async def test_a8_1_an_interrupted_child_ends_its_parents_call_even_between_model_calls(
@@ -331,9 +334,12 @@ async def test_a9_a_child_over_its_token_limit_is_stopped_and_answers_with_an_er
             f'<tool_use_error>Agent "costly" (agentId: {agent}) exceeded its token limit of {MAX_TOKENS} tokens '
             "(used 10500) and was stopped</tool_use_error>"
         )
+
         # The child was stopped (an interrupt into its ingress: its model call and tools stop, A8.1).
-        status = await bus.redis.hget(cluster.names.session_key(child, "agent"), "status")
-        assert status == b"failed"
+        async def failed() -> bool:  # marked after the parent's result is published (relay.py)
+            return await bus.redis.hget(cluster.names.session_key(child, "agent"), "status") == b"failed"
+
+        await eventually(failed, timeout_s=10)
         rows: Any = await bus.redis.xrange(bus.topology.ingress_for(child))
         stops = [row for row in rows if b"agent_stop:" in row[1][b"data"]]
         assert len(stops) == 1

@@ -1,8 +1,8 @@
 """Issue 19 "Done when", sub-agents end to end: real worker processes (the model worker included), a real
 Redis and the fake Anthropic-compatible server over real HTTP, scripted per session (children by their
-derived session ids). A parent starts three children in parallel; one reads a file, one answers at once,
-one is interrupted while its reply streams. All four transcripts are valid, the parent's last request
-pairs every Agent call, and the usage of the children rolls up into the parent's tree.
+derived session ids). A parent starts three children in parallel; one reads a file, one asks for
+approval (a person allows it), one is interrupted while its reply streams. All four transcripts are
+valid, the parent's last request pairs every Agent call, and the children's usage rolls up into the tree.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerC
             "AGENTBUS_MODEL__BASE_URL": fake.base_url,
             "AGENTBUS_MODEL__MODEL": "claude-sonnet-4-5",
             "AGENTBUS_AGENTS__DEFINITIONS_FILE": str(definitions),
+            "AGENTBUS_TOOLS__ASK_POLICY": "approve",
         }
     )
     for name in ("ingestion", "normalization", "transcripts", "tools", "model"):
@@ -72,7 +73,7 @@ def agent(tool_id: str, description: str, prompt: str, subagent_type: str | None
     return tool_use(tool_id, "Agent", **arguments)
 
 
-async def test_issue_19_three_parallel_children_one_interrupted_end_with_valid_transcripts_and_usage_rolled_up(
+async def test_issue_19_three_children_one_approved_one_interrupted_end_with_valid_transcripts_and_usage_rolled_up(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
     parent = "agents-e2e"
@@ -97,7 +98,11 @@ async def test_issue_19_three_parallel_children_one_interrupted_end_with_valid_t
             reply(text("README says: # demo"), usage=USAGE),
         ],
     )
-    fake.script(child["t_b"], [reply(text("two"), usage=USAGE)])
+    # B asks for approval (H8.1: the request names the sub-agent), a person allows it.
+    fake.script(
+        child["t_b"],
+        [reply(tool_use("t_b_touch", "Bash", command="touch b.txt"), usage=USAGE), reply(text("two"), usage=USAGE)],
+    )
     # C streams a first block, then a second one slowly: it is interrupted while its reply streams.
     fake.script(
         child["t_c"],
@@ -109,6 +114,14 @@ async def test_issue_19_three_parallel_children_one_interrupted_end_with_valid_t
             bus, child["t_c"], lambda h: any("Once upon a time." in json.dumps(e.message.to_wire()) for e in h)
         )
         await bus.interrupt(child["t_c"])
+
+        async def asked() -> bool:
+            return bool(await bus.pending_approvals(child["t_b"]))
+
+        await eventually(asked, timeout_s=60)
+        (approval,) = await bus.pending_approvals(child["t_b"])
+        assert (approval.request.agent_id, approval.request.parent_session_id) == (agent_id_for(parent, "t_b"), parent)
+        await approval.allow()
         history = await wait_for(bus, parent, turn_ended, timeout_s=120)
         assert_every_tool_use_answered_once(history)
 
@@ -126,6 +139,7 @@ async def test_issue_19_three_parallel_children_one_interrupted_end_with_valid_t
         assert results["t_a"]["content"][1]["text"].startswith(f"agentId: {agent_id_for(parent, 't_a')} ")
         assert "\ntool_uses: 1\n" in results["t_a"]["content"][1]["text"]
         assert results["t_b"]["content"][0] == {"type": "text", "text": "two"}
+        assert (deployment.workspace / "b.txt").exists()  # the approved call ran
         assert (results["t_c"]["content"], results["t_c"]["is_error"]) == (REJECT_MESSAGE, True)
         # Each child was called with its own conversation, system prompt and tools (A3).
         first_a = fake.requests(child["t_a"])[0]["body"]
