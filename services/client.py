@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 import redis.asyncio as aioredis
 
+from services.conversation import Conversation
 from services.runtime import redis_client
 from services.runtime.codec import DATA_FIELD, entry_fields
 from services.runtime.entries import id_text
@@ -281,6 +282,19 @@ class AgentbusClient:
         before = await self.latest_request(session_id)
         await self.send_prompt(session_id, content, **options)
         return await self.next_request(session_id, after_seq=before.seq if before else 0, timeout_s=timeout_s)
+
+    def converse(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> Conversation:
+        """Send a prompt and yield the model's turn as it happens — text deltas, tool calls and results,
+        API errors — until the turn ends (the last event is a ``TurnEnd``)::
+
+            async for event in bus.converse("s1", "list the files"):
+                if event.type == "text_delta":
+                    print(event.text, end="", flush=True)
+
+        ``timeout_s`` (default 300) bounds the wait for any progress (``ConversationTimeout``); other
+        options go to :meth:`send_prompt`. ``await conversation.interrupt()`` interrupts the turn (keep
+        iterating to see it close). See services/conversation.py."""
+        return Conversation(self, session_id, content, **options)
 
     async def history(self, session_id: str) -> list[LogEntry]:
         """Every log entry of the session so far."""

@@ -78,9 +78,23 @@ def send_command(
     session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
     text: Annotated[str, typer.Argument(help="The prompt.")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the session's next API request and print it.")] = False,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds to wait with --wait.")] = 30.0,
+    timeout_s: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds to wait with --wait [30]; with --follow, for any progress [300]."),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Print the model's turn as it streams, like `agentbus chat SESSION PROMPT`."
+        ),
+    ] = False,
 ) -> None:
-    """Publish a user prompt to SESSION."""
+    """Publish a user prompt to SESSION (--follow: and print the turn it starts, with chat's exit codes)."""
+    if follow:
+        from services.cli.chat import run_one_turn
+
+        raise typer.Exit(run_one_turn(session, text, timeout_s=300.0 if timeout_s is None else timeout_s))
+    wait_s = 30.0 if timeout_s is None else timeout_s
 
     async def run() -> None:
         async with _connect() as bus:
@@ -90,7 +104,7 @@ def send_command(
                 typer.echo(f"sent {entry_id}", err=True)
                 return
             try:
-                request = await bus.next_request(session, after_seq=before.seq if before else 0, timeout_s=timeout_s)
+                request = await bus.next_request(session, after_seq=before.seq if before else 0, timeout_s=wait_s)
             except TimeoutError as error:
                 fail(f"{error}; prompt {entry_id} is queued: are the workers running? (`agentbus up` starts them)")
             typer.echo(f"sent {entry_id}", err=True)

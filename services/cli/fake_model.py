@@ -8,14 +8,19 @@ cutting any request still in flight. The protocol and the scripting endpoints ar
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
+import structlog
 import typer
 
 from services.cli.common import fail
 from services.model.fake_scripts import FallbackScript
 from services.model.fake_server import listener_for_process, serve_until_signalled
 from services.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
+from services.observability.logging import configure_logging
+from services.runtime.settings import Settings
+from services.runtime.supervisor import LISTEN_FD_ENV
 
 
 def fake_model_command(
@@ -34,8 +39,15 @@ def fake_model_command(
 ) -> None:
     """Serve the Messages API from scripted replies and faults; prints its URL on stderr."""
 
+    supervised = LISTEN_FD_ENV in os.environ
+    if supervised:  # under `agentbus up`: JSON lines like every worker's, into up's log
+        configure_logging(Settings().log_level, static={"worker": "fake-model"})
+
     def announce(url: str) -> None:
-        typer.echo(url, err=True)
+        if supervised:
+            structlog.get_logger(__name__).info("fake_model_listening", url=url)
+        else:
+            typer.echo(url, err=True)
 
     try:
         listener = listener_for_process(host, port)

@@ -49,6 +49,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "fake-model": CommandSpec(
         "services.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
     ),
+    "chat": CommandSpec("services.cli.chat", "chat_command", "Talk to a session: stream the model's turn."),
 }
 
 

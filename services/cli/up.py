@@ -9,12 +9,11 @@ exits non-zero on any failure.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import signal
 import sys
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Final
@@ -35,6 +34,7 @@ from services.runtime.supervisor import (
     SupervisionFailed,
     Supervisor,
     bind_listener_near,
+    probe_address,
 )
 from services.runtime.topology import Topology
 
@@ -106,10 +106,10 @@ def up_command(
             log_file_path(settings.data_dir), console=console_wanted(log_format, sys.stdout), out=sys.stdout
         )
         try:
-            with model_server(settings, env):
-                policy = RestartPolicy(max_restarts)
-                plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
-                code = asyncio.run(plan.run(logs))
+            policy = RestartPolicy(max_restarts)
+            plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
+            plan.fake_model = uses_fake_model(settings, env)
+            code = asyncio.run(plan.run(logs))
         finally:
             logs.close()
     except StopRequested:
@@ -155,21 +155,14 @@ FAKE_MODEL_KEY: Final = "agentbus-fake-model"
 """The API key the model worker sends to the fake server (it checks only that one is present)."""
 
 
-@contextlib.contextmanager
-def model_server(settings: Settings, env: dict[str, str]) -> Iterator[None]:
-    """Without an API key, the fake Anthropic-compatible server (``--script demo``) runs in this process for
-    the model worker to call; with one, the model worker calls the real API."""
+def uses_fake_model(settings: Settings, env: dict[str, str]) -> bool:
+    """Without an API key, the fake Anthropic-compatible server (``--script demo``) runs as one more
+    supervised child for the model worker to call; with one, the model worker calls the real API."""
     if settings.anthropic_api_key is not None and settings.anthropic_api_key.get_secret_value():
         typer.echo(f"model: the Anthropic API ({env.get('AGENTBUS_MODEL__MODEL', settings.model.model)})")
-        yield
-        return
-    from services.model.fake_server import FakeModelServer
-
-    with FakeModelServer.running(script="demo") as fake:
-        env["AGENTBUS_MODEL__BASE_URL"] = fake.base_url
-        env["ANTHROPIC_API_KEY"] = FAKE_MODEL_KEY
-        typer.echo(f"no ANTHROPIC_API_KEY: the model is the fake server at {fake.base_url} (demo script)")
-        yield
+        return False
+    env["ANTHROPIC_API_KEY"] = FAKE_MODEL_KEY
+    return True
 
 
 def _start_private_redis(settings: Settings) -> LocalRedis:
@@ -204,6 +197,9 @@ class UpPlan:
         names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools + ["model"]
         self.workers = [(name if name != "tools" else f"tools-{i - 2}", name) for i, name in enumerate(names)]
         self.stop = asyncio.Event()
+        self.fake_model = False
+        """Also supervise ``agentbus fake-model --script demo`` (a child process, not a thread: the supervisor
+        forks with ``preexec_fn``, which no thread may share the process with)."""
 
     async def run(self, logs: WorkerLogs) -> int:
         loop = asyncio.get_running_loop()
@@ -254,14 +250,21 @@ class UpPlan:
     def _children(self) -> list[Child]:
         children = []
         host = self.settings.http_host
-        for index, (label, name) in enumerate(self.workers):
+        commands = [(label, ["worker", name]) for label, name in self.workers]
+        if self.fake_model:
+            commands.append(("fake-model", ["fake-model", "--script", "demo"]))
+        for index, (label, arguments) in enumerate(commands):
             wanted = self.base_port + index if self.base_port else 0
             listener, as_wanted = bind_listener_near(host, wanted)
             if not as_wanted:
                 actual = listener.getsockname()[1]
                 typer.echo(f"port {wanted} on {host} is taken (another `agentbus up`?): {label} serves on {actual}")
-            command = [sys.executable, "-m", "services.cli.main", "worker", name]
-            children.append(Child(label, command, self.env, listener))
+            if label == "fake-model":  # every child shares self.env, and none has started yet
+                address, port = probe_address(listener)
+                url = f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+                self.env["AGENTBUS_MODEL__BASE_URL"] = url
+                typer.echo(f"no ANTHROPIC_API_KEY: the model is the fake server at {url} (demo script)")
+            children.append(Child(label, [sys.executable, "-m", "services.cli.main", *arguments], self.env, listener))
         return children
 
     def _announce(self, supervisor: Supervisor, logs: WorkerLogs) -> None:

@@ -45,7 +45,7 @@ from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 from services.runtime.topology import Topology
 from shared.clock import Clock, utc_now
-from shared.events import IngressEnvelope, parse_ingress
+from shared.events import IngressEnvelope, StreamEvent, parse_ingress
 from shared.ids import IdSource, random_uuid
 from shared.ingress_limits import TOO_LARGE, entry_size_problem
 from shared.internal_events import (
@@ -56,6 +56,7 @@ from shared.internal_events import (
     is_authentic,
 )
 from shared.ledger import Dropped, LedgerOutput, SessionLedger, new_ledger_state
+from shared.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS, LiveDeltas
 from shared.session_ids import session_id_problem
 
 log = structlog.get_logger(__name__)
@@ -99,6 +100,8 @@ class _Batch:
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
     interrupts: dict[str, int] = field(default_factory=dict)
+    live: dict[str, LiveDeltas] = field(default_factory=dict)
+    """Per session, the text deltas applied in this batch (shared/live_reply.py), coalesced."""
     dropped: list[tuple[str, Dropped]] = field(default_factory=list)
     produced: Counter[tuple[str, str]] = field(default_factory=Counter)
     """(stream family, event type) → entries written."""
@@ -206,6 +209,11 @@ class IngestionWorker:
                 batch.applied_keys.setdefault(session, []).append(key)
             self._collect(batch, session, out)
             batch.agents.observe(session, envelope.payload, out, at_ms=entry_time_ms(entry.entry_id))
+            if isinstance(envelope.payload, StreamEvent) and out.invalid is None and not out.dropped:
+                # The reply's text as it streams, for watchers (shared/live_reply.py), in this batch's write.
+                live = batch.live.get(session) or batch.live.setdefault(session, LiveDeltas())
+                if live.add(envelope.payload.request_id, envelope.payload.event, after_seq=ledger.state.seq):
+                    batch.produced["live", "live_delta"] += 1
             if out.state_changed:
                 batch.changed.add(session)
             if out.invalid is not None:
@@ -371,6 +379,14 @@ class IngestionWorker:
             calls.add_members("SADD", self.topology.answered(session), list(ids))
         for session, uuids in batch.retracted.items():
             calls.add_members("SADD", self.topology.retracted(session), list(uuids))
+        for session, deltas in batch.live.items():
+            stream = self.topology.live_reply(session)
+            entries = deltas.entries()
+            if not entries:
+                continue
+            for delta in entries:
+                calls.add_xadd(stream, entry_fields(delta), LIVE_REPLY_MAXLEN)
+            calls.add("PEXPIRE", stream, LIVE_REPLY_TTL_MS)
         for session, at_ms in batch.interrupts.items():
             calls.add("SET", self.topology.interrupt(session), at_ms, "PX", INTERRUPT_TTL_MS)
         if touched:

@@ -89,6 +89,11 @@ class Topology:
         """List of the raw stream events of a reply still streaming (ingestion rebuilds it from them)."""
         return self.names.session_key(session_id, "reply", request_id)
 
+    def live_reply(self, session_id: str) -> str:
+        """Stream of the text deltas of the session's replies as ingestion applies them, for watchers
+        (``agentbus chat``; shared/live_reply.py). Trimmed and expiring: a view, not a record."""
+        return self.names.session_key(session_id, "live")
+
     def seen_keys(self, session_id: str) -> str:
         """Idempotency keys ingestion has applied."""
         return self.names.session_key(session_id, "keys")

@@ -155,7 +155,7 @@ def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
     lines: list[str] = []
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
-    assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1", "model"}, pids
+    assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1", "model", "fake-model"}, pids
     os.killpg(up.pid, stop_signal)  # what the terminal does: the whole foreground group
     rest, _ = up.communicate(timeout=90)
     output = "".join(lines) + rest
@@ -243,5 +243,12 @@ def test_leftovers_on_a_port_do_not_fool_readiness_and_console_logs_stay_short(
     log_file = tmp_path / "data" / "logs" / "up.log"
     assert f"worker logs: {log_file}" in output
     records = [orjson.loads(line) for line in log_file.read_bytes().splitlines()]
-    assert {record["worker"] for record in records} == {"ingestion", "normalization", "transcripts", "tools", "model"}
+    assert {record["worker"] for record in records} == {
+        "ingestion",
+        "normalization",
+        "transcripts",
+        "tools",
+        "model",
+        "fake-model",
+    }
     assert sum(record["event"] == "Application shutdown complete." for record in records) == 5

@@ -3,6 +3,7 @@ its fallback script, and stops cleanly (exit 0) on SIGTERM or SIGINT, even with 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -83,12 +84,22 @@ def test_cli_fake_model_serves_the_socket_up_hands_down_and_answers_readyz() -> 
     with (
         listener,
         subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, pass_fds=(listener.fileno(),), stderr=subprocess.PIPE, text=True
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            pass_fds=(listener.fileno(),),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         ) as process,
     ):
         try:
-            assert process.stderr is not None
-            assert process.stderr.readline().strip() == f"http://127.0.0.1:{port}"
+            assert process.stdout is not None
+            # Supervised, it logs JSON lines like every worker (they go to up's log): the URL is one of them.
+            lines = (json.loads(line) for line in process.stdout)
+            announced = next(line for line in lines if line["event"] == "fake_model_listening")
+            assert announced["url"] == f"http://127.0.0.1:{port}"
+            assert announced["worker"] == "fake-model"
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
             with opener.open(f"http://127.0.0.1:{port}/readyz", timeout=30) as response:
                 assert response.status == 200
