@@ -29,6 +29,7 @@ from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
 from services.runtime.usage_store import read_usage
+from shared.agents.record import ChildSummary
 from shared.content import ContentBlock
 from shared.events import (
     AssistantReply,
@@ -304,6 +305,22 @@ class AgentbusClient:
         """The session's model usage and cost so far, per model and in total (M10.5; ``.empty`` when no call
         was recorded). Costs were computed when each call was recorded, with the price table then in force."""
         return await read_usage(self.redis, self.topology, session_id)
+
+    async def session_tree(self, session_id: str) -> ChildSummary:
+        """``session_id`` and the sub-agent sessions its Agent calls started, recursively (A4): each node
+        with its agentId, agent type, description, status and children."""
+        from services.agents.tree import session_tree
+
+        return await session_tree(self.redis, self.topology, session_id)
+
+    async def tree_usage(self, session_id: str) -> SessionUsage:
+        """The model usage and cost of ``session_id`` and all its sub-agents, added up (``usage --tree``)."""
+        from services.agents.tree import walk
+        from shared.model.usage_totals import combine_usage
+
+        tree = await self.session_tree(session_id)
+        parts = [await self.usage(node.session_id) for _, node in walk(tree)]
+        return combine_usage(session_id, parts)
 
     async def follow(
         self, session_id: str, *, from_start: bool = True, block_ms: int = 1000

@@ -104,13 +104,17 @@ def _validate_content(tool: str, content: str, fail: InvalidPermissionRuleFactor
         if not content.startswith("domain:") or not domain.strip() or "/" in domain:
             raise fail("WebFetch rules are written WebFetch(domain:HOST)")
         return
+    if tool == "Agent":  # A1.1: Agent(<type>) denies one agent type
+        if not content.strip():
+            raise fail("empty agent type")
+        return
     if tool.startswith("mcp__"):
         raise fail("MCP rules name a server or tool and take no parenthesised content")
     if tool in EDIT_RULE_TOOLS:
         raise fail(f"path rules for {tool} are written Edit(...); Edit rules cover Edit/Write/MultiEdit/NotebookEdit")
     if tool in READ_RULE_TOOLS:
         raise fail(f"path rules for {tool} are written Read(...); Read rules cover Read/Glob/Grep/LS/NotebookRead")
-    raise fail(f"content rules are understood for Bash, Read, Edit and WebFetch only, not {tool}")
+    raise fail(f"content rules are understood for Bash, Read, Edit, WebFetch and Agent only, not {tool}")
 
 
 class InvalidPermissionRuleFactory:

@@ -123,12 +123,29 @@ def tail_command(
         TranscriptFormat | None,
         typer.Option("--format", help="pi: print the log as pi session entries (JSONL, P10 mapping)."),
     ] = None,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Also print the sub-agent sessions SESSION started, each under a heading.")
+    ] = False,
 ) -> None:
     """Print SESSION's canonical event log; exit 1 when the bus has never seen SESSION."""
     show = entry_printer(raw=raw, as_pi=file_format == "pi")
 
     async def run() -> None:
         async with _connect() as bus:
+            if tree:
+                from services.agents.tail import tail_tree
+
+                if not follow and not await _known_session(bus, session):
+                    fail(f"{_no_session(session)} (`agentbus send {session} TEXT` starts it)")
+                work = tail_tree(
+                    bus,
+                    session,
+                    lambda label: entry_printer(raw=raw, as_pi=file_format == "pi", prefix=label),
+                    follow=follow,
+                    echo=typer.echo,
+                )
+                await (_until_interrupted(work) if follow else work)
+                return
             if follow:
                 await _until_interrupted(_print_followed(bus, session, show))
                 return
@@ -159,11 +176,14 @@ async def _print_followed(bus: AgentbusClient, session: str, show: Callable[[Log
         show(entry)
 
 
-def entry_printer(*, raw: bool, as_pi: bool) -> Callable[[LogEntry], None]:
+def entry_printer(*, raw: bool, as_pi: bool, prefix: str = "") -> Callable[[LogEntry], None]:
     """How ``tail`` prints one log entry: a summary line, the entry as JSON (``--json``), or the pi session
-    entries its message maps to (``--format pi``, P10; tool names remembered across entries)."""
+    entries its message maps to (``--format pi``, P10; tool names remembered across entries); each line
+    after ``prefix`` (``tail --tree -f``: the session's agentId)."""
     if not as_pi:
-        return lambda entry: typer.echo(entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+        return lambda entry: typer.echo(
+            prefix + (entry.to_wire_json() if raw else describe(entry.seq, entry.message.to_wire()))
+        )
     from shared.pi.claude_code import ClaudeCodeToPi
     from shared.pi.session import dump_line
     from shared.transcript.unicode_text import escape_lone_surrogates
@@ -172,7 +192,7 @@ def entry_printer(*, raw: bool, as_pi: bool) -> Callable[[LogEntry], None]:
 
     def show(entry: LogEntry) -> None:
         for pi_entry in mapping.entries(entry.message.to_wire()):
-            typer.echo(escape_lone_surrogates(dump_line(pi_entry)))
+            typer.echo(prefix + escape_lone_surrogates(dump_line(pi_entry)))
 
     return show
 

@@ -82,12 +82,28 @@ def verify(
     file: FileArgument,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     file_format: FormatOption = None,
+    tree: Annotated[
+        bool,
+        typer.Option(
+            "--tree", help="Also verify the session's sub-agent transcripts (<session>/subagents/agent-*.jsonl)."
+        ),
+    ] = False,
 ) -> None:
     """Report chain breaks, cycles, duplicate uuids, unpaired tool_use / orphan tool_result, placeholder
     results and malformed lines, with line numbers. Exit 1 when there is any error, 0 otherwise.
 
     A pi session: duplicate ids, cycles, dangling parents, and in the context at the last entry calls
     without results, failed turns and late / duplicate / orphan results (P9)."""
+    if tree:
+        from services.agents.transcript_tree import subagent_files
+
+        codes = [_verify_exit_code(path, as_json, file_format) for path in [file, *subagent_files(file)]]
+        raise typer.Exit(max(codes))
+    raise typer.Exit(_verify_exit_code(file, as_json, file_format))
+
+
+def _verify_exit_code(file: Path, as_json: bool, file_format: TranscriptFormat | None) -> int:
+    """Verify one file, print its report; 0 when it is OK, 1 otherwise."""
     data = read_input(file)
     report: IntegrityReport | PiIntegrityReport
     if transcript_format(data, file_format) == "pi":
@@ -108,7 +124,7 @@ def verify(
         typer.echo(
             f"{file}: {verdict}: {line_count} lines, {len(report.errors)} error(s), {len(report.warnings)} warning(s)"
         )
-    raise typer.Exit(0 if report.ok else 1)
+    return 0 if report.ok else 1
 
 
 def _read_pi(file: Path, data: bytes) -> PiSession:

@@ -16,6 +16,7 @@ from services.cli.bus import checked_session_id
 from services.cli.common import fail
 
 if TYPE_CHECKING:
+    from services.client import AgentbusClient
     from shared.model.usage_totals import ModelUsage, SessionUsage
 
 COLUMNS = ("requests", "input", "output", "cache write 5m", "cache write 1h", "cache read", "cost (USD)")
@@ -24,6 +25,9 @@ COLUMNS = ("requests", "input", "output", "cache write 5m", "cache write 1h", "c
 def usage_command(
     session: Annotated[str, typer.Argument(help="Session id.", callback=checked_session_id)],
     raw: Annotated[bool, typer.Option("--json", help="Print the usage as JSON (snake_case, as stored).")] = False,
+    tree: Annotated[
+        bool, typer.Option("--tree", help="Add up SESSION and every sub-agent session it started (A5), and list them.")
+    ] = False,
 ) -> None:
     """Print SESSION's model usage and cost per model (input, output, cache writes 5 min / 1 h, cache reads,
     requests, USD) and the date of the price table the calls were priced with; exit 1 when the bus has never
@@ -33,12 +37,29 @@ def usage_command(
         from services.cli.bus import _connect, _known_session, _no_session
 
         async with _connect() as bus:
-            usage = await bus.usage(session)
+            usage = await (bus.tree_usage(session) if tree else bus.usage(session))
             if usage.empty and not await _known_session(bus, session):
                 fail(_no_session(session))
-        typer.echo(usage.model_dump_json(indent=2) if raw else "\n".join(usage_lines(usage)))
+            lines = usage_lines(usage)
+            if tree and not raw:
+                lines += await _tree_lines(bus, session)
+        typer.echo(usage.model_dump_json(indent=2) if raw else "\n".join(lines))
 
     asyncio.run(run())
+
+
+async def _tree_lines(bus: AgentbusClient, session: str) -> list[str]:
+    """Each session of the tree with its own total tokens and cost (children indented under parents)."""
+    from services.agents.tree import describe_node, walk
+
+    lines = ["sessions:"]
+    for depth, node in walk(await bus.session_tree(session)):
+        total = (await bus.usage(node.session_id)).total
+        tokens = total.input_tokens + total.output_tokens
+        tokens += total.cache_creation_5m_input_tokens + total.cache_creation_1h_input_tokens
+        tokens += total.cache_read_input_tokens
+        lines.append(f"{'  ' * (depth + 1)}{describe_node(node)}  {tokens:,} tokens  ${total.cost_usd:.6f}")
+    return lines
 
 
 def _row(name: str, usage: ModelUsage) -> list[str]:

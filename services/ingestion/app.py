@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import time
 
+from services.agents.ingestion_hooks import IngestionAgentHooks
+from services.agents.relay import ChildRelay
 from services.ingestion.worker import IngestionWorker
 from services.observability.metrics import instrument_handler
 from services.runtime.codec import signed_entry_fields
@@ -16,6 +18,8 @@ from services.runtime.worker_app import WorkerContext
 from shared.events import DeadlineSweep, IngressEnvelope
 
 SWEEP_INTERVAL_S = 1.0
+AGENT_FULL_SWEEP_EVERY = 10
+"""Every this many sweeps the agent sweep also re-reads running children's logs (lost completions)."""
 
 
 class IngestionRuntime:
@@ -32,6 +36,9 @@ class IngestionRuntime:
             max_entry_bytes=context.settings.max_ingress_entry_bytes,
             idempotency_ttl_ms=int(context.settings.retention.idempotency_keys_ttl_s * 1000),
         )
+        self.relay = ChildRelay(context.redis, self.topology, internal_key=self.worker.internal_key)
+        self.hooks = self.worker.agents = IngestionAgentHooks(self.relay)
+        self._sweeps = 0
         self.lanes = LaneWorker(
             context.redis,
             context.settings.names,
@@ -86,11 +93,21 @@ class IngestionRuntime:
                 queued += 1
         return queued
 
+    async def sweep_agents_once(self, *, full: bool = True) -> int:
+        """Sub-agents of the owned shards: cancellations, wall time, lost completions (services/agents)."""
+        ended = 0
+        for shard in self.lanes.owned_shards():
+            ended += await self.hooks.in_order(self.relay.sweep(shard, full=full))
+        return ended
+
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             with contextlib.suppress(Exception):
                 await self.sweep_once()
+            self._sweeps += 1
+            with contextlib.suppress(Exception):
+                await self.sweep_agents_once(full=self._sweeps % AGENT_FULL_SWEEP_EVERY == 0)
 
 
 def create(context: WorkerContext) -> IngestionRuntime:

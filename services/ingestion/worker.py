@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 import structlog
 
+from services.agents.ingestion_hooks import AgentBatch, IngestionAgentHooks
 from services.ingestion.ledger_cache import (
     MAX_SEEN_KEYS_PER_SESSION,
     SESSIONS_TOUCH_INTERVAL_MS,
@@ -104,6 +105,8 @@ class _Batch:
     dropped: list[tuple[str, Dropped]] = field(default_factory=list)
     produced: Counter[tuple[str, str]] = field(default_factory=Counter)
     """(stream family, event type) → entries written."""
+    agents: AgentBatch = field(default_factory=lambda: AgentBatch(None))
+    """Sub-agents: child entries to relay to parents, parents whose children to cancel."""
 
 
 class IngestionWorker:
@@ -136,6 +139,8 @@ class IngestionWorker:
         self.now_ms = now_ms
         self.dropped_total = 0
         self.cache = LedgerCache()
+        self.agents: IngestionAgentHooks | None = None
+        """Sub-agents (services/agents): set by the runtime; None relays nothing."""
 
     def _invalid_traceparent(self, _error: Exception) -> None:
         metrics.record_traceparent_invalid("ingestion")
@@ -154,7 +159,7 @@ class IngestionWorker:
         self.cache.forget_shard(shard)
 
     async def handle(self, shard: int, entries: list[StreamEntry]) -> BatchOutcome:
-        batch = _Batch()
+        batch = _Batch(agents=AgentBatch(self.agents))
         decoded: list[_Decoded] = []
         consumed: Counter[str] = Counter()
         debug = debug_enabled()
@@ -203,6 +208,7 @@ class IngestionWorker:
                 seen[session].add(key)
                 batch.applied_keys.setdefault(session, []).append(key)
             self._collect(batch, session, out)
+            batch.agents.observe(session, envelope.payload, out, at_ms=entry_time_ms(entry.entry_id))
             if isinstance(envelope.payload, StreamEvent) and out.invalid is None and not out.dropped:
                 # The reply's text as it streams, for watchers (shared/live_reply.py), in this batch's write.
                 live = batch.live.get(session) or batch.live.setdefault(session, LiveDeltas())
@@ -228,8 +234,13 @@ class IngestionWorker:
             outputs=batch.outputs,
             write=lambda calls: self._write_state(calls, shard, batch),
             poison=batch.poison,
-            on_settled=lambda: self.cache.put_back(shard, batch.ledgers),
+            on_settled=lambda: self._settled(shard, batch),
         )
+
+    def _settled(self, shard: int, batch: _Batch) -> None:
+        """The batch is committed: its ledgers may be cached, its agent work relayed."""
+        self.cache.put_back(shard, batch.ledgers)
+        batch.agents.settled()
 
     def _admit(self, shard: int, entry: StreamEntry) -> IngressEnvelope | Poison:
         """The entry's envelope if it may enter this shard's ledgers; else why not (checked before it is
@@ -382,6 +393,7 @@ class IngestionWorker:
             calls.add("ZADD", self.topology.sessions(shard), *(arg for session in touched for arg in (now, session)))
         for session in batch.interrupts:
             calls.add_keyless("PUBLISH", self.topology.interrupts_channel, session)
+        batch.agents.write(calls)
 
     def _write_reply_events(self, calls: KeyCalls, session: str, cached: CachedLedger) -> None:
         """Append the new raw events of each open reply to its list; delete the lists of finished ones.

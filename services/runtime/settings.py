@@ -69,6 +69,26 @@ class ToolSettings(BaseModel):
         return self
 
 
+class AgentSettings(BaseModel):
+    """Sub-agents (the ``Agent`` tool, agent-loop.md §A): definitions and limits (A2, A9)."""
+
+    definitions_file: Path | None = Field(
+        None, description="JSON or TOML file of agent definitions (A2.2 fields); .toml is read as TOML"
+    )
+    builtin_agents: bool = Field(True, description="offer the built-in general-purpose agent (A2.1)")
+    max_depth: int = Field(1, ge=1, description="deepest child; 1 = children cannot start agents (A9)")
+    max_children: int = Field(10, ge=1, description="children of one session running at once (fan-out)")
+    max_tokens: int | None = Field(None, ge=1, description="tokens one child may use over its model calls")
+    wall_time_s: float = Field(
+        600.0, gt=0, description="wall time of one child (clipped 5 s before the parent call's tool deadline)"
+    )
+    subagent_model: str | None = Field(None, description="model of every child (CLAUDE_CODE_SUBAGENT_MODEL, A3.5)")
+    model_aliases: dict[str, str] = Field(
+        default_factory=lambda: {"sonnet": "claude-sonnet-4-5", "opus": "claude-opus-4-1", "haiku": "claude-haiku-4-5"},
+        description="the model ids the Agent tool's model aliases stand for (A1.2, A3.5)",
+    )
+
+
 class RetentionSettings(BaseModel):
     """Trimming of the work streams (ingress, log, tool jobs) behind every group that reads them, and how
     long a quiet session's idempotency keys are kept."""
@@ -191,6 +211,7 @@ class Settings(BaseSettings):
     lane: LaneSettings = Field(default_factory=LaneSettings)
     tools: ToolSettings = Field(default_factory=ToolSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    agents: AgentSettings = Field(default_factory=AgentSettings)
     http_host: str = Field(
         "127.0.0.1",
         description="address of /metrics, /healthz and /readyz: loopback unless asked (containers set 0.0.0.0)",

@@ -6,6 +6,10 @@ import asyncio
 import contextlib
 from dataclasses import replace
 
+from services.agents.launcher import AgentTool
+from services.agents.permissions import SessionPermissions
+from services.agents.setup import agent_setup
+from services.agents.store import AgentStore
 from services.observability.metrics import instrument_handler
 from services.runtime.codec import signed_entry_fields
 from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
@@ -14,14 +18,15 @@ from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
 from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
-from services.runtime.tool_catalog import ToolCatalogPublisher
+from services.runtime.tool_catalog import ToolCatalogPublisher, read_tool_catalog
 from services.runtime.topology import TOOLS_GROUP
 from services.runtime.worker_app import WorkerContext
 from services.tool_execution.approvals import ApprovalGate
 from services.tool_execution.executor import ToolTimeouts
-from services.tool_execution.registry import default_registry
+from services.tool_execution.registry import ToolRegistry, default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
+from shared.agents.tool import AGENT_TOOL_NAME
 from shared.permissions import PermissionContext
 
 APPROVALS_GAUGE_INTERVAL_S = 5.0
@@ -48,7 +53,16 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
-        registry = default_registry(Workspace.at(workspace_root))
+        builtin = default_registry(Workspace.at(workspace_root))
+        self.agent_tool = AgentTool(
+            context.redis,
+            self.topology,
+            setup=agent_setup(settings.agents, cwd=str(workspace_root)),
+            permissions=permissions,
+            internal_key=settings.require_internal_key(),
+            tool_names=lambda: _catalog_names(context, builtin),
+        )
+        registry = ToolRegistry([*builtin, self.agent_tool])
         self.approvals = ApprovalGate(
             context.redis,
             self.topology,
@@ -88,6 +102,7 @@ class ToolRuntime:
             )
             for stream in self.topology.tool_job_streams()
         ]
+        self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
             BatchConsumer(
@@ -159,6 +174,13 @@ class ToolRuntime:
         return [(jobs.stream, TOOLS_GROUP) for jobs in self.jobs] + [
             (abandoned.stream, ABANDONED_GROUP) for abandoned in self.abandoned
         ]
+
+
+async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:
+    """The tool pool of a parent whose config names none (A3.4): every tool some live worker runs (the
+    catalog the model is offered), else this worker's own."""
+    names = [tool.name for tool in await read_tool_catalog(context.redis, context.topology)]
+    return names or [*builtin.names, AGENT_TOOL_NAME]
 
 
 def create(context: WorkerContext) -> ToolRuntime:

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 import structlog
 
+from services.agents.launcher import enter_agent_job
 from services.observability.metrics import record_traceparent_invalid
 from services.observability.tracing import WorkerTracer, continue_trace
 from services.runtime.codec import decode_entry, signed_entry_fields
@@ -35,6 +37,7 @@ from services.tool_execution.approvals import AnyJob, ApprovalGate, JobPlan, car
 from services.tool_execution.executor import ToolTimeouts, execute_tool_uses
 from services.tool_execution.registry import ToolRegistry
 from services.tool_execution.tool_spans import ToolCallSpans
+from shared.agents.ids import is_child_session
 from shared.clock import Clock, utc_now
 from shared.events import (
     IngressEnvelope,
@@ -105,6 +108,8 @@ class ToolWorker:
         self.approvals = approvals
         """Parks calls that ask for a person and runs their decisions (agent-loop.md §H)."""
         self._running: dict[str, _Running] = {}
+        self.session_permissions: Callable[[str], Awaitable[PermissionContext]] | None = None
+        """Sub-agents (services/agents/permissions.py): a child session's calls are decided in its own mode."""
 
     def handler(self) -> BatchHandler:
         return self.handle
@@ -144,6 +149,9 @@ class ToolWorker:
         self.stats.calls_skipped_answered += len(job.tool_uses) - len(calls)
         if not calls and not carries_decision(job):  # a decision is recorded even for an answered call
             return
+        permissions = (
+            self.permissions if self.session_permissions is None else await self.session_permissions(job.session_id)
+        )
         # Continue the job's trace: results and progress carry this worker's span as their parent.
         spans = ToolCallSpans(self.tracer, job.traceparent, conversation_id=job.session_id)
         span = continue_trace(job.traceparent, on_invalid=lambda _error: record_traceparent_invalid("tools"))
@@ -162,10 +170,11 @@ class ToolWorker:
         self._running[entry.entry_id] = running
         keepalive = asyncio.create_task(self._keep_claimed(entry))
         ingress = self.topology.ingress_for(job.session_id)
+        agent_job = enter_agent_job(job)  # an Agent call starts a child and answers later (services/agents)
         try:
-            plan = JobPlan(calls, self.permissions)
+            plan = JobPlan(calls, permissions)
             if self.approvals is not None:  # §H: asking calls are parked, decided ones carried out
-                plan = await self.approvals.plan(job, calls, self.permissions, interrupted=running.interrupt.is_set())
+                plan = await self.approvals.plan(job, calls, permissions, interrupted=running.interrupt.is_set())
             for answered in plan.answered:
                 await self.redis.xadd(ingress, signed_entry_fields(self._envelope(job, answered), self.internal_key))  # type: ignore[arg-type]
             async for message in execute_tool_uses(
@@ -178,7 +187,10 @@ class ToolWorker:
                 clock=self.clock,
                 ids=self.ids,
                 spans=spans,
+                is_subagent=is_child_session(job.session_id),
             ):
+                if agent_job.deferred(message):
+                    continue
                 fields = signed_entry_fields(self._envelope(job, plan.decorate(message)), self.internal_key)
                 await self.redis.xadd(ingress, fields)  # type: ignore[arg-type]
         finally:

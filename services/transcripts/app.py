@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from services.agents.store import AgentStore
+from services.agents.transcript_meta import SubagentMetaWriter
 from services.observability.metrics import instrument_handler
 from services.runtime.consumer import BatchConsumer
 from services.runtime.lane_worker import LaneWorker
@@ -28,7 +30,14 @@ class TranscriptRuntime:
             ),
         )
         self.pi_mirror = PiMirror() if settings.transcript_format == "pi" else None
-        self.worker = TranscriptWorker(self.store, cwd=settings.cwd, pi_mirror=self.pi_mirror)
+        self.worker = TranscriptWorker(
+            self.store,
+            cwd=settings.cwd,
+            pi_mirror=self.pi_mirror,
+            on_new_session=SubagentMetaWriter(
+                AgentStore(context.redis, context.topology), self.store, cwd=settings.cwd
+            ),
+        )
         self.lanes = LaneWorker(
             context.redis,
             settings.names,

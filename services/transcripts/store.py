@@ -46,6 +46,7 @@ from services.transcripts.removal import (
 from services.transcripts.session_lock import DEFAULT_LOCK_TIMEOUT_S, SessionLock
 from services.transcripts.tail_recovery import TornTail, report_torn_tail
 from services.transcripts.writer import DEFAULT_MIN_SYNC_INTERVAL_S, FSYNC_POOL, DurableJsonlFile
+from shared.agents.ids import parse_child_session
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, Message, UserMessage
 from shared.transcript.lines import TranscriptLine, dump_line
@@ -98,6 +99,10 @@ class _SessionState:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     writer_lock: SessionLock | None = None
     """The cross-process lock on the session, held from before the file was read until it is closed."""
+    agent_id: str | None = None
+    """A sub-agent's child session (A4): its lines are sidechain lines of this agentId."""
+    stamp_session_id: str | None = None
+    """The ``sessionId`` stamped on its lines: the session's own, or for a child its root session's (A4.2)."""
 
     async def close(self) -> None:
         try:
@@ -121,8 +126,9 @@ def _json_value(raw: bytes) -> object:
         return None
 
 
-def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
-    """The uuids of every message line in ``path`` and the uuid of the last chain participant."""
+def _scan_session_file(path: Path, *, sidechain: bool = False) -> tuple[set[str], str | None]:
+    """The uuids of every message line in ``path`` and the uuid of the last chain participant (of the
+    main chain; of the sidechain in a sub-agent file)."""
     uuids: set[str] = set()
     last: str | None = None
     try:
@@ -138,7 +144,7 @@ def _scan_session_file(path: Path) -> tuple[set[str], str | None]:
         uuid = value.get("uuid")
         if isinstance(uuid, str):
             uuids.add(uuid)
-            if value.get("type") in _CHAIN_TYPES and value.get("isSidechain") is not True:
+            if value.get("type") in _CHAIN_TYPES and (value.get("isSidechain") is True) == sidechain:
                 last = uuid
     return uuids, last
 
@@ -219,20 +225,43 @@ class TranscriptStore:
         """(In a worker thread.) Lock the session against other writers, then find its file, repair a torn
         tail, read its uuids and chain end."""
         writer_lock = SessionLock.acquire(self.root, session_id, timeout_s=self.config.lock_timeout_s)
+        child = parse_child_session(session_id)
         try:
-            path = self._locate_session_file(session_id, cwd)
+            path = self._locate_session_file(session_id, cwd) if child is None else self.subagent_path(session_id, cwd)
             file = self._file(path, session_id)
             file.recover()
-            uuids, last = _scan_session_file(path)
+            uuids, last = _scan_session_file(path, sidechain=child is not None)
         except BaseException:
             writer_lock.release()
             raise
-        return _SessionState(session_id, file, uuids, last, materialized=path.exists(), writer_lock=writer_lock)
+        return _SessionState(
+            session_id,
+            file,
+            uuids,
+            last,
+            materialized=path.exists(),
+            writer_lock=writer_lock,
+            agent_id=child.agent_id if child is not None else None,
+            stamp_session_id=child.root_session_id if child is not None else session_id,
+        )
+
+    def subagent_path(self, child_session_id: str, cwd: str) -> Path:
+        """A4.1: a child session's transcript, ``<root>/subagents/agent-<agentId>.jsonl`` beside its root
+        session's file (wherever that file is pinned)."""
+        child = parse_child_session(child_session_id)
+        if child is None:
+            raise ValueError(f"{child_session_id!r} is not a sub-agent session")
+        root_file = self._locate_session_file(child.root_session_id, cwd)
+        return root_file.with_suffix("") / "subagents" / f"agent-{child.agent_id}.jsonl"
 
     def session_path(self, session_id: str, cwd: str) -> Path:
         """Where ``session_id`` is (or would be) recorded."""
         state = self._sessions.get(session_id)
-        return state.file.path if state is not None else self._locate_session_file(session_id, cwd)
+        if state is not None:
+            return state.file.path
+        if parse_child_session(session_id) is not None:
+            return self.subagent_path(session_id, cwd)
+        return self._locate_session_file(session_id, cwd)
 
     # ------------------------------------------------------------------ recording
     async def record(
@@ -289,8 +318,9 @@ class TranscriptStore:
         """R7.7 steps 1–5 without awaiting: the batch is written before this returns."""
         cleaned = clean_messages_for_logging(messages, self.config.cleaning, all_messages=all_messages)
         split = split_recorded_prefix(cleaned, state.uuids, parent_hint)
-        stamp = self.config.stamp.values(cwd=cwd, session_id=state.session_id)  # git branch: once per batch
-        chain = build_chain_lines(split.new, split.starting_parent, stamp=stamp, team=team, agent_id=None)
+        stamp_id = state.stamp_session_id or state.session_id
+        stamp = self.config.stamp.values(cwd=cwd, session_id=stamp_id)  # git branch: once per batch
+        chain = build_chain_lines(split.new, split.starting_parent, stamp=stamp, team=team, agent_id=state.agent_id)
         lines, written, last_new = chain.lines, chain.uuids, chain.last_participant
         kept = [(line, uuid) for line, uuid in zip(lines, written, strict=True) if self._claim(state, uuid)]
         kept_uuids = [uuid for _, uuid in kept]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -41,11 +42,21 @@ class TranscriptStats:
 class TranscriptWorker:
     """Builds the batch handler of each owned log shard."""
 
-    def __init__(self, store: TranscriptStore, *, cwd: str, pi_mirror: PiMirror | None = None) -> None:
+    def __init__(
+        self,
+        store: TranscriptStore,
+        *,
+        cwd: str,
+        pi_mirror: PiMirror | None = None,
+        on_new_session: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.cwd = cwd
         self.pi_mirror = pi_mirror
         """``AGENTBUS_TRANSCRIPT_FORMAT=pi``: also keep each session as a pi session file."""
+        self.on_new_session = on_new_session
+        """Called once per session (per process) before its first lines: a sub-agent's ``.meta.json`` (A4.1)."""
+        self._seen_sessions: set[str] = set()
         self.stats = TranscriptStats()
 
     def handler_for(self, shard: int, epoch: int) -> BatchHandler:
@@ -102,6 +113,9 @@ class TranscriptWorker:
         return BatchOutcome(poison=poison)
 
     async def _persist(self, session: str, records: list[LogEntry]) -> None:
+        if self.on_new_session is not None and session not in self._seen_sessions:
+            await self.on_new_session(session)
+            self._seen_sessions.add(session)
         removed_any = await self._persist_transcript(session, records)
         if self.pi_mirror is not None:
             await self.pi_mirror.sync(session, self.store.session_path(session, self.cwd), rewrite=removed_any)

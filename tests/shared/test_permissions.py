@@ -79,7 +79,8 @@ def test_rule_forms_parse(text: str, tool: str, content: str | None) -> None:
         ("mcp__server(x)", "no parenthesised content"),
         ("Write(src/**)", "written Edit(...)"),
         ("Grep(src/**)", "written Read(...)"),
-        ("Agent(Explore)", "content rules are understood for"),
+        ("Agent( )", "empty agent type"),
+        ("Edit2(x)", "content rules are understood for"),
         ("Read( )", "empty path pattern"),
     ],
 )

@@ -1,0 +1,301 @@
+"""From a child session to its parent: progress (A6), the final result (A5), cancellation (A8) and the
+limits (A9), published into the parent's ingress as signed internal events (shared/internal_events.py).
+
+Every publication is idempotent: the result's key is ``agent_result:<tool_use_id>`` (whoever answers
+first — the child's end, a limit, a cancellation — is the one the parent's ledger applies; a later one is
+a duplicate key), a progress message's ``agent_progress:<uuid>`` with a uuid derived from the child
+message. The result is published BEFORE the child is marked ended, so a crash in between leaves a
+running child that the sweep finds and answers again (a duplicate, dropped): nothing lost, nothing twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+import structlog
+
+from services.agents.store import AgentStore
+from services.runtime.codec import DATA_FIELD, signed_entry_fields
+from services.runtime.topology import Topology
+from shared.agents.ids import parse_child_session
+from shared.agents.progress import agent_progress, forwarded_shell_progress
+from shared.agents.record import ChildRecord, ChildStatus
+from shared.agents.results import (
+    ParentResult,
+    completed_result,
+    cumulative_tokens,
+    interrupted_result,
+    tokens_exceeded,
+    wall_time_exceeded,
+)
+from shared.agents.turn import TurnOutcome, may_end_turn, replies, shows_tool_activity, turn_outcome
+from shared.clock import Clock, utc_now
+from shared.content import ToolResultBlock
+from shared.events import (
+    IngressEnvelope,
+    Interrupt,
+    LogEntry,
+    ToolProgressReport,
+    ToolResultReport,
+    parse_log_entry,
+)
+from shared.factories import create_user_message
+from shared.messages import AssistantMessage, Message, ProgressMessage, UserMessage
+
+log = structlog.get_logger(__name__)
+
+RECORD_CACHE_SIZE = 4096
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ChildRelay:
+    """Publishes what a child owes its parent (see the module docstring)."""
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        topology: Topology,
+        *,
+        internal_key: bytes,
+        clock: Clock = utc_now,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.redis = redis
+        self.topology = topology
+        self.store = AgentStore(redis, topology)
+        self.internal_key = internal_key
+        self.clock = clock
+        self.now_ms = now_ms
+        self._records: OrderedDict[str, ChildRecord] = OrderedDict()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def record(self, child_session_id: str) -> tuple[ChildRecord, ChildStatus] | None:
+        found = await self.store.record(child_session_id)
+        if found is not None:
+            self._records[child_session_id] = found[0]
+            self._records.move_to_end(child_session_id)
+            while len(self._records) > RECORD_CACHE_SIZE:
+                self._records.popitem(last=False)
+        return found
+
+    async def _cached_record(self, child_session_id: str) -> ChildRecord | None:
+        cached = self._records.get(child_session_id)
+        if cached is not None:
+            return cached
+        found = await self.record(child_session_id)
+        return found[0] if found is not None else None
+
+    async def child_log(self, child_session_id: str, *, upto_seq: int | None = None) -> list[Message]:
+        """The child's messages in log order (its own event stream: the canonical history), up to
+        ``upto_seq`` when given."""
+        rows: Any = await self.redis.xrange(self.topology.session_events(child_session_id))
+        entries = [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
+        return [entry.message for entry in entries if upto_seq is None or entry.seq <= upto_seq]
+
+    # -- publishing ---------------------------------------------------------------------------
+
+    async def _publish(self, envelope: IngressEnvelope) -> None:
+        fields = signed_entry_fields(envelope, self.internal_key)
+        await self.redis.xadd(self.topology.ingress_for(envelope.session_id), fields)  # type: ignore[arg-type]
+
+    async def answer_parent(self, record: ChildRecord, result: ParentResult, status: ChildStatus) -> bool:
+        """Publish the parent call's result, then mark the child ended (see the module docstring)."""
+        block = ToolResultBlock(tool_use_id=record.parent_tool_use_id, content=result.content)
+        if result.is_error:
+            block = ToolResultBlock(tool_use_id=record.parent_tool_use_id, content=result.content, is_error=True)
+        message = create_user_message(
+            [block],
+            clock=self.clock,
+            tool_use_result=result.tool_use_result,
+            source_tool_assistant_uuid=record.parent_assistant_uuid,
+        )
+        await self._publish(
+            IngressEnvelope(
+                session_id=record.parent_session_id,
+                idempotency_key=f"agent_result:{record.parent_tool_use_id}",
+                payload=ToolResultReport(message=message),
+            )
+        )
+        ended = await self.store.end(record, status, self.now_ms())
+        log.info(
+            "agent_answered",
+            parent_session_id=record.parent_session_id,
+            child_session_id=record.session_id,
+            agent_id=record.agent_id,
+            status=status,
+            first=ended,
+        )
+        return ended
+
+    async def stop_child(self, record: ChildRecord) -> None:
+        """Interrupt the child (A8.1: its model call and tools stop, its pending calls get the texts)."""
+        await self._publish(
+            IngressEnvelope(
+                session_id=record.session_id,
+                idempotency_key=f"agent_stop:{record.session_id}",
+                payload=Interrupt(reason="user_cancel"),
+            )
+        )
+
+    async def publish_progress(self, record: ChildRecord, entries: Sequence[LogEntry]) -> int:
+        """A6.1 for the child's new log entries: the first user message (with the prompt), then every
+        message with a tool_use or tool_result block."""
+        published = 0
+        for entry in entries:
+            message = entry.message
+            if isinstance(message, ProgressMessage):
+                shell = forwarded_shell_progress(message, parent_tool_use_id=record.parent_tool_use_id)
+                if shell is not None:
+                    await self._publish_progress(record, shell)
+                    published += 1
+                continue
+            first = entry.seq == 1 and isinstance(message, UserMessage)
+            if not (first or shows_tool_activity(message)):
+                continue
+            assert isinstance(message, UserMessage | AssistantMessage)
+            progress = agent_progress(
+                message,
+                agent_id=record.agent_id,
+                prompt=record.prompt if first else "",
+                parent_tool_use_id=record.parent_tool_use_id,
+                parent_message_id=record.parent_message_id,
+                parent_assistant_uuid=record.parent_assistant_uuid,
+                timestamp=self.clock(),
+            )
+            await self._publish_progress(record, progress)
+            published += 1
+        return published
+
+    async def _publish_progress(self, record: ChildRecord, progress: ProgressMessage) -> None:
+        await self._publish(
+            IngressEnvelope(
+                session_id=record.parent_session_id,
+                idempotency_key=f"agent_progress:{progress.uuid}",
+                payload=ToolProgressReport(message=progress),
+            )
+        )
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    async def on_child_entries(self, child_session_id: str, entries: Sequence[LogEntry]) -> None:
+        """A child's batch was logged: forward progress; when its turn may be over, or a reply ended
+        (limits), look at its whole log."""
+        record = await self._cached_record(child_session_id)
+        if record is None:
+            return  # a session named like a child that no Agent call started: nothing to answer
+        published = await self.publish_progress(record, entries)
+        log.debug("agent_relay", child_session_id=child_session_id, seqs=[e.seq for e in entries], progress=published)
+        reply_ended = any(
+            isinstance(entry.message, AssistantMessage) and entry.message.message.stop_reason is not None
+            for entry in entries
+        )
+        if reply_ended or any(may_end_turn(entry.message) for entry in entries):
+            # Judged on the log as far as relayed: the child's later entries (already logged, their relay
+            # queued behind this one) must reach the parent as progress before its result does.
+            await self.check(child_session_id, upto_seq=max(entry.seq for entry in entries))
+
+    async def on_child_interrupted(self, child_session_id: str) -> None:
+        """A8.1: a ``user_cancel`` interrupt reached the child: its parent's call is answered with the
+        rejection (a no-op when the child had ended, e.g. because its parent's interrupt stopped it)."""
+        found = await self.record(child_session_id)
+        if found is not None and found[1] == "running":
+            await self.answer_parent(found[0], interrupted_result(), "interrupted")
+
+    async def check(
+        self, child_session_id: str, *, now_ms: int | None = None, upto_seq: int | None = None
+    ) -> ChildStatus:
+        """Answer the parent if the child's turn is over (in its log up to ``upto_seq``) or it broke a
+        limit; returns its status."""
+        found = await self.record(child_session_id)
+        if found is None:
+            return "failed"
+        record, status = found
+        if status != "running":
+            return status
+        now = now_ms if now_ms is not None else self.now_ms()
+        outcome = turn_outcome(await self.child_log(child_session_id, upto_seq=upto_seq))
+        if outcome.state == "completed":
+            await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
+            return "completed"
+        if outcome.state == "interrupted":
+            await self.answer_parent(record, interrupted_result(), "interrupted")
+            return "interrupted"
+        return await self._enforce_limits(record, outcome, now)
+
+    async def _enforce_limits(self, record: ChildRecord, outcome: TurnOutcome, now: int) -> ChildStatus:
+        if record.max_tokens is not None:
+            used = cumulative_tokens(outcome.messages)
+            if used > record.max_tokens:
+                await self.stop_child(record)
+                await self.answer_parent(record, tokens_exceeded(record.facts, record.max_tokens, used), "failed")
+                return "failed"
+        if record.max_turns is not None and replies(outcome.messages) >= record.max_turns:
+            # A3.8: at maxTurns the child stops; its last assistant text is the result.
+            await self.stop_child(record)
+            await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
+            return "completed"
+        if now >= record.deadline_ms:
+            await self.stop_child(record)
+            limit_s = (record.deadline_ms - record.started_ms) / 1000
+            await self.answer_parent(record, wall_time_exceeded(record.facts, limit_s), "failed")
+            return "failed"
+        return "running"
+
+    async def cancel_children(self, parent_session_id: str, *, interrupted_at_ms: int) -> int:
+        """A8.1/A8.2: the parent was interrupted (``user_cancel``): every child started before then is
+        stopped and the parent's Agent call gets REJECT_MESSAGE."""
+        children = await self.store.children(parent_session_id)
+        statuses = await self.store.statuses(children)
+        cancelled = 0
+        for child, status in statuses.items():
+            if status != "running":
+                continue
+            found = await self.record(child)
+            if found is None or found[0].dispatched_ms > interrupted_at_ms:
+                continue
+            record = found[0]
+            await self.stop_child(record)
+            await self.answer_parent(record, interrupted_result(), "interrupted")
+            cancelled += 1
+        return cancelled
+
+    async def sweep(self, shard: int, *, full: bool = True) -> int:
+        """The shard owner's periodic pass over its running children: cancellations a crash kept from
+        being cascaded, and the wall time; with ``full`` also completions a crash kept from being answered
+        (each child's log is read). Returns how many children it ended."""
+        ended = 0
+        now = self.now_ms()
+        for child, deadline in await self.store.running(shard):
+            found = await self.record(child)
+            if found is None:
+                continue
+            record, status = found
+            if status != "running":
+                await self.store.unindex(record)  # its index entry outlived a crash
+                continue
+            cancelled_at = await self.store.cancelled_at(record.parent_session_id)
+            if cancelled_at is not None and cancelled_at >= record.dispatched_ms:
+                await self.stop_child(record)
+                await self.answer_parent(record, interrupted_result(), "interrupted")
+                ended += 1
+                continue
+            if (full or deadline <= now) and await self.check(child, now_ms=now) != "running":
+                ended += 1
+        return ended
+
+
+def child_entries_by_session(entries: Sequence[LogEntry]) -> dict[str, list[LogEntry]]:
+    """The batch's log entries of child sessions, by session."""
+    by_child: dict[str, list[LogEntry]] = {}
+    for entry in entries:
+        if parse_child_session(entry.session_id) is not None:
+            by_child.setdefault(entry.session_id, []).append(entry)
+    return by_child

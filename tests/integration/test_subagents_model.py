@@ -1,0 +1,167 @@
+"""Issue 19 "Done when", sub-agents end to end: real worker processes (the model worker included), a real
+Redis and the fake Anthropic-compatible server over real HTTP, scripted per session (children by their
+derived session ids). A parent starts three children in parallel; one reads a file, one asks for
+approval (a person allows it), one is interrupted while its reply streams. All four transcripts are
+valid, the parent's last request pairs every Agent call, and the children's usage rolls up into the tree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from services.transcripts.layout import session_file
+from shared.agents.ids import agent_id_for, child_session_id
+from shared.constants import REJECT_MESSAGE
+from shared.transcript import read_transcript, verify_transcript
+from tests.integration.cluster import WorkerCluster, eventually
+from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.model_turns import (
+    assert_every_tool_use_answered_once,
+    reply,
+    text,
+    tool_use,
+    turn_ended,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CWD = "/agentbus"
+USAGE = {"input_tokens": 100, "output_tokens": 20}
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
+    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
+    definitions = module_cluster.root / "agents.json"
+    definitions.write_text(
+        json.dumps({"reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]}})
+    )
+    module_cluster.extra_env.update(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "AGENTBUS_MODEL__BASE_URL": fake.base_url,
+            "AGENTBUS_MODEL__MODEL": "claude-sonnet-4-5",
+            "AGENTBUS_AGENTS__DEFINITIONS_FILE": str(definitions),
+            "AGENTBUS_TOOLS__ASK_POLICY": "approve",
+        }
+    )
+    for name in ("ingestion", "normalization", "transcripts", "tools", "model"):
+        module_cluster.start(name)
+    module_cluster.wait_ready(timeout_s=240)
+    module_cluster.workspace.mkdir(parents=True, exist_ok=True)
+    (module_cluster.workspace / "README.md").write_text("# demo\n", encoding="utf-8")
+    return module_cluster
+
+
+def agent(tool_id: str, description: str, prompt: str, subagent_type: str | None = None) -> dict[str, Any]:
+    arguments = {"description": description, "prompt": prompt}
+    if subagent_type is not None:
+        arguments["subagent_type"] = subagent_type
+    return tool_use(tool_id, "Agent", **arguments)
+
+
+async def test_issue_19_three_children_one_approved_one_interrupted_end_with_valid_transcripts_and_usage_rolled_up(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    parent = "agents-e2e"
+    child = {tool_id: child_session_id(parent, agent_id_for(parent, tool_id)) for tool_id in ("t_a", "t_b", "t_c")}
+    fake.script(
+        parent,
+        [
+            reply(
+                text("Starting three agents."),
+                agent("t_a", "read readme", "Read README.md and quote it.", "reviewer"),
+                agent("t_b", "say two", "Answer: two."),
+                agent("t_c", "long story", "Tell a long story."),
+                usage=USAGE,
+            ),
+            reply(text("Two agents reported; one was stopped."), usage=USAGE),
+        ],
+    )
+    fake.script(
+        child["t_a"],
+        [
+            reply(tool_use("t_a_read", "Read", file_path="README.md"), usage=USAGE),
+            reply(text("README says: # demo"), usage=USAGE),
+        ],
+    )
+    # B asks for approval (H8.1: the request names the sub-agent), a person allows it.
+    fake.script(
+        child["t_b"],
+        [reply(tool_use("t_b_touch", "Bash", command="touch b.txt"), usage=USAGE), reply(text("two"), usage=USAGE)],
+    )
+    # C streams a first block, then a second one slowly: it is interrupted while its reply streams.
+    fake.script(
+        child["t_c"],
+        [reply(text("Once upon a time."), text("And then " * 40), chunk_delay_ms=500, usage=USAGE)],
+    )
+    async with deployment.client() as bus:
+        await bus.send_prompt(parent, "Run three agents.")
+        await wait_for(
+            bus, child["t_c"], lambda h: any("Once upon a time." in json.dumps(e.message.to_wire()) for e in h)
+        )
+        await bus.interrupt(child["t_c"])
+
+        async def asked() -> bool:
+            return bool(await bus.pending_approvals(child["t_b"]))
+
+        await eventually(asked, timeout_s=60)
+        (approval,) = await bus.pending_approvals(child["t_b"])
+        assert (approval.request.agent_id, approval.request.parent_session_id) == (agent_id_for(parent, "t_b"), parent)
+        await approval.allow()
+        history = await wait_for(bus, parent, turn_ended, timeout_s=120)
+        assert_every_tool_use_answered_once(history)
+
+        # The parent's last request to the model pairs every Agent call (A5.2 shapes, A8.1 rejection).
+        last_request = fake.requests(parent)[-1]["body"]
+        results = {
+            block["tool_use_id"]: block
+            for message in last_request["messages"]
+            if message["role"] == "user" and isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        }
+        assert sorted(results) == ["t_a", "t_b", "t_c"]
+        assert results["t_a"]["content"][0] == {"type": "text", "text": "README says: # demo"}
+        assert results["t_a"]["content"][1]["text"].startswith(f"agentId: {agent_id_for(parent, 't_a')} ")
+        assert "\ntool_uses: 1\n" in results["t_a"]["content"][1]["text"]
+        assert results["t_b"]["content"][0] == {"type": "text", "text": "two"}
+        assert (deployment.workspace / "b.txt").exists()  # the approved call ran
+        assert (results["t_c"]["content"], results["t_c"]["is_error"]) == (REJECT_MESSAGE, True)
+        # Each child was called with its own conversation, system prompt and tools (A3).
+        first_a = fake.requests(child["t_a"])[0]["body"]
+        assert len(first_a["messages"]) == 1  # a fresh conversation: the prompt, nothing of the parent (A3.2)
+        assert "Read README.md and quote it." in json.dumps(first_a["messages"][0]["content"])
+        assert [tool["name"] for tool in first_a["tools"]] == ["Read"]
+        assert "You review files." in json.dumps(first_a["system"])
+
+        # Four valid transcripts: the parent's and three sidechain files under it (A4).
+        main = session_file(deployment.data_dir, CWD, parent)
+        files = [main] + [
+            main.with_suffix("") / "subagents" / f"agent-{agent_id_for(parent, tool_id)}.jsonl" for tool_id in child
+        ]
+
+        async def all_valid() -> bool:
+            return all(path.exists() and verify_transcript(read_transcript(path.read_bytes())).ok for path in files)
+
+        await eventually(all_valid, timeout_s=30)
+
+        # Usage rolls up: the tree's total is the parent's plus every child's.
+        tree = await bus.tree_usage(parent)
+        parts = [await bus.usage(session) for session in [parent, *child.values()]]
+        assert tree.total.requests == sum(part.total.requests for part in parts)
+        assert tree.total.requests > parts[0].total.requests >= 2
+        assert sorted(tree.sessions) == sorted([parent, *child.values()])
