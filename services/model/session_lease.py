@@ -9,18 +9,7 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-_RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
+from services.runtime.leases import RELEASE_IF_HELD, RENEW_IF_HELD
 
 
 class SessionLease:
@@ -37,7 +26,7 @@ class SessionLease:
 
     async def renew(self) -> bool:
         """Extend the lease; False when it was lost (expired and maybe taken by another worker)."""
-        return bool(await self.redis.eval(_RENEW, 1, self.key, self.owner, self.ttl_ms))
+        return bool(await self.redis.eval(RENEW_IF_HELD, 1, self.key, self.owner, self.ttl_ms))
 
     async def release(self) -> None:
-        await self.redis.eval(_RELEASE, 1, self.key, self.owner)
+        await self.redis.eval(RELEASE_IF_HELD, 1, self.key, self.owner)

@@ -51,14 +51,14 @@ return redis.call('INCR', KEYS[2])
 """
 """Take a free lease (or re-take our own after a restart) and return the new epoch; 0 when taken."""
 
-_RENEW = """
+RENEW_IF_HELD = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
 """
 
-_RELEASE = """
+RELEASE_IF_HELD = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
@@ -173,8 +173,8 @@ class ShardLeases:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self._acquire = redis.register_script(_ACQUIRE)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
+        self._renew = redis.register_script(RENEW_IF_HELD)
+        self._release = redis.register_script(RELEASE_IF_HELD)
         self._heartbeat = redis.register_script(_MEMBERS)
         self._log = log.bind(lane=lane, owner=owner)
 

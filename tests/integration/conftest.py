@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 from services.runtime import redis_client
 from tests.conftest import flushed_target_url
 from tests.integration.cluster import WorkerCluster
+from tests.integration.fake_model import FakeModelProcess, start_fake_model
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +46,13 @@ async def target_redis(target_url: str) -> AsyncIterator[aioredis.Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
+    """The fake Anthropic-compatible server as a process, one per test module (a module may script it per session)."""
+    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
+    try:
+        yield server
+    finally:
+        server.stop()

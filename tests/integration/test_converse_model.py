@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from services.conversation import ConversationEvent, TextDelta, ToolCall, ToolResult, TurnEnd
 from tests.cli.process import AGENTBUS, cli_env
 from tests.integration.cluster import TEST_SHARDS, WorkerCluster
-from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import reply, text, tool_use
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -23,15 +22,6 @@ FIRST = "I'll read the README first, then tell you what this workspace is about.
 CHUNK_DELAY_MS = 40
 """Between the fake server's SSE events of the answer: it streams slower than ingestion applies it."""
 ANSWER = "The README says this is a demo workspace for agentbus, with one heading and nothing else yet."
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
-    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

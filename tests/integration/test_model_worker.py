@@ -16,7 +16,6 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -30,7 +29,7 @@ from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from shared.model.retry import backoff_window_ms
 from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
 from tests.integration.cluster import WorkerCluster
-from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
     http_error,
@@ -51,15 +50,6 @@ FALLBACK = "claude-haiku-4-5"
 BASE_MS = 200.0
 MAX_MS = 800.0
 MAX_RETRIES = 4
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
-    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

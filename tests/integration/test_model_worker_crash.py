@@ -9,7 +9,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import orjson
 import pytest
@@ -19,7 +19,7 @@ from services.runtime.topology import Topology
 from services.transcripts.layout import session_file
 from shared.messages import AssistantMessage
 from tests.integration.cluster import WorkerCluster
-from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
     live_messages,
@@ -34,15 +34,6 @@ from tests.integration.model_turns import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 LEASE_MS = 1500
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
-    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

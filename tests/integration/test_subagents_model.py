@@ -8,7 +8,6 @@ valid, the parent's last request pairs every Agent call, and the children's usag
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from shared.agents.ids import agent_id_for, child_session_id
 from shared.constants import REJECT_MESSAGE
 from shared.transcript import read_transcript, verify_transcript
 from tests.integration.cluster import WorkerCluster, eventually
-from tests.integration.fake_model import FakeModelProcess, start_fake_model
+from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
     reply,
@@ -32,15 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CWD = "/agentbus"
 USAGE = {"input_tokens": 100, "output_tokens": 20}
-
-
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModelProcess]:
-    server = start_fake_model(tmp_path_factory.mktemp("fake") / "fake.log")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
