@@ -53,7 +53,7 @@ from services.runtime.topology import Topology
 from shared.events import RequestReady
 
 SHARDS = 8
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -84,7 +84,7 @@ class AgentSettings(BaseModel):
     )
     subagent_model: str | None = Field(None, description="model of every child (CLAUDE_CODE_SUBAGENT_MODEL, A3.5)")
     model_aliases: dict[str, str] = Field(
-        default_factory=lambda: {"sonnet": "claude-sonnet-4-5", "opus": "claude-opus-4-1", "haiku": "claude-haiku-4-5"},
+        default_factory=lambda: {"sonnet": "claude-sonnet-4-6", "opus": "claude-opus-4-6", "haiku": "claude-haiku-4-5"},
         description="the model ids the Agent tool's model aliases stand for (A1.2, A3.5)",
     )
 
@@ -110,7 +110,7 @@ class ModelSettings(BaseModel):
     base_url: str | None = Field(
         None, description="Messages API base URL (None: ANTHROPIC_BASE_URL, else https://api.anthropic.com)"
     )
-    model: str = Field("claude-sonnet-4-5", description="default model id")
+    model: str = Field("claude-sonnet-4-6", description="default model id")
     fallback_model: str | None = Field(None, description="model switched to after three 529s in a row (M6)")
     max_tokens: int | None = Field(None, ge=1, description="default max_tokens (None: the model's M1.5 default)")
     system_prompt: str = Field(

@@ -30,7 +30,7 @@ def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerC
         {
             "ANTHROPIC_API_KEY": "sk-ant-test",
             "AGENTBUS_MODEL__BASE_URL": fake.base_url,
-            "AGENTBUS_MODEL__MODEL": "claude-sonnet-4-5",
+            "AGENTBUS_MODEL__MODEL": "claude-sonnet-4-6",
         }
     )
     for name in ("ingestion", "normalization", "transcripts", "tools", "model"):

@@ -109,14 +109,14 @@ def test_m11_chat_span_per_logical_call_with_genai_attributes_and_retry_events(r
     )
     assert done.returncode == 0, done.stderr[-4000:]
     (span,) = [s for s in json.loads(done.stdout.splitlines()[-1]) if s["name"].startswith("chat ")]
-    assert span["name"] == "chat claude-sonnet-4-5"  # M11.1
+    assert span["name"] == "chat claude-sonnet-4-6"  # M11.1
     assert span["kind"] == "CLIENT"
     assert span["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert span["parent"] == "00f067aa0ba902b7"  # the request notice's span
     attributes = span["attributes"]
     assert attributes["gen_ai.operation.name"] == "chat"
     assert attributes["gen_ai.provider.name"] == "anthropic"
-    assert attributes["gen_ai.request.model"] == "claude-sonnet-4-5"
+    assert attributes["gen_ai.request.model"] == "claude-sonnet-4-6"
     assert attributes["gen_ai.conversation.id"] == "span-session"
     assert attributes["gen_ai.usage.input_tokens"] == 10 + 100 + 20  # M11.3
     assert attributes["gen_ai.usage.output_tokens"] == 5

@@ -45,7 +45,7 @@ from tests.integration.model_turns import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-4-6"
 FALLBACK = "claude-haiku-4-5"
 BASE_MS = 200.0
 MAX_MS = 800.0
