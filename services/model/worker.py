@@ -409,7 +409,7 @@ class ModelWorker:
         running = _Running(asyncio.create_task(call.run(), name=f"model:{session}"))
         self._running[session] = running
         self.stats.calls += 1
-        model_metrics.IN_FLIGHT.inc()
+        model_metrics.call_started()
         try:
             result = await running.task
         except asyncio.CancelledError:
@@ -426,7 +426,7 @@ class ModelWorker:
             span.end(error)
             raise
         finally:
-            model_metrics.IN_FLIGHT.dec()
+            model_metrics.call_ended()
             self._running.pop(session, None)
         duration = time.perf_counter() - started
         await self._account(session, tenant, estimate, result, duration)
@@ -456,7 +456,7 @@ class ModelWorker:
         await publisher.close()
         abort_s = time.perf_counter() - interrupted_at
         self.stats.interrupted += 1
-        model_metrics.INTERRUPT_ABORT.observe(abort_s)
+        model_metrics.record_interrupt_abort(abort_s)
         model_metrics.record_call(call.model, "interrupted")
         publisher.record(
             {
