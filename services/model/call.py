@@ -35,6 +35,7 @@ from anthropic import AsyncAnthropic
 
 from services.model.failures import error_type_label, failure_of
 from services.model.publisher import SessionPublisher
+from services.model.session_lease import SessionLeaseLost
 from services.observability import model_metrics
 from services.runtime.settings import ModelSettings
 from shared.clock import Clock, utc_now
@@ -275,8 +276,9 @@ class ModelCall:
                         publisher.record(self._inflight(request_id, "answered"))
                     publisher.add_event(request_id, index, event, max_tokens=max_tokens if index == 0 else None)
                     index += 1
-        except asyncio.CancelledError:
-            # An interrupt (M2.9): close the connection now; what was published stays (R10.1).
+        except (asyncio.CancelledError, SessionLeaseLost):
+            # An interrupt (M2.9), or the session's lease lost: close the connection now; what was published
+            # stays (R10.1; the lease's next holder tombstones it).
             await stream.close()
             raise
         except Exception as error:  # API error events, httpx transport errors, the idle watchdog, bad SSE

@@ -14,6 +14,9 @@ Per notice (a :class:`~shared.events.RequestReady` pointing at the session's sto
    worker's half-streamed reply: it is tombstoned (``StreamFallback``) and the request called again.
 3. **The call** (``call.py``): parameters from the stored request, the session's config and the tool
    catalog (``build_model_params``), the tenant's token bucket first, then stream / retry / fall back.
+   The lease's token fences every write of the call; a lease lost mid-call (a renewal failed, or a write was
+   refused) aborts the call at once and leaves the notice pending: the worker that holds the lease now, or
+   the one that reclaims the notice, serves the request (tombstoning what was streamed).
 4. **Interrupts** arrive on the interrupts channel (ingestion publishes every applied interrupt): the
    session's call task is cancelled, which closes the HTTP stream at once; nothing more is published (the
    interrupt already closed the turn, R10.1; ingestion drops late events of the interrupted request).
@@ -27,6 +30,7 @@ import contextlib
 import functools
 import hashlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,7 +43,7 @@ from anthropic import AsyncAnthropic
 from services.model.call import CallResult, ModelCall
 from services.model.failures import error_type_label
 from services.model.publisher import SessionPublisher
-from services.model.session_lease import SessionLease
+from services.model.session_lease import SessionLease, SessionLeaseLost
 from services.observability import model_metrics
 from services.observability.tracing import AttributeValue, Span, WorkerTracer
 from services.runtime.codec import decode_entry
@@ -174,6 +178,7 @@ class ModelWorkerStats:
     already_answered: int = 0
     recovered: int = 0
     interrupted: int = 0
+    lease_lost: int = 0
 
 
 class ModelWorker:
@@ -245,27 +250,44 @@ class ModelWorker:
         lease = SessionLease(
             self.redis,
             self.topology.model_lease(notice.session_id),
-            owner=self.consumer,
+            owner=f"{self.consumer}:{uuid.uuid4().hex[:12]}",  # this job's token: the fence of its writes
             ttl_ms=self.settings.session_lease_ms,
         )
+        job = asyncio.current_task()
         held = asyncio.Event()
-        keepalive = asyncio.create_task(self._keep_alive(entry, lease, held))
+        lost = asyncio.Event()
+        keepalive = asyncio.create_task(self._keep_alive(entry, lease, held, lost, job))
         try:
-            state = await self._take(lease, notice)
-            if state is None:
-                self.stats.superseded += 1
-                model_metrics.record_call(self.defaults.model, "superseded")
-                return
-            held.set()
             try:
-                await self._serve(entry, notice, state)
+                state = await self._take(lease, notice)
+                if state is None:
+                    self.stats.superseded += 1
+                    model_metrics.record_call(self.defaults.model, "superseded")
+                    return
+                held.set()
+                try:
+                    await self._serve(entry, notice, state, lease)
+                finally:
+                    held.clear()
+                    await lease.release()
             finally:
-                held.clear()
-                await lease.release()
-        finally:
-            keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+                keepalive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keepalive
+        except asyncio.CancelledError:
+            if job is not None and lost.is_set() and job.uncancel() == 0:
+                self._lease_lost(notice, lease)  # cancelled by the keep-alive, not by a shutdown
+                raise SessionLeaseLost(lease.key, lease.owner) from None
+            raise
+        except SessionLeaseLost:
+            self._lease_lost(notice, lease)  # a fenced write was refused before a renewal noticed
+            raise
+
+    def _lease_lost(self, notice: RequestReady, lease: SessionLease) -> None:
+        """The call stopped without publishing more; its notice stays pending for whoever serves it next."""
+        self.stats.lease_lost += 1
+        model_metrics.record_call(self.defaults.model, "lease_lost")
+        log.error("session_lease_lost", session_id=notice.session_id, seq=notice.seq, lease=lease.key)
 
     async def _take(self, lease: SessionLease, notice: RequestReady) -> list[bytes | None] | None:
         """Take the lease and read the session's state in one round trip (the common case: nobody holds it);
@@ -308,8 +330,18 @@ class ModelWorker:
         seq = orjson.loads(raw).get("seq")
         return seq if isinstance(seq, int) else -1
 
-    async def _keep_alive(self, entry: StreamEntry, lease: SessionLease, held: asyncio.Event) -> None:
-        """Keep the notice claimed (not reclaimed from a live worker) and the lease renewed."""
+    async def _keep_alive(
+        self,
+        entry: StreamEntry,
+        lease: SessionLease,
+        held: asyncio.Event,
+        lost: asyncio.Event,
+        job: asyncio.Task[object] | None,
+    ) -> None:
+        """Keep the notice claimed (not reclaimed from a live worker) and the lease renewed. A lease that could
+        not be renewed was lost (it expired, maybe another worker holds it now): the job is cancelled at once —
+        its HTTP stream closed, nothing more published — and the notice no longer claimed, so it is reclaimed
+        after the idle time by whichever worker serves it next."""
         while True:
             await asyncio.sleep(self.keepalive_s)
             try:
@@ -317,13 +349,18 @@ class ModelWorker:
                     entry.stream, MODEL_GROUP, self.consumer, min_idle_time=0, message_ids=[entry.entry_id], justid=True
                 )
                 if held.is_set() and not await lease.renew():
-                    log.error("session_lease_lost", session_id=lease.key, entry_id=entry.entry_id)
+                    lost.set()
+                    if job is not None:
+                        job.cancel()
+                    return
             except aioredis.RedisError as error:
                 log.warning("model_keepalive_failed", entry_id=entry.entry_id, error=repr(error))
 
     # -- one request -------------------------------------------------------------------------------------
 
-    async def _serve(self, entry: StreamEntry, notice: RequestReady, state: list[bytes | None]) -> None:
+    async def _serve(
+        self, entry: StreamEntry, notice: RequestReady, state: list[bytes | None], lease: SessionLease
+    ) -> None:
         session = notice.session_id
         raw_request, raw_inflight, raw_config, interrupted_at = state
         stored = orjson.loads(raw_request) if raw_request is not None else None
@@ -345,6 +382,7 @@ class ModelWorker:
             internal_key=self.internal_key,
             traceparent=notice.traceparent,
             request_digest=digest,
+            fence=(lease.key, lease.owner),
         )
         if interrupted_at is not None and int(interrupted_at) >= entry_time_ms(entry.entry_id):
             # Interrupted after the request was published: the turn is over before the call began.

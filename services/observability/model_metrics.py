@@ -82,7 +82,7 @@ DEFINED: Final = (
 )
 """Every metric of this module (``metrics.metric_families`` lists them with the rest)."""
 
-CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered", "blocked"]
+CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered", "blocked", "lease_lost"]
 
 
 def recording() -> bool:
