@@ -7,10 +7,11 @@
   the tool jobs. The in-flight record goes out with the first event (crash recovery, ``worker.py``) and the
   "answered" record with ``message_stop``.
 - A stream that breaks (an ``error`` event, a dropped connection, the idle watchdog of M2.8) or ends
-  incomplete (M2.5; also without ``message_stop``, which a reply on the bus needs to close) is tombstoned
+  incomplete (M2.5: no ``message_start``, or neither a finished block nor a stop reason) is tombstoned
   (``StreamFallback``, M5.3 / R6.1) and the request is repeated without streaming (M5.2, with
   ``non_streaming_fallback_params``, M1.7), its 529 counter seeded at 1 after an overload (M4.9); the whole
-  response is published as one assistant message.
+  response is published as one assistant message. A stream that ends complete by M2.5 but without
+  ``message_stop`` is a reply: the worker closes it on the bus with a ``message_stop`` of its own.
 - Three overloads in a row switch to the fallback model (M6.3): a warning system message
   ``Switched to … due to high demand for …`` and the request again on that model.
 - Giving up publishes the synthetic assistant error of M7 (``shared/model/error_texts.py``). Partial
@@ -126,10 +127,10 @@ class _StreamProgress:
             self.stopped = True
 
     def incomplete(self) -> bool:
-        """M2.5, plus a stream cut before ``message_stop`` (the bus closes a reply only on it)."""
-        if not self.started or (self.blocks_done == 0 and self.stop_reason is None):
-            return True
-        return not self.stopped
+        """M2.5: no ``message_start``, or neither a completed block nor a stop reason. A stream that ended
+        cleanly after that without ``message_stop`` is complete: Claude Code does nothing at
+        ``message_stop`` (M2.4) and the SDK raises nothing when the body simply ends."""
+        return not self.started or (self.blocks_done == 0 and self.stop_reason is None)
 
 
 class _StreamBroke(Exception):
@@ -152,6 +153,8 @@ def _with_client_request_id(params: JsonObject, client_request_id: str) -> JsonO
     return {**params, "extra_headers": merged}
 
 
+MESSAGE_STOP: Mapping[str, Any] = {"type": "message_stop"}
+"""What closes a reply on the bus; the worker adds it to a stream that ended complete but without one (M2.5)."""
 INCOMPLETE_STREAM = ApiFailure(status=None, message="Stream ended without receiving any events", connection=True)
 
 
@@ -289,6 +292,14 @@ class ModelCall:
         if progress.incomplete():
             await self._abandon_stream(stream, request_id, index)
             raise _StreamBroke(INCOMPLETE_STREAM)
+        if not progress.stopped:
+            # Complete by M2.5 but unterminated: the bus closes a reply (and ingestion logs its last block) on
+            # ``message_stop``, so the worker closes it as Claude Code's accumulator would have ended it.
+            log.warning("stream_ended_without_message_stop", request_id=request_id, events=index)
+            progress.feed(dict(MESSAGE_STOP))
+            publisher.record(self._inflight(request_id, "answered"))
+            publisher.add_event(request_id, index, dict(MESSAGE_STOP))
+            self.events_published += 1
         await publisher.drain()
 
     async def _abandon_stream(self, stream: anthropic.AsyncStream[Any], request_id: str, events: int) -> None:

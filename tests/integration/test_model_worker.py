@@ -282,6 +282,50 @@ async def test_m5_broken_stream_is_tombstoned_and_repeated_without_streaming(
     assert text_of(live_messages(history)[-1]) == "Done."
 
 
+async def test_m2_5_a_complete_stream_ending_without_message_stop_is_the_reply(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M2.5: a stream with a finished block and a stop reason that then simply ends (no ``message_stop``, no
+    error) is not a failed stream: no fallback, no tombstone, the reply is logged as it came."""
+    session = new_session()
+    everything_but_message_stop = 1 + 3 + 1  # message_start; the block's start, delta, stop; message_delta
+    fake.script(
+        session,
+        [
+            reply(
+                text("Complete, unterminated."),
+                chunk_chars=WHOLE_BLOCKS,
+                fail_after_events=everything_but_message_stop,
+                fail_with="end",
+            )
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    assert [r["body"].get("stream", False) for r in fake.requests(session)] == [True]
+    assert not tombstones(history)
+    replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+    assert [(text_of(m), m.message.stop_reason) for m in replies] == [("Complete, unterminated.", "end_turn")]
+
+
+async def test_m2_5_a_stream_ending_after_message_start_falls_back_to_non_streaming(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M2.5 / M5.1 (b): ``message_start`` and then a clean end (no block, no stop reason) is a failed stream."""
+    session = new_session()
+    fake.script(
+        session,
+        [reply(text("never seen"), fail_after_events=1, fail_with="end"), reply(text("The whole reply."))],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    assert [r["body"].get("stream", False) for r in fake.requests(session)] == [True, False]
+    replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+    assert [text_of(m) for m in replies] == ["The whole reply."]
+
+
 async def test_m6_three_overloads_switch_to_the_fallback_model_with_tombstones(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
