@@ -41,12 +41,21 @@ from services.observability import model_metrics
 from services.runtime.settings import ModelSettings
 from shared.clock import Clock, utc_now
 from shared.content_from_api import normalize_content_from_api
-from shared.events import AssistantReply, StreamFallback, SystemNotice
+from shared.events import AssistantReply, StreamFallback, SystemNotice, UserPrompt
 from shared.factories import create_assistant_api_error_message, create_informational_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, AssistantPayload
 from shared.model.error_texts import assistant_error_for, switched_model_notice
+from shared.model.limits import (
+    OUTPUT_TOKEN_RECOVERY_MESSAGE,
+    OutputLimitAction,
+    OutputLimitDecision,
+    OutputLimitState,
+    decide_output_limit,
+    output_limit_error,
+)
+from shared.model.max_tokens import ESCALATED_MAX_TOKENS
 from shared.model.request import non_streaming_fallback_params, request_body, with_max_tokens, with_model
 from shared.model.retry import (
     ApiFailure,
@@ -86,6 +95,10 @@ class CallResult:
     time_to_first_chunk_s: float | None = None
     tool_use: bool = False
     """The reply holds a tool_use block (M8.5: a truncated reply with one runs its tools, no recovery)."""
+    output_limit: OutputLimitAction | None = None
+    """M8.5: what the call did about a reply cut by ``max_tokens`` / the context window (None: not cut)."""
+    superseded: list[CallResult] = field(default_factory=list)
+    """Earlier responses of this call that were re-issued (the M8.5 escalation): their usage counts too."""
 
 
 @dataclass(slots=True)
@@ -101,6 +114,8 @@ class _StreamProgress:
     model: str | None = None
     tool_use: bool = False
     usage: JsonObject = field(default_factory=lambda: dict(EMPTY_USAGE))
+    output_limit: OutputLimitDecision | None = None
+    """M8.5: the decision about a cut reply, made at the ``message_delta`` that brought the stop reason."""
 
     def feed(self, event: JsonObject) -> None:
         kind = event.get("type")
@@ -172,6 +187,10 @@ class ModelCall:
         fallback_model: str | None,
         owner: str,
         switched_to: str | None = None,
+        output_limits: OutputLimitState | None = None,
+        capped_default: bool = False,
+        explicit_max_tokens: bool = False,
+        escalated_max_tokens: int = ESCALATED_MAX_TOKENS,
         on_retry: Callable[[ApiFailure, int, float], None] | None = None,
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -203,6 +222,12 @@ class ModelCall:
         self.sent_at: float | None = None
         self.first_chunk_s: float | None = None
         self.switched_to = switched_to
+        self.output_limits = output_limits if output_limits is not None else OutputLimitState()
+        """M8.6: the turn's recovery state (resumptions so far, the loop's ``max_tokens`` override)."""
+        self.capped_default = capped_default
+        self.explicit_max_tokens = explicit_max_tokens
+        self.escalated_max_tokens = escalated_max_tokens
+        self.superseded: list[CallResult] = []
         self.on_retry = on_retry
         """Told (failure, attempt, delay in ms) before each backoff sleep: the span's retry events (M11.4)."""
         """The fallback model this call (or an earlier call of its turn) switched to (M6)."""
@@ -210,7 +235,11 @@ class ModelCall:
     async def run(self) -> CallResult:
         while True:
             outcome = await self._one_model()
+            if isinstance(outcome, CallResult) and outcome.output_limit is OutputLimitAction.ESCALATE:
+                await self._escalate(outcome)
+                continue
             if isinstance(outcome, CallResult):
+                outcome.superseded = self.superseded
                 return outcome
             if isinstance(outcome, SwitchModel):
                 await self._switch_model(outcome)
@@ -242,6 +271,7 @@ class ModelCall:
             attempts=self.attempts,
             time_to_first_chunk_s=self.first_chunk_s,
             tool_use=progress.tool_use,
+            output_limit=progress.output_limit.action if progress.output_limit is not None else None,
         )
 
     async def _open_stream(self) -> tuple[anthropic.AsyncStream[Any], str]:
@@ -274,10 +304,7 @@ class ModelCall:
                     if index == 0:
                         self.first_chunk_s = time.perf_counter() - (self.sent_at or 0.0)
                         publisher.record(self._inflight(request_id, "streaming"))
-                    progress.feed(event)
-                    if progress.stopped:
-                        publisher.record(self._inflight(request_id, "answered"))
-                    publisher.add_event(request_id, index, event, max_tokens=max_tokens if index == 0 else None)
+                    self._publish_event(request_id, index, event, progress, max_tokens if index == 0 else None)
                     index += 1
         except (asyncio.CancelledError, SessionLeaseLost):
             # An interrupt (M2.9), or the session's lease lost: close the connection now; what was published
@@ -296,11 +323,60 @@ class ModelCall:
             # Complete by M2.5 but unterminated: the bus closes a reply (and ingestion logs its last block) on
             # ``message_stop``, so the worker closes it as Claude Code's accumulator would have ended it.
             log.warning("stream_ended_without_message_stop", request_id=request_id, events=index)
-            progress.feed(dict(MESSAGE_STOP))
-            publisher.record(self._inflight(request_id, "answered"))
-            publisher.add_event(request_id, index, dict(MESSAGE_STOP))
+            self._publish_event(request_id, index, dict(MESSAGE_STOP), progress, None)
             self.events_published += 1
         await publisher.drain()
+
+    def _publish_event(
+        self, request_id: str, index: int, event: JsonObject, progress: _StreamProgress, max_tokens: int | None
+    ) -> None:
+        """Queue one stream event, with what the reply's end brings: the "answered" in-flight record (not when
+        the reply is re-issued, M8.5 escalation: a crash then calls again), and the M8.5 resumption — the meta
+        user message written with the ``message_stop``, so a reply is never logged without it."""
+        progress.feed(event)
+        kind = event.get("type")
+        withhold = kind == "message_delta" and self._withholds_stop_error(progress)
+        decision = progress.output_limit
+        if progress.stopped and (decision is None or decision.action is not OutputLimitAction.ESCALATE):
+            self.publisher.record(self._inflight(request_id, "answered"))
+        self.publisher.add_event(request_id, index, event, max_tokens=max_tokens, withhold_stop_error=withhold)
+        if progress.stopped and decision is not None and decision.action is OutputLimitAction.RESUME:
+            prompt = UserPrompt(content=OUTPUT_TOKEN_RECOVERY_MESSAGE, is_meta=True)
+            self.publisher.add_entry(f"model:{request_id}:resume", prompt)
+
+    def _withholds_stop_error(self, progress: _StreamProgress) -> bool:
+        """M8.3/M8.5 at the ``message_delta`` of a cut reply: decide the recovery once (every block, tool calls
+        included, streamed before it); the cut's API error is withheld unless the recoveries are used up."""
+        if progress.output_limit is None:
+            error = output_limit_error(progress.stop_reason)
+            if error is None:
+                return False
+            progress.output_limit = decide_output_limit(
+                error,
+                state=self.output_limits,
+                tool_use_streamed=progress.tool_use,
+                capped_default=self.capped_default,
+                explicit_max_tokens=self.explicit_max_tokens,
+            )
+            log.info(
+                "reply_cut",
+                stop_reason=progress.stop_reason,
+                action=progress.output_limit.action.value,
+                recoveries=self.output_limits.recovery_count,
+            )
+        return progress.output_limit.action is not OutputLimitAction.GIVE_UP
+
+    async def _escalate(self, cut: CallResult) -> None:
+        """M8.5 (gated ``tengu_otk_slot_v1``): the same request once more with ``max_tokens`` 64 000. The cut
+        reply is tombstoned (R6.1): the request is re-issued without it, and the log keeps one answer."""
+        request_id = cut.request_id or self.call_id
+        self.superseded.append(cut)
+        log.info("max_tokens_escalated", request_id=request_id, max_tokens=self.escalated_max_tokens)
+        await self.publisher.publish([(f"model:{request_id}:escalate", StreamFallback(request_id=request_id))])
+        self.params = with_max_tokens(self.params, self.escalated_max_tokens)
+        self.output_limits = OutputLimitState(
+            recovery_count=self.output_limits.recovery_count, max_tokens_override=self.escalated_max_tokens
+        )
 
     async def _abandon_stream(self, stream: anthropic.AsyncStream[Any], request_id: str, events: int) -> None:
         """Close the broken stream and tombstone what it published (M5.3)."""

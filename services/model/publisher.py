@@ -69,16 +69,41 @@ class SessionPublisher:
         (the record of a stream goes out with its first event; "answered" with its ``message_stop``)."""
         self._record = orjson.dumps({**state, "digest": self.request_digest} if self.request_digest else state)
 
-    def add_event(self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None) -> None:
+    def add_event(
+        self,
+        request_id: str,
+        index: int,
+        event: JsonObject,
+        *,
+        max_tokens: int | None = None,
+        withhold_stop_error: bool = False,
+    ) -> None:
         """Queue raw event number ``index`` of ``request_id``; it is written now if no write is in flight."""
+        fields = self.stream_event_fields(
+            request_id, index, event, max_tokens=max_tokens, withhold_stop_error=withhold_stop_error
+        )
+        self._queue(fields)
+
+    def add_entry(self, key: str, payload: IngressPayload) -> None:
+        """Queue a whole entry behind the events queued so far: written in the same write as the last of them
+        when no write is in flight in between (e.g. the M8.5 resumption with its reply's ``message_stop``)."""
+        self._queue(self._fields(key, payload))
+
+    def _queue(self, fields: Fields) -> None:
         if isinstance(self._failure, SessionLeaseLost):
             raise self._failure  # stop reading a stream whose events can no longer be written
-        self._pending.append(self.stream_event_fields(request_id, index, event, max_tokens=max_tokens))
+        self._pending.append(fields)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
 
     def stream_event_fields(
-        self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None
+        self,
+        request_id: str,
+        index: int,
+        event: JsonObject,
+        *,
+        max_tokens: int | None = None,
+        withhold_stop_error: bool = False,
     ) -> Fields:
         """The signed entry of one stream event: the JSON ``IngressEnvelope(payload=StreamEvent(…))`` dumps to,
         built directly (a fifth of the cost of validating the event into the models and dumping them again; the
@@ -91,6 +116,8 @@ class SessionPublisher:
         }
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
+        if withhold_stop_error:
+            payload["withhold_stop_error"] = True
         data = orjson.dumps(
             {
                 "v": SCHEMA_VERSION,

@@ -54,19 +54,14 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import MODEL_GROUP, Topology
 from services.runtime.usage_store import record_usage
 from shared.clock import Clock, utc_now
-from shared.events import RequestReady, StreamFallback, UserPrompt
+from shared.events import RequestReady, StreamFallback
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
 from shared.model.cost import PriceTable, price_call
 from shared.model.genai import error_attributes, request_attributes, response_attributes, span_name
-from shared.model.limits import (
-    OUTPUT_TOKEN_RECOVERY_MESSAGE,
-    OutputLimitAction,
-    OutputLimitState,
-    decide_output_limit,
-    output_limit_error,
-)
-from shared.model.request import ModelDefaults, build_model_params, request_body
+from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE, OutputLimitState
+from shared.model.max_tokens import ESCALATED_MAX_TOKENS, max_tokens_upper_limit
+from shared.model.request import ModelDefaults, build_model_params, request_body, with_max_tokens
 from shared.model.retry import ApiFailure
 from shared.model.session_config import SessionModelConfig
 from shared.tool_definitions import ToolDefinition
@@ -163,6 +158,19 @@ def total_tokens(usage: JsonObject | None) -> int:
         return 0
     names = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
     return sum(value for name in names if isinstance(value := usage.get(name), int))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutputLimits:
+    """M8.5/M8.6 inputs of one call: the turn's recovery state and what rules out the escalation."""
+
+    state: OutputLimitState
+    capped_default: bool
+    """M1.5 gate ``tengu_otk_slot_v1`` (``AGENTBUS_MODEL__CAPPED_DEFAULT_MAX_TOKENS``)."""
+    explicit_max_tokens: bool
+    """The session or the worker sets ``max_tokens`` (Claude Code: ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``)."""
+    escalated: int
+    """The escalation's ``max_tokens``: 64 000, bounded by the model's upper limit (M1.5)."""
 
 
 @dataclass(slots=True)
@@ -409,9 +417,33 @@ class ModelWorker:
         )
         model = str(params.get("model") or self.defaults.model)
         fallback = config.fallback_model or self.defaults.fallback_model
+        limits = self._output_limits(params, model, config)
+        if limits.state.max_tokens_override is not None:
+            params = with_max_tokens(params, limits.state.max_tokens_override)  # M1.5: the loop override
         await self._call(
-            session, notice, publisher, params, model, fallback, config.tenant or DEFAULT_TENANT, switched=switched
+            session,
+            notice,
+            publisher,
+            params,
+            model,
+            fallback,
+            config.tenant or DEFAULT_TENANT,
+            switched=switched,
+            limits=limits,
         )
+
+    def _output_limits(self, params: JsonObject, model: str, config: SessionModelConfig) -> TurnOutputLimits:
+        """M8.6 for the turn the request belongs to, read from the request (any worker may serve the next one):
+        the resumptions so far are its meta "Output token limit hit" messages; under the capped default the
+        escalation (64 000, bounded by the model's upper limit) comes before any resumption, so a turn that
+        resumed already escalated, and keeps the override."""
+        capped = self.defaults.capped_default_max_tokens
+        explicit = config.max_tokens is not None or self.defaults.max_tokens is not None
+        escalated = min(ESCALATED_MAX_TOKENS, max_tokens_upper_limit(model, table=self.defaults.max_tokens_table))
+        recoveries = count_recoveries(request_body(params))
+        override = escalated if capped and not explicit and recoveries > 0 else None
+        state = OutputLimitState(recovery_count=recoveries, max_tokens_override=override)
+        return TurnOutputLimits(state, capped_default=capped, explicit_max_tokens=explicit, escalated=escalated)
 
     async def _call(
         self,
@@ -424,6 +456,7 @@ class ModelWorker:
         tenant: str,
         *,
         switched: str | None,
+        limits: TurnOutputLimits,
     ) -> None:
         max_tokens = request_body(params).get("max_tokens")
         estimate = estimate_input_tokens(params) + (max_tokens if isinstance(max_tokens, int) else 0)
@@ -438,6 +471,10 @@ class ModelWorker:
             fallback_model=fallback,
             owner=self.consumer,
             switched_to=switched,
+            output_limits=limits.state,
+            capped_default=limits.capped_default,
+            explicit_max_tokens=limits.explicit_max_tokens,
+            escalated_max_tokens=limits.escalated,
             clock=self.clock,
             ids=self.ids,
         )
@@ -469,23 +506,6 @@ class ModelWorker:
         duration = time.perf_counter() - started
         await self._account(session, tenant, estimate, result, duration)
         self._end_span(span, result)
-        await self._after_truncation(publisher, result, params)
-
-    async def _after_truncation(self, publisher: SessionPublisher, result: CallResult, params: JsonObject) -> None:
-        """M8.5: a reply cut by ``max_tokens`` (or the context window) without a tool call is resumed: the meta
-        user message asks the model to go on, and the normalizer's next request calls it again — at most 3
-        times in a turn (counted from the request itself, so any worker may serve the next one). The M8.3
-        error text of each cut reply is in the log already (ingestion writes it; Claude Code withholds it
-        until the recoveries are used up)."""
-        error = output_limit_error(result.stop_reason)
-        if error is None or result.outcome != "ok":
-            return
-        state = OutputLimitState(recovery_count=count_recoveries(request_body(params)))
-        decision = decide_output_limit(error, state=state, tool_use_streamed=result.tool_use)
-        if decision.action is not OutputLimitAction.RESUME:
-            return
-        prompt = UserPrompt(content=OUTPUT_TOKEN_RECOVERY_MESSAGE, is_meta=True)
-        await publisher.publish([(f"model:{result.request_id or publisher.request_seq}:resume", prompt)])
 
     async def _aborted(
         self, session: str, notice: RequestReady, publisher: SessionPublisher, call: ModelCall, interrupted_at: float
@@ -514,25 +534,30 @@ class ModelWorker:
         model_metrics.record_duration(result.model, duration_s, result.error_type)
         if result.time_to_first_chunk_s is not None:
             model_metrics.record_first_chunk(result.model, result.time_to_first_chunk_s)
-        usage = result.usage
-        if usage is not None:
-            billed_model = result.response_model or result.model
-            cost = price_call(billed_model, usage, self.prices)  # once per response (M10.1 [REC], M5.6)
-            model_metrics.record_tokens(result.model, usage)
-            model_metrics.record_cost(billed_model, cost.usd)
-            await record_usage(
-                self.redis,
-                self.topology,
-                session,
-                model=billed_model,
-                usage=usage,
-                cost_usd=cost.usd,
-                priced=cost.priced,
-                prices_as_of=cost.as_of.isoformat(),
-                request_id=result.request_id,
-            )
+        actual = 0
+        for response in [*result.superseded, result]:  # an escalated cut reply was paid for too (M8.5)
+            if response.usage is not None:
+                await self._record_response_usage(session, response, response.usage)
+                actual += total_tokens(response.usage)
         if self.bucket is not None:
-            await self.bucket.settle(tenant, estimated=estimate, actual=total_tokens(usage))
+            await self.bucket.settle(tenant, estimated=estimate, actual=actual)
+
+    async def _record_response_usage(self, session: str, response: CallResult, usage: JsonObject) -> None:
+        billed_model = response.response_model or response.model
+        cost = price_call(billed_model, usage, self.prices)  # once per response (M10.1 [REC], M5.6)
+        model_metrics.record_tokens(response.model, usage)
+        model_metrics.record_cost(billed_model, cost.usd)
+        await record_usage(
+            self.redis,
+            self.topology,
+            session,
+            model=billed_model,
+            usage=usage,
+            cost_usd=cost.usd,
+            priced=cost.priced,
+            prices_as_of=cost.as_of.isoformat(),
+            request_id=response.request_id,
+        )
 
     # -- spans (M11) -----------------------------------------------------------------------------------------
 
