@@ -13,7 +13,10 @@
   response is published as one assistant message. A stream that ends complete by M2.5 but without
   ``message_stop`` is a reply: the worker closes it on the bus with a ``message_stop`` of its own.
 - Three overloads in a row switch to the fallback model (M6.3): a warning system message
-  ``Switched to … due to high demand for …`` and the request again on that model.
+  ``Switched to <display name> due to high demand for <display name>`` and the request again on that model.
+- A reply cut by ``max_tokens`` or the context window (M8.3–M8.5): decided at its ``message_delta`` — resumed
+  (the meta user message written with its ``message_stop``), re-issued once with 64 000 (gated), or left to its
+  tools, its API error withheld; or, with the resumptions used up, its error logged.
 - Giving up publishes the synthetic assistant error of M7 (``shared/model/error_texts.py``). Partial
   messages of a failed stream were tombstoned first, so no tool_use is left without its result.
 
@@ -330,14 +333,17 @@ class ModelCall:
     def _publish_event(
         self, request_id: str, index: int, event: JsonObject, progress: _StreamProgress, max_tokens: int | None
     ) -> None:
-        """Queue one stream event, with what the reply's end brings: the "answered" in-flight record (not when
-        the reply is re-issued, M8.5 escalation: a crash then calls again), and the M8.5 resumption — the meta
-        user message written with the ``message_stop``, so a reply is never logged without it."""
+        """Queue one stream event, with what the reply's end brings: the "answered" in-flight record and the
+        M8.5 resumption — the meta user message written with the ``message_stop``, so a reply is never logged
+        without it. A reply the M8.5 escalation re-issues is not closed: its ``message_stop`` is held back
+        (the in-flight record stays "streaming", so a crash calls again) and :meth:`_escalate` tombstones it."""
         progress.feed(event)
         kind = event.get("type")
         withhold = kind == "message_delta" and self._withholds_stop_error(progress)
         decision = progress.output_limit
-        if progress.stopped and (decision is None or decision.action is not OutputLimitAction.ESCALATE):
+        if progress.stopped and decision is not None and decision.action is OutputLimitAction.ESCALATE:
+            return  # the reply stays open on the bus: the escalation retracts it as a failed stream's (R6.1)
+        if progress.stopped:
             self.publisher.record(self._inflight(request_id, "answered"))
         self.publisher.add_event(request_id, index, event, max_tokens=max_tokens, withhold_stop_error=withhold)
         if progress.stopped and decision is not None and decision.action is OutputLimitAction.RESUME:
@@ -491,8 +497,15 @@ class ModelCall:
     # -- giving up, switching model --------------------------------------------------------------------
 
     async def _switch_model(self, switch: SwitchModel) -> None:
-        """M6.3: the partial messages were tombstoned with their stream (M5.3), so no tool_use is left to
-        answer with ``Model fallback triggered``; warn, then repeat the request on the fallback model."""
+        """M6.3: warn (the models by their display names), then repeat the request on the fallback model.
+
+        Step 2 (``Model fallback triggered`` results for the tool_uses collected in this call) has nothing to
+        answer here, as in Claude Code: a switch raised while opening the stream comes before any block of the
+        call, and after a broken stream Claude Code tombstones the partial messages at the first message the
+        loop receives (M5.3) — the non-streaming fallback's first overload yields its M4.4 retry message
+        (counter 1 → 2) before the third overload can switch (M4.9, ``MAX_529_RETRIES`` = 3). The worker
+        tombstones them when the stream breaks (``_abandon_stream``): the same history, in which no tool_use
+        is left without its result."""
         model_metrics.record_fallback(switch.original, "model")
         log.warning("model_fallback", original=switch.original, fallback=switch.fallback)
         notice = create_informational_message(

@@ -13,7 +13,9 @@ Per notice (a :class:`~shared.events.RequestReady` pointing at the session's sto
    (a worker died between its reply and its ack) is acked unused; a record still "streaming" is a dead
    worker's half-streamed reply: it is tombstoned (``StreamFallback``) and the request called again.
 3. **The call** (``call.py``): parameters from the stored request, the session's config and the tool
-   catalog (``build_model_params``), the tenant's token bucket first, then stream / retry / fall back.
+   catalog (``build_model_params``); a prompt over the pre-flight blocking limit (M8.1) is answered
+   ``Prompt is too long`` without a request; else the tenant's token bucket first, then stream / retry /
+   fall back.
    The lease's token fences every write of the call; a lease lost mid-call (a renewal failed, or a write was
    refused) aborts the call at once and leaves the notice pending: the worker that holds the lease now, or
    the one that reclaims the notice, serves the request (tombstoning what was streamed).
@@ -54,16 +56,26 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import MODEL_GROUP, Topology
 from services.runtime.usage_store import record_usage
 from shared.clock import Clock, utc_now
-from shared.events import RequestReady, StreamFallback
+from shared.events import AssistantReply, RequestReady, StreamFallback
+from shared.factories import create_assistant_api_error_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
 from shared.model.cost import PriceTable, price_call
+from shared.model.error_texts import PROMPT_TOO_LONG
 from shared.model.genai import error_attributes, request_attributes, response_attributes, span_name
-from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE, OutputLimitState
-from shared.model.max_tokens import ESCALATED_MAX_TOKENS, max_tokens_upper_limit
+from shared.model.limits import (
+    OUTPUT_TOKEN_RECOVERY_MESSAGE,
+    OutputLimitState,
+    blocking_limit,
+    context_window,
+    is_blocked,
+    lowered_window,
+)
+from shared.model.max_tokens import ESCALATED_MAX_TOKENS, default_max_tokens, max_tokens_upper_limit
 from shared.model.request import ModelDefaults, build_model_params, request_body, with_max_tokens
 from shared.model.retry import ApiFailure
 from shared.model.session_config import SessionModelConfig
+from shared.model.token_estimate import estimate_prompt_tokens
 from shared.tool_definitions import ToolDefinition
 
 log = structlog.get_logger(__name__)
@@ -187,6 +199,7 @@ class ModelWorkerStats:
     recovered: int = 0
     interrupted: int = 0
     lease_lost: int = 0
+    blocked: int = 0
 
 
 class ModelWorker:
@@ -417,6 +430,8 @@ class ModelWorker:
         )
         model = str(params.get("model") or self.defaults.model)
         fallback = config.fallback_model or self.defaults.fallback_model
+        if await self._blocked(session, notice, publisher, params, model):
+            return
         limits = self._output_limits(params, model, config)
         if limits.state.max_tokens_override is not None:
             params = with_max_tokens(params, limits.state.max_tokens_override)  # M1.5: the loop override
@@ -431,6 +446,36 @@ class ModelWorker:
             switched=switched,
             limits=limits,
         )
+
+    async def _blocked(
+        self, session: str, notice: RequestReady, publisher: SessionPublisher, params: JsonObject, model: str
+    ) -> bool:
+        """M8.1 pre-flight blocking limit: a prompt estimated (``token_estimate.py``) at or above the limit —
+        the context window less the output reserve, less 3 000 — is not sent; the synthetic assistant error
+        ``Prompt is too long`` (invalid_request) ends the turn, answered atomically with the in-flight record."""
+        body = request_body(params)
+        sent_max_tokens = body.get("max_tokens")
+        max_tokens = (
+            sent_max_tokens
+            if isinstance(sent_max_tokens, int)
+            else default_max_tokens(model, table=self.defaults.max_tokens_table)
+        )
+        window = lowered_window(context_window(model), self.settings.context_window)
+        estimated = estimate_prompt_tokens(body)
+        override = self.settings.blocking_limit_override
+        if not is_blocked(estimated, window=window, model_max_tokens=max_tokens, override=override):
+            return False
+        limit = override if override is not None else blocking_limit(window, max_tokens)
+        message = create_assistant_api_error_message(
+            PROMPT_TOO_LONG, error="invalid_request", clock=self.clock, ids=self.ids
+        )
+        publisher.record({"request_id": None, "seq": notice.seq, "state": "answered", "owner": self.consumer})
+        reply = AssistantReply(message=message, request_seq=notice.seq)
+        await publisher.publish([(f"model:blocked:{notice.seq}", reply)])
+        self.stats.blocked += 1
+        model_metrics.record_call(model, "blocked")
+        log.warning("prompt_blocked", session_id=session, seq=notice.seq, estimated_tokens=estimated, limit=limit)
+        return True
 
     def _output_limits(self, params: JsonObject, model: str, config: SessionModelConfig) -> TurnOutputLimits:
         """M8.6 for the turn the request belongs to, read from the request (any worker may serve the next one):

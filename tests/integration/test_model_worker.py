@@ -32,6 +32,7 @@ from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
+    ended_with,
     http_error,
     live_messages,
     reply,
@@ -50,6 +51,8 @@ FALLBACK = "claude-haiku-4-5"
 BASE_MS = 200.0
 MAX_MS = 800.0
 MAX_RETRIES = 4
+MODEL_MAX_TOKENS = 32_000
+"""M1.5: the default ``max_tokens`` of ``MODEL`` (sonnet-4-6), which the M8.3 error quotes."""
 
 
 @pytest.fixture(scope="module")
@@ -444,7 +447,7 @@ async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_and_its_error_withheld(
     )
     async with deployment.client() as client:
         await client.send_prompt(session, "Write a lot.")
-        history = await wait_for(client, session, turn_ended)
+        history = await wait_for(client, session, ended_with("and the second half."))
     requests = fake.requests(session)
     assert len(requests) == 2
     max_tokens = requests[0]["body"]["max_tokens"]
@@ -466,7 +469,7 @@ async def test_m8_5_after_three_resumptions_the_withheld_error_is_emitted_and_th
     fake.script(session, [reply(text(f"Part {n}"), stop_reason="max_tokens") for n in range(1, 5)])
     async with deployment.client() as client:
         await client.send_prompt(session, "Write a lot.")
-        history = await wait_for(client, session, turn_ended)
+        history = await wait_for(client, session, ended_with(max_output_tokens_error(MODEL_MAX_TOKENS)))
     requests = fake.requests(session)
     assert len(requests) == 4
     max_tokens = requests[0]["body"]["max_tokens"]
@@ -494,7 +497,7 @@ async def test_m8_5_a_cut_reply_with_a_tool_call_runs_the_tool_without_recovery(
     )
     async with deployment.client() as client:
         await client.send_prompt(session, "What is in the README?")
-        history = await wait_for(client, session, turn_ended)
+        history = await wait_for(client, session, ended_with("It is a demo."))
     assert len(fake.requests(session)) == 2
     texts = [text_of(m) for m in live_messages(history)]
     assert OUTPUT_TOKEN_RECOVERY_MESSAGE not in texts
