@@ -157,13 +157,6 @@ def entry_time_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
 
-def estimate_input_tokens(params: JsonObject) -> int:
-    """A cheap upper-ish estimate of a request's input tokens for the token bucket (≈ 4 bytes a token)."""
-    size = len(orjson.dumps(params.get("messages"))) + len(orjson.dumps(params.get("system")))
-    size += len(orjson.dumps(params.get("tools")))
-    return max(1, size // 4)
-
-
 def total_tokens(usage: JsonObject | None) -> int:
     """M10.4: input + cache creation + cache read + output."""
     if not usage:
@@ -430,7 +423,8 @@ class ModelWorker:
         )
         model = str(params.get("model") or self.defaults.model)
         fallback = config.fallback_model or self.defaults.fallback_model
-        if await self._blocked(session, notice, publisher, params, model):
+        estimated = estimate_prompt_tokens(request_body(params))
+        if await self._blocked(session, notice, publisher, params, model, estimated):
             return
         limits = self._output_limits(params, model, config)
         if limits.state.max_tokens_override is not None:
@@ -445,10 +439,17 @@ class ModelWorker:
             config.tenant or DEFAULT_TENANT,
             switched=switched,
             limits=limits,
+            estimated=estimated,
         )
 
     async def _blocked(
-        self, session: str, notice: RequestReady, publisher: SessionPublisher, params: JsonObject, model: str
+        self,
+        session: str,
+        notice: RequestReady,
+        publisher: SessionPublisher,
+        params: JsonObject,
+        model: str,
+        estimated: int,
     ) -> bool:
         """M8.1 pre-flight blocking limit: a prompt estimated (``token_estimate.py``) at or above the limit —
         the context window less the output reserve, less 3 000 — is not sent; the synthetic assistant error
@@ -461,7 +462,6 @@ class ModelWorker:
             else default_max_tokens(model, table=self.defaults.max_tokens_table)
         )
         window = lowered_window(context_window(model), self.settings.context_window)
-        estimated = estimate_prompt_tokens(body)
         override = self.settings.blocking_limit_override
         if not is_blocked(estimated, window=window, model_max_tokens=max_tokens, override=override):
             return False
@@ -502,9 +502,11 @@ class ModelWorker:
         *,
         switched: str | None,
         limits: TurnOutputLimits,
+        estimated: int,
     ) -> None:
         max_tokens = request_body(params).get("max_tokens")
-        estimate = estimate_input_tokens(params) + (max_tokens if isinstance(max_tokens, int) else 0)
+        # The token bucket is charged the prompt's estimate (M8.1's) and the most the reply may add.
+        estimate = max(1, estimated) + (max_tokens if isinstance(max_tokens, int) else 0)
         if self.bucket is not None:
             await self.bucket.acquire(tenant, tokens=estimate)  # waits, never fails; its wait is its own metric
         call = ModelCall(
