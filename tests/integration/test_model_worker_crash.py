@@ -131,7 +131,7 @@ async def test_a_lease_lost_mid_call_aborts_the_call_and_the_next_holder_serves_
     nothing more (its writes are fenced by the lease token) and leaves the notice pending; once the lease is
     free the request is served again: the partial reply tombstoned, one reply in the log."""
     session = f"lease-{uuid.uuid4().hex[:10]}"
-    slow = [text(f"Block {n} of a slow reply.") for n in range(1, 80)]
+    slow = [text(f"Block {n} of a slow reply.") for n in range(1, 200)]  # ~30 s: the abort comes first
     fake.script(session, [reply(*slow, chunk_delay_ms=150, chunk_chars=1000), reply(text("The whole answer."))])
     topology = Topology(deployment.names)
     lease_key, ingress = topology.model_lease(session), topology.ingress_for(session)
