@@ -64,6 +64,10 @@ class StreamEvent(WireModel):
     """As :attr:`AssistantReply.request_seq`: a stream of a request older than the last interrupt is dropped."""
     max_tokens: int | None = None
     """The request's ``max_tokens`` (on the stream's first event): the ``max_tokens`` error quotes it (M8.3)."""
+    withhold_stop_error: bool = False
+    """M8.3–M8.5 (on the ``message_delta`` of a cut reply): the model worker recovers — a resumption, the
+    ``max_tokens`` escalation, or the reply's tools run — so the loop withholds the ``max_output_tokens`` API
+    error this event's stop reason brings (R9.5); it is logged only from the reply that exhausts them."""
 
 
 class StreamFallback(WireModel):

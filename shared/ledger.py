@@ -367,7 +367,9 @@ class SessionLedger:
             )
             self.state.open_replies[payload.request_id] = reply
         try:
-            progress = reply.feed(payload.event, clock=self._clock, ids=self._ids)
+            progress = reply.feed(
+                payload.event, clock=self._clock, ids=self._ids, withhold_stop_error=payload.withhold_stop_error
+            )
         except StreamAccumulationError as error:
             # A malformed or out-of-order event kills the attempt (R9.9): its partials are tombstoned and
             # the entry is reported as bad input.

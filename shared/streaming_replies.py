@@ -50,14 +50,21 @@ class OpenReply(WireHolder):
 
     _accumulator: StreamAccumulator | None = PrivateAttr(default=None)
 
-    def feed(self, event: JsonObject, *, clock: Clock, ids: IdSource) -> ReplyProgress:
-        """Accumulate ``event``; raises :class:`~shared.errors.StreamAccumulationError` for bad input."""
+    def feed(
+        self, event: JsonObject, *, clock: Clock, ids: IdSource, withhold_stop_error: bool = False
+    ) -> ReplyProgress:
+        """Accumulate ``event``; raises :class:`~shared.errors.StreamAccumulationError` for bad input.
+
+        ``withhold_stop_error``: the ``max_output_tokens`` API error the event's stop reason brings (R9.5,
+        M8.3/M8.4) is withheld — not logged — because the loop recovers from the cut (M8.5)."""
         accumulator = self._accumulator_for(clock, ids)
         outputs = accumulator.feed(event)
         self.events.append(event)
         completed: list[AssistantMessage] = []
         held_before = self.held
         for output in outputs:
+            if withhold_stop_error and isinstance(output, AssistantMessage) and _is_output_limit_error(output):
+                continue
             if isinstance(output, AssistantMessage):
                 if self.held is not None:
                     completed.append(self.held)
@@ -99,6 +106,11 @@ class OpenReply(WireHolder):
             accumulator.feed(past)
         self._accumulator = accumulator
         return accumulator
+
+
+def _is_output_limit_error(message: AssistantMessage) -> bool:
+    """The M8.3/M8.4 error of a cut reply (``apiError: max_output_tokens``), which the loop may withhold."""
+    return bool(message.is_api_error_message) and message.api_error == "max_output_tokens"
 
 
 def _with_final_usage(held: AssistantMessage, updated: AssistantMessage) -> AssistantMessage:

@@ -48,6 +48,7 @@ def model_defaults(settings: Settings) -> ModelDefaults:
         model=model.model,
         fallback_model=model.fallback_model,
         max_tokens=model.max_tokens,
+        capped_default_max_tokens=model.capped_default_max_tokens,
         system_prompt=model.system_prompt,
         thinking=model.thinking,  # type: ignore[arg-type]
         temperature=model.temperature,

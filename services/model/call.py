@@ -7,12 +7,16 @@
   the tool jobs. The in-flight record goes out with the first event (crash recovery, ``worker.py``) and the
   "answered" record with ``message_stop``.
 - A stream that breaks (an ``error`` event, a dropped connection, the idle watchdog of M2.8) or ends
-  incomplete (M2.5; also without ``message_stop``, which a reply on the bus needs to close) is tombstoned
+  incomplete (M2.5: no ``message_start``, or neither a finished block nor a stop reason) is tombstoned
   (``StreamFallback``, M5.3 / R6.1) and the request is repeated without streaming (M5.2, with
   ``non_streaming_fallback_params``, M1.7), its 529 counter seeded at 1 after an overload (M4.9); the whole
-  response is published as one assistant message.
+  response is published as one assistant message. A stream that ends complete by M2.5 but without
+  ``message_stop`` is a reply: the worker closes it on the bus with a ``message_stop`` of its own.
 - Three overloads in a row switch to the fallback model (M6.3): a warning system message
-  ``Switched to … due to high demand for …`` and the request again on that model.
+  ``Switched to <display name> due to high demand for <display name>`` and the request again on that model.
+- A reply cut by ``max_tokens`` or the context window (M8.3–M8.5): decided at its ``message_delta`` — resumed
+  (the meta user message written with its ``message_stop``), re-issued once with 64 000 (gated), or left to its
+  tools, its API error withheld; or, with the resumptions used up, its error logged.
 - Giving up publishes the synthetic assistant error of M7 (``shared/model/error_texts.py``). Partial
   messages of a failed stream were tombstoned first, so no tool_use is left without its result.
 
@@ -35,16 +39,26 @@ from anthropic import AsyncAnthropic
 
 from services.model.failures import error_type_label, failure_of
 from services.model.publisher import SessionPublisher
+from services.model.session_lease import SessionLeaseLost
 from services.observability import model_metrics
 from services.runtime.settings import ModelSettings
 from shared.clock import Clock, utc_now
 from shared.content_from_api import normalize_content_from_api
-from shared.events import AssistantReply, StreamFallback, SystemNotice
+from shared.events import AssistantReply, StreamFallback, SystemNotice, UserPrompt
 from shared.factories import create_assistant_api_error_message, create_informational_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, AssistantPayload
 from shared.model.error_texts import assistant_error_for, switched_model_notice
+from shared.model.limits import (
+    OUTPUT_TOKEN_RECOVERY_MESSAGE,
+    OutputLimitAction,
+    OutputLimitDecision,
+    OutputLimitState,
+    decide_output_limit,
+    output_limit_error,
+)
+from shared.model.max_tokens import ESCALATED_MAX_TOKENS
 from shared.model.request import non_streaming_fallback_params, request_body, with_max_tokens, with_model
 from shared.model.retry import (
     ApiFailure,
@@ -84,6 +98,10 @@ class CallResult:
     time_to_first_chunk_s: float | None = None
     tool_use: bool = False
     """The reply holds a tool_use block (M8.5: a truncated reply with one runs its tools, no recovery)."""
+    output_limit: OutputLimitAction | None = None
+    """M8.5: what the call did about a reply cut by ``max_tokens`` / the context window (None: not cut)."""
+    superseded: list[CallResult] = field(default_factory=list)
+    """Earlier responses of this call that were re-issued (the M8.5 escalation): their usage counts too."""
 
 
 @dataclass(slots=True)
@@ -99,6 +117,8 @@ class _StreamProgress:
     model: str | None = None
     tool_use: bool = False
     usage: JsonObject = field(default_factory=lambda: dict(EMPTY_USAGE))
+    output_limit: OutputLimitDecision | None = None
+    """M8.5: the decision about a cut reply, made at the ``message_delta`` that brought the stop reason."""
 
     def feed(self, event: JsonObject) -> None:
         kind = event.get("type")
@@ -125,10 +145,10 @@ class _StreamProgress:
             self.stopped = True
 
     def incomplete(self) -> bool:
-        """M2.5, plus a stream cut before ``message_stop`` (the bus closes a reply only on it)."""
-        if not self.started or (self.blocks_done == 0 and self.stop_reason is None):
-            return True
-        return not self.stopped
+        """M2.5: no ``message_start``, or neither a completed block nor a stop reason. A stream that ended
+        cleanly after that without ``message_stop`` is complete: Claude Code does nothing at
+        ``message_stop`` (M2.4) and the SDK raises nothing when the body simply ends."""
+        return not self.started or (self.blocks_done == 0 and self.stop_reason is None)
 
 
 class _StreamBroke(Exception):
@@ -151,6 +171,8 @@ def _with_client_request_id(params: JsonObject, client_request_id: str) -> JsonO
     return {**params, "extra_headers": merged}
 
 
+MESSAGE_STOP: Mapping[str, Any] = {"type": "message_stop"}
+"""What closes a reply on the bus; the worker adds it to a stream that ended complete but without one (M2.5)."""
 INCOMPLETE_STREAM = ApiFailure(status=None, message="Stream ended without receiving any events", connection=True)
 
 
@@ -168,6 +190,10 @@ class ModelCall:
         fallback_model: str | None,
         owner: str,
         switched_to: str | None = None,
+        output_limits: OutputLimitState | None = None,
+        capped_default: bool = False,
+        explicit_max_tokens: bool = False,
+        escalated_max_tokens: int = ESCALATED_MAX_TOKENS,
         on_retry: Callable[[ApiFailure, int, float], None] | None = None,
         jitter: Callable[[], float] = random.random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -199,6 +225,12 @@ class ModelCall:
         self.sent_at: float | None = None
         self.first_chunk_s: float | None = None
         self.switched_to = switched_to
+        self.output_limits = output_limits if output_limits is not None else OutputLimitState()
+        """M8.6: the turn's recovery state (resumptions so far, the loop's ``max_tokens`` override)."""
+        self.capped_default = capped_default
+        self.explicit_max_tokens = explicit_max_tokens
+        self.escalated_max_tokens = escalated_max_tokens
+        self.superseded: list[CallResult] = []
         self.on_retry = on_retry
         """Told (failure, attempt, delay in ms) before each backoff sleep: the span's retry events (M11.4)."""
         """The fallback model this call (or an earlier call of its turn) switched to (M6)."""
@@ -206,7 +238,11 @@ class ModelCall:
     async def run(self) -> CallResult:
         while True:
             outcome = await self._one_model()
+            if isinstance(outcome, CallResult) and outcome.output_limit is OutputLimitAction.ESCALATE:
+                await self._escalate(outcome)
+                continue
             if isinstance(outcome, CallResult):
+                outcome.superseded = self.superseded
                 return outcome
             if isinstance(outcome, SwitchModel):
                 await self._switch_model(outcome)
@@ -238,6 +274,7 @@ class ModelCall:
             attempts=self.attempts,
             time_to_first_chunk_s=self.first_chunk_s,
             tool_use=progress.tool_use,
+            output_limit=progress.output_limit.action if progress.output_limit is not None else None,
         )
 
     async def _open_stream(self) -> tuple[anthropic.AsyncStream[Any], str]:
@@ -270,13 +307,11 @@ class ModelCall:
                     if index == 0:
                         self.first_chunk_s = time.perf_counter() - (self.sent_at or 0.0)
                         publisher.record(self._inflight(request_id, "streaming"))
-                    progress.feed(event)
-                    if progress.stopped:
-                        publisher.record(self._inflight(request_id, "answered"))
-                    publisher.add_event(request_id, index, event, max_tokens=max_tokens if index == 0 else None)
+                    self._publish_event(request_id, index, event, progress, max_tokens if index == 0 else None)
                     index += 1
-        except asyncio.CancelledError:
-            # An interrupt (M2.9): close the connection now; what was published stays (R10.1).
+        except (asyncio.CancelledError, SessionLeaseLost):
+            # An interrupt (M2.9), or the session's lease lost: close the connection now; what was published
+            # stays (R10.1; the lease's next holder tombstones it).
             await stream.close()
             raise
         except Exception as error:  # API error events, httpx transport errors, the idle watchdog, bad SSE
@@ -287,7 +322,67 @@ class ModelCall:
         if progress.incomplete():
             await self._abandon_stream(stream, request_id, index)
             raise _StreamBroke(INCOMPLETE_STREAM)
+        if not progress.stopped:
+            # Complete by M2.5 but unterminated: the bus closes a reply (and ingestion logs its last block) on
+            # ``message_stop``, so the worker closes it as Claude Code's accumulator would have ended it.
+            log.warning("stream_ended_without_message_stop", request_id=request_id, events=index)
+            self._publish_event(request_id, index, dict(MESSAGE_STOP), progress, None)
+            self.events_published += 1
         await publisher.drain()
+
+    def _publish_event(
+        self, request_id: str, index: int, event: JsonObject, progress: _StreamProgress, max_tokens: int | None
+    ) -> None:
+        """Queue one stream event, with what the reply's end brings: the "answered" in-flight record and the
+        M8.5 resumption — the meta user message written with the ``message_stop``, so a reply is never logged
+        without it. A reply the M8.5 escalation re-issues is not closed: its ``message_stop`` is held back
+        (the in-flight record stays "streaming", so a crash calls again) and :meth:`_escalate` tombstones it."""
+        progress.feed(event)
+        kind = event.get("type")
+        withhold = kind == "message_delta" and self._withholds_stop_error(progress)
+        decision = progress.output_limit
+        if progress.stopped and decision is not None and decision.action is OutputLimitAction.ESCALATE:
+            return  # the reply stays open on the bus: the escalation retracts it as a failed stream's (R6.1)
+        if progress.stopped:
+            self.publisher.record(self._inflight(request_id, "answered"))
+        self.publisher.add_event(request_id, index, event, max_tokens=max_tokens, withhold_stop_error=withhold)
+        if progress.stopped and decision is not None and decision.action is OutputLimitAction.RESUME:
+            prompt = UserPrompt(content=OUTPUT_TOKEN_RECOVERY_MESSAGE, is_meta=True)
+            self.publisher.add_entry(f"model:{request_id}:resume", prompt)
+
+    def _withholds_stop_error(self, progress: _StreamProgress) -> bool:
+        """M8.3/M8.5 at the ``message_delta`` of a cut reply: decide the recovery once (every block, tool calls
+        included, streamed before it); the cut's API error is withheld unless the recoveries are used up."""
+        if progress.output_limit is None:
+            error = output_limit_error(progress.stop_reason)
+            if error is None:
+                return False
+            progress.output_limit = decide_output_limit(
+                error,
+                state=self.output_limits,
+                tool_use_streamed=progress.tool_use,
+                capped_default=self.capped_default,
+                explicit_max_tokens=self.explicit_max_tokens,
+            )
+            log.info(
+                "reply_cut",
+                stop_reason=progress.stop_reason,
+                action=progress.output_limit.action.value,
+                recoveries=self.output_limits.recovery_count,
+            )
+        return progress.output_limit.action is not OutputLimitAction.GIVE_UP
+
+    async def _escalate(self, cut: CallResult) -> None:
+        """M8.5 (gated ``tengu_otk_slot_v1``): the same request once more with ``max_tokens`` 64 000. The cut
+        reply is tombstoned (R6.1): the request is re-issued without it, and the log keeps one answer."""
+        request_id = cut.request_id or self.call_id
+        self.superseded.append(cut)
+        log.info("max_tokens_escalated", request_id=request_id, max_tokens=self.escalated_max_tokens)
+        await self.publisher.publish([(f"model:{request_id}:escalate", StreamFallback(request_id=request_id))])
+        self.params = with_max_tokens(self.params, self.escalated_max_tokens)
+        self.output_limits = OutputLimitState(
+            recovery_count=self.output_limits.recovery_count, max_tokens_override=self.escalated_max_tokens
+        )
 
     async def _abandon_stream(self, stream: anthropic.AsyncStream[Any], request_id: str, events: int) -> None:
         """Close the broken stream and tombstone what it published (M5.3)."""
@@ -402,8 +497,15 @@ class ModelCall:
     # -- giving up, switching model --------------------------------------------------------------------
 
     async def _switch_model(self, switch: SwitchModel) -> None:
-        """M6.3: the partial messages were tombstoned with their stream (M5.3), so no tool_use is left to
-        answer with ``Model fallback triggered``; warn, then repeat the request on the fallback model."""
+        """M6.3: warn (the models by their display names), then repeat the request on the fallback model.
+
+        Step 2 (``Model fallback triggered`` results for the tool_uses collected in this call) has nothing to
+        answer here, as in Claude Code: a switch raised while opening the stream comes before any block of the
+        call, and after a broken stream Claude Code tombstones the partial messages at the first message the
+        loop receives (M5.3) — the non-streaming fallback's first overload yields its M4.4 retry message
+        (counter 1 → 2) before the third overload can switch (M4.9, ``MAX_529_RETRIES`` = 3). The worker
+        tombstones them when the stream breaks (``_abandon_stream``): the same history, in which no tool_use
+        is left without its result."""
         model_metrics.record_fallback(switch.original, "model")
         log.warning("model_fallback", original=switch.original, fallback=switch.fallback)
         notice = create_informational_message(

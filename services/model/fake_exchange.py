@@ -128,7 +128,7 @@ class WholeReplyResponse(_ExchangeResponse):
         if self.step.fail_after_events is not None and self.step.fail_with == "drop":
             await exchange.cut()
             return
-        if self.step.fail_after_events is not None:
+        if self.step.fail_after_events is not None and self.step.fail_with != "end":
             error_type = self.step.fail_with
             status, body = (
                 FAULT_STATUS[error_type],
@@ -169,7 +169,7 @@ class StreamedReplyResponse(_ExchangeResponse):
         if failing and step.fail_with == "drop":
             await exchange.cut()
             return
-        if failing:
+        if failing and step.fail_with != "end":
             fault = error_body(step.fail_with, DEFAULT_ERROR_MESSAGES[step.fail_with], self.request_id)
             await send({"type": "http.response.body", "body": sse_frame(fault), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -43,7 +43,7 @@ DEFAULT_ERROR_MESSAGES: Final[dict[str, str]] = {
     "overloaded_error": "Overloaded",
 }
 
-FailWith = Literal["overloaded_error", "api_error", "drop"]
+FailWith = Literal["overloaded_error", "api_error", "drop", "end"]
 Ending = Literal["answered", "client_left", "cut", "server_stopped"]
 
 _REQUIRED_BLOCK_FIELDS: Final[dict[str, tuple[str, ...]]] = {
@@ -79,8 +79,10 @@ class ReplyStep(_Step):
     the ``message_delta`` usage verbatim (M2.6 merge tests).
 
     Faults: ``fail_after_events`` = send that many events (pings not counted), then an SSE ``error`` event
-    of ``fail_with`` — or, for ``drop``, cut the connection without the terminating chunk. A non-streaming
-    request meets the same fault as a whole: 529 / 500 error response, or a connection closed unanswered.
+    of ``fail_with`` — or, for ``drop``, cut the connection without the terminating chunk; for ``end``, end the
+    response cleanly there (the terminating chunk, no error: a stream that simply stops, e.g. before its
+    ``message_stop``, M2.5). A non-streaming request meets the same fault as a whole: 529 / 500 error
+    response, or a connection closed unanswered (``end``: the whole Message, the fault is the stream's only).
     """
 
     kind: Literal["reply"] = "reply"

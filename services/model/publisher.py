@@ -5,7 +5,9 @@ token matters), and the events that arrive while that write is in flight go toge
 write is one atomic script (``key_calls.py``): a batch of ``XADD``s, plus, for the reply's last batch, the
 in-flight record that says the request was answered (so a worker that takes the request over after a crash
 knows not to call again). Every entry is signed with the worker secret (``shared/internal_events.py``) and
-has a deterministic idempotency key, so a republished entry is applied once.
+has a deterministic idempotency key, so a republished entry is applied once. With a fence (the session's
+call lease and its token) every write runs only while the lease holds the token; a refused write raises
+:class:`~services.model.session_lease.SessionLeaseLost` (nothing of it was written).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import contextlib
 import orjson
 import redis.asyncio as aioredis
 
+from services.model.session_lease import SessionLeaseLost
 from services.runtime.codec import DATA_FIELD, signed_entry_fields
-from services.runtime.key_calls import KeyCalls
+from services.runtime.key_calls import Fenced, KeyCalls
 from services.runtime.topology import Topology
 from shared.events import SCHEMA_VERSION, IngressEnvelope, IngressPayload
 from shared.internal_events import AUTH_FIELD, internal_event_proof
@@ -39,6 +42,7 @@ class SessionPublisher:
         internal_key: bytes,
         traceparent: str | None,
         request_digest: str | None = None,
+        fence: tuple[str, str] | None = None,
     ) -> None:
         self.redis = redis
         self.topology = topology
@@ -48,6 +52,8 @@ class SessionPublisher:
         self.traceparent = traceparent
         self.request_digest = request_digest
         """Carried by every in-flight record (``worker.answered_already``)."""
+        self.fence = fence
+        """(lease key, token): every write runs only while the key holds the token (module docstring)."""
         self.ingress = topology.ingress_for(session_id)
         self.inflight_key = topology.model_inflight(session_id)
         self._pending: list[Fields] = []
@@ -63,14 +69,41 @@ class SessionPublisher:
         (the record of a stream goes out with its first event; "answered" with its ``message_stop``)."""
         self._record = orjson.dumps({**state, "digest": self.request_digest} if self.request_digest else state)
 
-    def add_event(self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None) -> None:
+    def add_event(
+        self,
+        request_id: str,
+        index: int,
+        event: JsonObject,
+        *,
+        max_tokens: int | None = None,
+        withhold_stop_error: bool = False,
+    ) -> None:
         """Queue raw event number ``index`` of ``request_id``; it is written now if no write is in flight."""
-        self._pending.append(self.stream_event_fields(request_id, index, event, max_tokens=max_tokens))
+        fields = self.stream_event_fields(
+            request_id, index, event, max_tokens=max_tokens, withhold_stop_error=withhold_stop_error
+        )
+        self._queue(fields)
+
+    def add_entry(self, key: str, payload: IngressPayload) -> None:
+        """Queue a whole entry behind the events queued so far: written in the same write as the last of them
+        when no write is in flight in between (e.g. the M8.5 resumption with its reply's ``message_stop``)."""
+        self._queue(self._fields(key, payload))
+
+    def _queue(self, fields: Fields) -> None:
+        if isinstance(self._failure, SessionLeaseLost):
+            raise self._failure  # stop reading a stream whose events can no longer be written
+        self._pending.append(fields)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
 
     def stream_event_fields(
-        self, request_id: str, index: int, event: JsonObject, *, max_tokens: int | None = None
+        self,
+        request_id: str,
+        index: int,
+        event: JsonObject,
+        *,
+        max_tokens: int | None = None,
+        withhold_stop_error: bool = False,
     ) -> Fields:
         """The signed entry of one stream event: the JSON ``IngressEnvelope(payload=StreamEvent(…))`` dumps to,
         built directly (a fifth of the cost of validating the event into the models and dumping them again; the
@@ -83,6 +116,8 @@ class SessionPublisher:
         }
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens
+        if withhold_stop_error:
+            payload["withhold_stop_error"] = True
         data = orjson.dumps(
             {
                 "v": SCHEMA_VERSION,
@@ -104,7 +139,7 @@ class SessionPublisher:
             for fields in batch:
                 calls.add_xadd(self.ingress, fields)
             try:
-                await calls.write(self.redis)
+                await self._write(calls)
             except BaseException as error:
                 self._failure = error
                 self._pending = []
@@ -143,8 +178,18 @@ class SessionPublisher:
             calls.add("SET", self.inflight_key, self._record)
             self._record = None
         if len(calls):
-            await calls.write(self.redis)
+            await self._write(calls)
         self.published += len(entries)
+
+    async def _write(self, calls: KeyCalls) -> None:
+        if self.fence is None:
+            await calls.write(self.redis)
+            return
+        key, token = self.fence
+        try:
+            await calls.write_fenced(self.redis, key=key, token=token)
+        except Fenced as fenced:
+            raise SessionLeaseLost(key, token) from fenced
 
     def _fields(self, key: str, payload: IngressPayload) -> Fields:
         envelope = IngressEnvelope(

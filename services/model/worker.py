@@ -13,7 +13,12 @@ Per notice (a :class:`~shared.events.RequestReady` pointing at the session's sto
    (a worker died between its reply and its ack) is acked unused; a record still "streaming" is a dead
    worker's half-streamed reply: it is tombstoned (``StreamFallback``) and the request called again.
 3. **The call** (``call.py``): parameters from the stored request, the session's config and the tool
-   catalog (``build_model_params``), the tenant's token bucket first, then stream / retry / fall back.
+   catalog (``build_model_params``); a prompt over the pre-flight blocking limit (M8.1) is answered
+   ``Prompt is too long`` without a request; else the tenant's token bucket first, then stream / retry /
+   fall back.
+   The lease's token fences every write of the call; a lease lost mid-call (a renewal failed, or a write was
+   refused) aborts the call at once and leaves the notice pending: the worker that holds the lease now, or
+   the one that reclaims the notice, serves the request (tombstoning what was streamed).
 4. **Interrupts** arrive on the interrupts channel (ingestion publishes every applied interrupt): the
    session's call task is cancelled, which closes the HTTP stream at once; nothing more is published (the
    interrupt already closed the turn, R10.1; ingestion drops late events of the interrupted request).
@@ -27,6 +32,7 @@ import contextlib
 import functools
 import hashlib
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,7 +45,7 @@ from anthropic import AsyncAnthropic
 from services.model.call import CallResult, ModelCall
 from services.model.failures import error_type_label
 from services.model.publisher import SessionPublisher
-from services.model.session_lease import SessionLease
+from services.model.session_lease import SessionLease, SessionLeaseLost
 from services.observability import model_metrics
 from services.observability.tracing import AttributeValue, Span, WorkerTracer
 from services.runtime.codec import decode_entry
@@ -50,21 +56,26 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import MODEL_GROUP, Topology
 from services.runtime.usage_store import record_usage
 from shared.clock import Clock, utc_now
-from shared.events import RequestReady, StreamFallback, UserPrompt
+from shared.events import AssistantReply, RequestReady, StreamFallback
+from shared.factories import create_assistant_api_error_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
 from shared.model.cost import PriceTable, price_call
+from shared.model.error_texts import PROMPT_TOO_LONG
 from shared.model.genai import error_attributes, request_attributes, response_attributes, span_name
 from shared.model.limits import (
     OUTPUT_TOKEN_RECOVERY_MESSAGE,
-    OutputLimitAction,
     OutputLimitState,
-    decide_output_limit,
-    output_limit_error,
+    blocking_limit,
+    context_window,
+    is_blocked,
+    lowered_window,
 )
-from shared.model.request import ModelDefaults, build_model_params, request_body
+from shared.model.max_tokens import ESCALATED_MAX_TOKENS, default_max_tokens, max_tokens_upper_limit
+from shared.model.request import ModelDefaults, build_model_params, request_body, with_max_tokens
 from shared.model.retry import ApiFailure
 from shared.model.session_config import SessionModelConfig
+from shared.model.token_estimate import estimate_prompt_tokens
 from shared.tool_definitions import ToolDefinition
 
 log = structlog.get_logger(__name__)
@@ -146,19 +157,25 @@ def entry_time_ms(entry_id: str) -> int:
     return int(entry_id.split("-", 1)[0])
 
 
-def estimate_input_tokens(params: JsonObject) -> int:
-    """A cheap upper-ish estimate of a request's input tokens for the token bucket (≈ 4 bytes a token)."""
-    size = len(orjson.dumps(params.get("messages"))) + len(orjson.dumps(params.get("system")))
-    size += len(orjson.dumps(params.get("tools")))
-    return max(1, size // 4)
-
-
 def total_tokens(usage: JsonObject | None) -> int:
     """M10.4: input + cache creation + cache read + output."""
     if not usage:
         return 0
     names = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
     return sum(value for name in names if isinstance(value := usage.get(name), int))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutputLimits:
+    """M8.5/M8.6 inputs of one call: the turn's recovery state and what rules out the escalation."""
+
+    state: OutputLimitState
+    capped_default: bool
+    """M1.5 gate ``tengu_otk_slot_v1`` (``AGENTBUS_MODEL__CAPPED_DEFAULT_MAX_TOKENS``)."""
+    explicit_max_tokens: bool
+    """The session or the worker sets ``max_tokens`` (Claude Code: ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``)."""
+    escalated: int
+    """The escalation's ``max_tokens``: 64 000, bounded by the model's upper limit (M1.5)."""
 
 
 @dataclass(slots=True)
@@ -174,6 +191,8 @@ class ModelWorkerStats:
     already_answered: int = 0
     recovered: int = 0
     interrupted: int = 0
+    lease_lost: int = 0
+    blocked: int = 0
 
 
 class ModelWorker:
@@ -245,27 +264,44 @@ class ModelWorker:
         lease = SessionLease(
             self.redis,
             self.topology.model_lease(notice.session_id),
-            owner=self.consumer,
+            owner=f"{self.consumer}:{uuid.uuid4().hex[:12]}",  # this job's token: the fence of its writes
             ttl_ms=self.settings.session_lease_ms,
         )
+        job = asyncio.current_task()
         held = asyncio.Event()
-        keepalive = asyncio.create_task(self._keep_alive(entry, lease, held))
+        lost = asyncio.Event()
+        keepalive = asyncio.create_task(self._keep_alive(entry, lease, held, lost, job))
         try:
-            state = await self._take(lease, notice)
-            if state is None:
-                self.stats.superseded += 1
-                model_metrics.record_call(self.defaults.model, "superseded")
-                return
-            held.set()
             try:
-                await self._serve(entry, notice, state)
+                state = await self._take(lease, notice)
+                if state is None:
+                    self.stats.superseded += 1
+                    model_metrics.record_call(self.defaults.model, "superseded")
+                    return
+                held.set()
+                try:
+                    await self._serve(entry, notice, state, lease)
+                finally:
+                    held.clear()
+                    await lease.release()
             finally:
-                held.clear()
-                await lease.release()
-        finally:
-            keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+                keepalive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await keepalive
+        except asyncio.CancelledError:
+            if job is not None and lost.is_set() and job.uncancel() == 0:
+                self._lease_lost(notice, lease)  # cancelled by the keep-alive, not by a shutdown
+                raise SessionLeaseLost(lease.key, lease.owner) from None
+            raise
+        except SessionLeaseLost:
+            self._lease_lost(notice, lease)  # a fenced write was refused before a renewal noticed
+            raise
+
+    def _lease_lost(self, notice: RequestReady, lease: SessionLease) -> None:
+        """The call stopped without publishing more; its notice stays pending for whoever serves it next."""
+        self.stats.lease_lost += 1
+        model_metrics.record_call(self.defaults.model, "lease_lost")
+        log.error("session_lease_lost", session_id=notice.session_id, seq=notice.seq, lease=lease.key)
 
     async def _take(self, lease: SessionLease, notice: RequestReady) -> list[bytes | None] | None:
         """Take the lease and read the session's state in one round trip (the common case: nobody holds it);
@@ -308,8 +344,18 @@ class ModelWorker:
         seq = orjson.loads(raw).get("seq")
         return seq if isinstance(seq, int) else -1
 
-    async def _keep_alive(self, entry: StreamEntry, lease: SessionLease, held: asyncio.Event) -> None:
-        """Keep the notice claimed (not reclaimed from a live worker) and the lease renewed."""
+    async def _keep_alive(
+        self,
+        entry: StreamEntry,
+        lease: SessionLease,
+        held: asyncio.Event,
+        lost: asyncio.Event,
+        job: asyncio.Task[object] | None,
+    ) -> None:
+        """Keep the notice claimed (not reclaimed from a live worker) and the lease renewed. A lease that could
+        not be renewed was lost (it expired, maybe another worker holds it now): the job is cancelled at once —
+        its HTTP stream closed, nothing more published — and the notice no longer claimed, so it is reclaimed
+        after the idle time by whichever worker serves it next."""
         while True:
             await asyncio.sleep(self.keepalive_s)
             try:
@@ -317,13 +363,18 @@ class ModelWorker:
                     entry.stream, MODEL_GROUP, self.consumer, min_idle_time=0, message_ids=[entry.entry_id], justid=True
                 )
                 if held.is_set() and not await lease.renew():
-                    log.error("session_lease_lost", session_id=lease.key, entry_id=entry.entry_id)
+                    lost.set()
+                    if job is not None:
+                        job.cancel()
+                    return
             except aioredis.RedisError as error:
                 log.warning("model_keepalive_failed", entry_id=entry.entry_id, error=repr(error))
 
     # -- one request -------------------------------------------------------------------------------------
 
-    async def _serve(self, entry: StreamEntry, notice: RequestReady, state: list[bytes | None]) -> None:
+    async def _serve(
+        self, entry: StreamEntry, notice: RequestReady, state: list[bytes | None], lease: SessionLease
+    ) -> None:
         session = notice.session_id
         raw_request, raw_inflight, raw_config, interrupted_at = state
         stored = orjson.loads(raw_request) if raw_request is not None else None
@@ -345,6 +396,7 @@ class ModelWorker:
             internal_key=self.internal_key,
             traceparent=notice.traceparent,
             request_digest=digest,
+            fence=(lease.key, lease.owner),
         )
         if interrupted_at is not None and int(interrupted_at) >= entry_time_ms(entry.entry_id):
             # Interrupted after the request was published: the turn is over before the call began.
@@ -371,9 +423,72 @@ class ModelWorker:
         )
         model = str(params.get("model") or self.defaults.model)
         fallback = config.fallback_model or self.defaults.fallback_model
+        estimated = estimate_prompt_tokens(request_body(params))
+        if await self._blocked(session, notice, publisher, params, model, estimated):
+            return
+        limits = self._output_limits(params, model, config)
+        if limits.state.max_tokens_override is not None:
+            params = with_max_tokens(params, limits.state.max_tokens_override)  # M1.5: the loop override
         await self._call(
-            session, notice, publisher, params, model, fallback, config.tenant or DEFAULT_TENANT, switched=switched
+            session,
+            notice,
+            publisher,
+            params,
+            model,
+            fallback,
+            config.tenant or DEFAULT_TENANT,
+            switched=switched,
+            limits=limits,
+            estimated=estimated,
         )
+
+    async def _blocked(
+        self,
+        session: str,
+        notice: RequestReady,
+        publisher: SessionPublisher,
+        params: JsonObject,
+        model: str,
+        estimated: int,
+    ) -> bool:
+        """M8.1 pre-flight blocking limit: a prompt estimated (``token_estimate.py``) at or above the limit —
+        the context window less the output reserve, less 3 000 — is not sent; the synthetic assistant error
+        ``Prompt is too long`` (invalid_request) ends the turn, answered atomically with the in-flight record."""
+        body = request_body(params)
+        sent_max_tokens = body.get("max_tokens")
+        max_tokens = (
+            sent_max_tokens
+            if isinstance(sent_max_tokens, int)
+            else default_max_tokens(model, table=self.defaults.max_tokens_table)
+        )
+        window = lowered_window(context_window(model), self.settings.context_window)
+        override = self.settings.blocking_limit_override
+        if not is_blocked(estimated, window=window, model_max_tokens=max_tokens, override=override):
+            return False
+        limit = override if override is not None else blocking_limit(window, max_tokens)
+        message = create_assistant_api_error_message(
+            PROMPT_TOO_LONG, error="invalid_request", clock=self.clock, ids=self.ids
+        )
+        publisher.record({"request_id": None, "seq": notice.seq, "state": "answered", "owner": self.consumer})
+        reply = AssistantReply(message=message, request_seq=notice.seq)
+        await publisher.publish([(f"model:blocked:{notice.seq}", reply)])
+        self.stats.blocked += 1
+        model_metrics.record_call(model, "blocked")
+        log.warning("prompt_blocked", session_id=session, seq=notice.seq, estimated_tokens=estimated, limit=limit)
+        return True
+
+    def _output_limits(self, params: JsonObject, model: str, config: SessionModelConfig) -> TurnOutputLimits:
+        """M8.6 for the turn the request belongs to, read from the request (any worker may serve the next one):
+        the resumptions so far are its meta "Output token limit hit" messages; under the capped default the
+        escalation (64 000, bounded by the model's upper limit) comes before any resumption, so a turn that
+        resumed already escalated, and keeps the override."""
+        capped = self.defaults.capped_default_max_tokens
+        explicit = config.max_tokens is not None or self.defaults.max_tokens is not None
+        escalated = min(ESCALATED_MAX_TOKENS, max_tokens_upper_limit(model, table=self.defaults.max_tokens_table))
+        recoveries = count_recoveries(request_body(params))
+        override = escalated if capped and not explicit and recoveries > 0 else None
+        state = OutputLimitState(recovery_count=recoveries, max_tokens_override=override)
+        return TurnOutputLimits(state, capped_default=capped, explicit_max_tokens=explicit, escalated=escalated)
 
     async def _call(
         self,
@@ -386,9 +501,12 @@ class ModelWorker:
         tenant: str,
         *,
         switched: str | None,
+        limits: TurnOutputLimits,
+        estimated: int,
     ) -> None:
         max_tokens = request_body(params).get("max_tokens")
-        estimate = estimate_input_tokens(params) + (max_tokens if isinstance(max_tokens, int) else 0)
+        # The token bucket is charged the prompt's estimate (M8.1's) and the most the reply may add.
+        estimate = max(1, estimated) + (max_tokens if isinstance(max_tokens, int) else 0)
         if self.bucket is not None:
             await self.bucket.acquire(tenant, tokens=estimate)  # waits, never fails; its wait is its own metric
         call = ModelCall(
@@ -400,6 +518,10 @@ class ModelWorker:
             fallback_model=fallback,
             owner=self.consumer,
             switched_to=switched,
+            output_limits=limits.state,
+            capped_default=limits.capped_default,
+            explicit_max_tokens=limits.explicit_max_tokens,
+            escalated_max_tokens=limits.escalated,
             clock=self.clock,
             ids=self.ids,
         )
@@ -409,7 +531,7 @@ class ModelWorker:
         running = _Running(asyncio.create_task(call.run(), name=f"model:{session}"))
         self._running[session] = running
         self.stats.calls += 1
-        model_metrics.IN_FLIGHT.inc()
+        model_metrics.call_started()
         try:
             result = await running.task
         except asyncio.CancelledError:
@@ -426,28 +548,11 @@ class ModelWorker:
             span.end(error)
             raise
         finally:
-            model_metrics.IN_FLIGHT.dec()
+            model_metrics.call_ended()
             self._running.pop(session, None)
         duration = time.perf_counter() - started
         await self._account(session, tenant, estimate, result, duration)
         self._end_span(span, result)
-        await self._after_truncation(publisher, result, params)
-
-    async def _after_truncation(self, publisher: SessionPublisher, result: CallResult, params: JsonObject) -> None:
-        """M8.5: a reply cut by ``max_tokens`` (or the context window) without a tool call is resumed: the meta
-        user message asks the model to go on, and the normalizer's next request calls it again — at most 3
-        times in a turn (counted from the request itself, so any worker may serve the next one). The M8.3
-        error text of each cut reply is in the log already (ingestion writes it; Claude Code withholds it
-        until the recoveries are used up)."""
-        error = output_limit_error(result.stop_reason)
-        if error is None or result.outcome != "ok":
-            return
-        state = OutputLimitState(recovery_count=count_recoveries(request_body(params)))
-        decision = decide_output_limit(error, state=state, tool_use_streamed=result.tool_use)
-        if decision.action is not OutputLimitAction.RESUME:
-            return
-        prompt = UserPrompt(content=OUTPUT_TOKEN_RECOVERY_MESSAGE, is_meta=True)
-        await publisher.publish([(f"model:{result.request_id or publisher.request_seq}:resume", prompt)])
 
     async def _aborted(
         self, session: str, notice: RequestReady, publisher: SessionPublisher, call: ModelCall, interrupted_at: float
@@ -456,7 +561,7 @@ class ModelWorker:
         await publisher.close()
         abort_s = time.perf_counter() - interrupted_at
         self.stats.interrupted += 1
-        model_metrics.INTERRUPT_ABORT.observe(abort_s)
+        model_metrics.record_interrupt_abort(abort_s)
         model_metrics.record_call(call.model, "interrupted")
         publisher.record(
             {
@@ -476,25 +581,30 @@ class ModelWorker:
         model_metrics.record_duration(result.model, duration_s, result.error_type)
         if result.time_to_first_chunk_s is not None:
             model_metrics.record_first_chunk(result.model, result.time_to_first_chunk_s)
-        usage = result.usage
-        if usage is not None:
-            billed_model = result.response_model or result.model
-            cost = price_call(billed_model, usage, self.prices)  # once per response (M10.1 [REC], M5.6)
-            model_metrics.record_tokens(result.model, usage)
-            model_metrics.record_cost(billed_model, cost.usd)
-            await record_usage(
-                self.redis,
-                self.topology,
-                session,
-                model=billed_model,
-                usage=usage,
-                cost_usd=cost.usd,
-                priced=cost.priced,
-                prices_as_of=cost.as_of.isoformat(),
-                request_id=result.request_id,
-            )
+        actual = 0
+        for response in [*result.superseded, result]:  # an escalated cut reply was paid for too (M8.5)
+            if response.usage is not None:
+                await self._record_response_usage(session, response, response.usage)
+                actual += total_tokens(response.usage)
         if self.bucket is not None:
-            await self.bucket.settle(tenant, estimated=estimate, actual=total_tokens(usage))
+            await self.bucket.settle(tenant, estimated=estimate, actual=actual)
+
+    async def _record_response_usage(self, session: str, response: CallResult, usage: JsonObject) -> None:
+        billed_model = response.response_model or response.model
+        cost = price_call(billed_model, usage, self.prices)  # once per response (M10.1 [REC], M5.6)
+        model_metrics.record_tokens(response.model, usage)
+        model_metrics.record_cost(billed_model, cost.usd)
+        await record_usage(
+            self.redis,
+            self.topology,
+            session,
+            model=billed_model,
+            usage=usage,
+            cost_usd=cost.usd,
+            priced=cost.priced,
+            prices_as_of=cost.as_of.isoformat(),
+            request_id=response.request_id,
+        )
 
     # -- spans (M11) -----------------------------------------------------------------------------------------
 

@@ -1,6 +1,9 @@
 """Metrics of the model workers, named for the OpenTelemetry GenAI client instruments (agent-loop.md M11.5,
 M11.6) in Prometheus form (dots become underscores, the unit a suffix), plus the worker's own counters.
 
+Like every ``agentbus_*`` family these honour ``AGENTBUS_METRICS`` (``metrics.set_recording``): off, every
+``record_*`` here returns at once.
+
 Labels are bounded (``shared/model/genai.py``): a model is its canonical id when known, else ``_OTHER``;
 ``error_type`` comes from a fixed vocabulary (the API's error types, ``timeout``, ``connection_error``, …);
 operation is ``chat``.
@@ -79,36 +82,71 @@ DEFINED: Final = (
 )
 """Every metric of this module (``metrics.metric_families`` lists them with the rest)."""
 
-CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered"]
+CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered", "blocked", "lease_lost"]
+
+
+def recording() -> bool:
+    from services.observability.metrics import recording  # the process-wide switch (imports this module)
+
+    return recording()
 
 
 def record_tokens(model: str, usage: Mapping[str, JsonValue]) -> None:
     """M11.5: one ``input`` point (input + cache read + cache creation, M11.3) and one ``output`` point; nothing
     for a count that is unavailable."""
+    if not recording():
+        return
     label = model_label(model)
     for token_type, count in token_usage_points(usage):
         TOKEN_USAGE.labels(OPERATION_CHAT, PROVIDER_NAME, token_type, label).observe(count)
 
 
 def record_duration(model: str, seconds: float, error_type: str | None) -> None:
+    if not recording():
+        return
     OPERATION_DURATION.labels(OPERATION_CHAT, PROVIDER_NAME, model_label(model), error_type or "").observe(seconds)
 
 
 def record_first_chunk(model: str, seconds: float) -> None:
+    if not recording():
+        return
     TIME_TO_FIRST_CHUNK.labels(OPERATION_CHAT, PROVIDER_NAME, model_label(model)).observe(seconds)
 
 
 def record_call(model: str, outcome: CallOutcome) -> None:
+    if not recording():
+        return
     CALLS.labels(model_label(model), outcome).inc()
 
 
 def record_retry(model: str, error_type: str) -> None:
+    if not recording():
+        return
     RETRIES.labels(model_label(model), error_type).inc()
 
 
 def record_fallback(model: str, kind: Literal["nonstreaming", "model"]) -> None:
+    if not recording():
+        return
     FALLBACKS.labels(model_label(model), kind).inc()
 
 
 def record_cost(model: str, usd: float) -> None:
+    if not recording():
+        return
     COST.labels(model_label(model)).inc(max(usd, 0.0))
+
+
+def call_started() -> None:
+    if recording():
+        IN_FLIGHT.inc()
+
+
+def call_ended() -> None:
+    if recording():
+        IN_FLIGHT.dec()
+
+
+def record_interrupt_abort(seconds: float) -> None:
+    if recording():
+        INTERRUPT_ABORT.observe(seconds)

@@ -237,6 +237,20 @@ def configure_tracing(service_name: str) -> bool:
     return True
 
 
+def flush_tracing(timeout_ms: int = 10_000) -> bool:
+    """Export the spans still waiting in the batch span processor's window (graceful shutdown).
+
+    A worker stopped by SIGTERM ends by that signal (uvicorn re-raises it once the app shut down), so the
+    SDK's ``atexit`` shutdown never runs and the spans of the last ``OTEL_BSP_SCHEDULE_DELAY`` were lost.
+    The global provider is flushed whoever installed it (:func:`configure_tracing`, or
+    ``opentelemetry-instrument``); a provider without ``force_flush`` (the API's no-op one) is left alone.
+    Returns what the provider's flush returned (False when it timed out or there is none)."""
+    if _otel is None:
+        return False
+    force_flush = getattr(_otel.get_tracer_provider(), "force_flush", None)
+    return bool(force_flush(timeout_ms)) if callable(force_flush) else False
+
+
 @dataclass(slots=True)
 class Span:
     """A worker's span for one entry (or one batch): its ids, an optional OTel span, log binding.

@@ -113,6 +113,23 @@ class ModelSettings(BaseModel):
     model: str = Field("claude-sonnet-4-6", description="default model id")
     fallback_model: str | None = Field(None, description="model switched to after three 529s in a row (M6)")
     max_tokens: int | None = Field(None, ge=1, description="default max_tokens (None: the model's M1.5 default)")
+    context_window: int | None = Field(
+        None,
+        ge=1,
+        description="M8.1: lower the context window the pre-flight blocking limit is computed from "
+        "(CLAUDE_CODE_AUTO_COMPACT_WINDOW; None: the model's, 200 000 or 1 000 000 for a [1m] id)",
+    )
+    blocking_limit_override: int | None = Field(
+        None,
+        ge=1,
+        description="M8.1: estimated prompt tokens at or above this are not sent (`Prompt is too long`) "
+        "(CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE; None: effective window - 3 000)",
+    )
+    capped_default_max_tokens: bool = Field(
+        False,
+        description="M1.5 gate tengu_otk_slot_v1: the default max_tokens capped at 8 000, a cut reply re-issued "
+        "once with 64 000 before any resumption (M8.5); off unless set, as the spec's gates",
+    )
     system_prompt: str = Field(
         "You are a helpful agent with tools. Use them to do what the user asks.",
         description="default system prompt (after the CLI prefix block, M1.4)",

@@ -28,6 +28,7 @@ from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from services.observability.tracing import flush_tracing
 from services.runtime.consumer import BatchConsumer, ConsumerConfig
 from services.runtime.leases import LeaseConfig
 from services.runtime.redis_client import pubsub_url, worker_redis
@@ -188,6 +189,15 @@ class WorkerProcess:
             await self.redis.aclose()
 
 
+async def flush_spans() -> None:
+    """The last step of a graceful stop: export the spans still batched (``flush_tracing``), off the loop (an
+    exporter posts synchronously)."""
+    try:
+        await asyncio.to_thread(flush_tracing)
+    except Exception:  # an unreachable collector must not turn a clean stop into a failed one
+        log.warning("span_flush_failed", exc_info=True)
+
+
 def build_app(
     name: str,
     factory: WorkerFactory,
@@ -211,7 +221,8 @@ def build_app(
         logger=None,
         on_startup=[process.startup],
         after_startup=[observability.start],
-        # Stop the stream-stats poller (and fail /readyz) before the process closes its Redis client.
-        on_shutdown=[observability.stop, process.shutdown],
+        # Stop the stream-stats poller (and fail /readyz) before the process closes its Redis client; export the
+        # spans still batched last (those of the batch the shutdown finished included).
+        on_shutdown=[observability.stop, process.shutdown, flush_spans],
     )
     return app, process

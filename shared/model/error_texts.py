@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from shared.constants import API_ERROR_MESSAGE_PREFIX
+from shared.model.display_names import model_display_name
 from shared.model.retry import REPEATED_529_ERROR, ApiFailure, GiveUp
 
 REQUEST_TIMED_OUT = "Request timed out"
@@ -48,8 +49,8 @@ def model_not_found(model: str) -> str:
 
 
 def switched_model_notice(fallback: str, original: str) -> str:
-    """M6.3 step 5 (warning system message)."""
-    return f"Switched to {fallback} due to high demand for {original}"
+    """M6.3 step 5 (warning system message), naming both models (ids) by their display names."""
+    return f"Switched to {model_display_name(fallback)} due to high demand for {model_display_name(original)}"
 
 
 MODEL_FALLBACK_TRIGGERED = "Model fallback triggered"

@@ -154,9 +154,15 @@ def autocompact_threshold(window: int, model_max_tokens: int) -> int:
     return effective_context_window(window, model_max_tokens) - AUTOCOMPACT_BUFFER
 
 
-def is_blocked(estimated_input_tokens: int, *, window: int, model_max_tokens: int) -> bool:
-    """M8.1: the request is not sent (assistant error ``Prompt is too long``, reason ``blocking_limit``)."""
-    return estimated_input_tokens >= blocking_limit(window, model_max_tokens)
+def is_blocked(estimated_input_tokens: int, *, window: int, model_max_tokens: int, override: int | None = None) -> bool:
+    """M8.1: the request is not sent (assistant error ``Prompt is too long``, reason ``blocking_limit``);
+    ``override`` (``CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE``) replaces the computed limit."""
+    return estimated_input_tokens >= (override if override is not None else blocking_limit(window, model_max_tokens))
+
+
+def lowered_window(window: int, configured: int | None) -> int:
+    """M8.1: a configured window (``CLAUDE_CODE_AUTO_COMPACT_WINDOW``) may only lower the model's."""
+    return min(window, configured) if configured is not None and configured > 0 else window
 
 
 # --- M8.3–M8.5 truncated replies ------------------------------------------------------------------
@@ -272,6 +278,7 @@ __all__ = [
     "is_blocked",
     "is_prompt_too_long",
     "loop_max_tokens",
+    "lowered_window",
     "output_limit_error",
     "parse_context_overflow",
     "parse_prompt_too_long",

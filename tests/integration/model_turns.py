@@ -67,6 +67,17 @@ def turn_ended(history: list[LogEntry]) -> bool:
     )
 
 
+def ended_with(text: str) -> Callable[[list[LogEntry]], bool]:
+    """The turn ended (:func:`turn_ended`) and its last assistant or user message says ``text``: for turns
+    whose replies may stop with ``max_tokens`` and go on (M8.5), where :func:`turn_ended` alone fires early."""
+
+    def check(history: list[LogEntry]) -> bool:
+        live = [m for m in live_messages(history) if m.type in ("assistant", "user")]
+        return turn_ended(history) and bool(live) and text_of(live[-1]) == text
+
+    return check
+
+
 async def wait_for(
     client: AgentbusClient,
     session: str,

@@ -32,6 +32,7 @@ from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
+    ended_with,
     http_error,
     live_messages,
     reply,
@@ -50,6 +51,8 @@ FALLBACK = "claude-haiku-4-5"
 BASE_MS = 200.0
 MAX_MS = 800.0
 MAX_RETRIES = 4
+MODEL_MAX_TOKENS = 32_000
+"""M1.5: the default ``max_tokens`` of ``MODEL`` (sonnet-4-6), which the M8.3 error quotes."""
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +285,50 @@ async def test_m5_broken_stream_is_tombstoned_and_repeated_without_streaming(
     assert text_of(live_messages(history)[-1]) == "Done."
 
 
+async def test_m2_5_a_complete_stream_ending_without_message_stop_is_the_reply(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M2.5: a stream with a finished block and a stop reason that then simply ends (no ``message_stop``, no
+    error) is not a failed stream: no fallback, no tombstone, the reply is logged as it came."""
+    session = new_session()
+    everything_but_message_stop = 1 + 3 + 1  # message_start; the block's start, delta, stop; message_delta
+    fake.script(
+        session,
+        [
+            reply(
+                text("Complete, unterminated."),
+                chunk_chars=WHOLE_BLOCKS,
+                fail_after_events=everything_but_message_stop,
+                fail_with="end",
+            )
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    assert [r["body"].get("stream", False) for r in fake.requests(session)] == [True]
+    assert not tombstones(history)
+    replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+    assert [(text_of(m), m.message.stop_reason) for m in replies] == [("Complete, unterminated.", "end_turn")]
+
+
+async def test_m2_5_a_stream_ending_after_message_start_falls_back_to_non_streaming(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M2.5 / M5.1 (b): ``message_start`` and then a clean end (no block, no stop reason) is a failed stream."""
+    session = new_session()
+    fake.script(
+        session,
+        [reply(text("never seen"), fail_after_events=1, fail_with="end"), reply(text("The whole reply."))],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    assert [r["body"].get("stream", False) for r in fake.requests(session)] == [True, False]
+    replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+    assert [text_of(m) for m in replies] == ["The whole reply."]
+
+
 async def test_m6_three_overloads_switch_to_the_fallback_model_with_tombstones(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
@@ -388,9 +435,11 @@ async def test_r10_1_interrupt_mid_stream_aborts_within_100_ms(
         assert len(await client.history(session)) == len(history)
 
 
-async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_with_the_meta_message(
+async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_and_its_error_withheld(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
+    """M8.3/M8.5, gates off: the cut reply is kept, the meta message asks for the rest, the second call answers;
+    the ``max_tokens`` error of the cut reply is withheld (never logged): recovery was possible."""
     session = new_session()
     fake.script(
         session,
@@ -398,16 +447,60 @@ async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_with_the_meta_message(
     )
     async with deployment.client() as client:
         await client.send_prompt(session, "Write a lot.")
-        history = await wait_for(
-            client, session, lambda h: any(text_of(m) == "and the second half." for m in live_messages(h))
-        )
+        history = await wait_for(client, session, ended_with("and the second half."))
     requests = fake.requests(session)
     assert len(requests) == 2
     max_tokens = requests[0]["body"]["max_tokens"]
     texts = [text_of(m) for m in live_messages(history)]
-    # M8.3: the cut reply's error quotes the request's max_tokens; M8.5: then the meta message, then the rest.
-    assert max_output_tokens_error(max_tokens) in texts
     assert OUTPUT_TOKEN_RECOVERY_MESSAGE in json.dumps(requests[1]["body"]["messages"][-1], ensure_ascii=False)
     assert (
         texts.index("The first half") < texts.index(OUTPUT_TOKEN_RECOVERY_MESSAGE) < texts.index("and the second half.")
     )
+    assert max_output_tokens_error(max_tokens) not in texts
+    assert not any(isinstance(m, AssistantMessage) and m.is_api_error_message for m in live_messages(history))
+
+
+async def test_m8_5_after_three_resumptions_the_withheld_error_is_emitted_and_the_turn_ends(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M8.5 ``MAX_OUTPUT_TOKENS_RECOVERY_LIMIT`` = 3 (M12's vector): three resumptions, then the fourth cut reply's
+    M8.3 error is emitted, exactly once, and nothing more is asked."""
+    session = new_session()
+    fake.script(session, [reply(text(f"Part {n}"), stop_reason="max_tokens") for n in range(1, 5)])
+    async with deployment.client() as client:
+        await client.send_prompt(session, "Write a lot.")
+        history = await wait_for(client, session, ended_with(max_output_tokens_error(MODEL_MAX_TOKENS)))
+    requests = fake.requests(session)
+    assert len(requests) == 4
+    max_tokens = requests[0]["body"]["max_tokens"]
+    assert [r["body"]["max_tokens"] for r in requests] == [max_tokens] * 4  # gates off: no escalation
+    texts = [text_of(m) for m in live_messages(history)]
+    assert texts.count(OUTPUT_TOKEN_RECOVERY_MESSAGE) == 3
+    assert texts.count(max_output_tokens_error(max_tokens)) == 1
+    assert texts[-2:] == ["Part 4", max_output_tokens_error(max_tokens)]
+    (error,) = [m for m in live_messages(history) if isinstance(m, AssistantMessage) and m.is_api_error_message]
+    assert (error.api_error, error.error) == ("max_output_tokens", "max_output_tokens")
+
+
+async def test_m8_5_a_cut_reply_with_a_tool_call_runs_the_tool_without_recovery(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M8.5 [OBS]: a truncated reply that streamed a tool_use goes on to its tools: no resumption, and its
+    withheld error is never emitted."""
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(text("Let me look."), tool_use("toolu_cut", "Read", file_path="README.md"), stop_reason="max_tokens"),
+            reply(text("It is a demo.")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "What is in the README?")
+        history = await wait_for(client, session, ended_with("It is a demo."))
+    assert len(fake.requests(session)) == 2
+    texts = [text_of(m) for m in live_messages(history)]
+    assert OUTPUT_TOKEN_RECOVERY_MESSAGE not in texts
+    assert not any(isinstance(m, AssistantMessage) and m.is_api_error_message for m in live_messages(history))
+    assert_every_tool_use_answered_once(history)
+    assert texts[-1] == "It is a demo."

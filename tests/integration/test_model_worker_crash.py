@@ -114,3 +114,52 @@ async def eventually_true(check: Callable[[], bool], *, timeout_s: float = 30.0)
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.05)
+
+
+STEAL_LEASE = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+return last[1][1]
+"""
+"""Take a session's call lease (as a worker would after it expired) and say, atomically, where its ingress ended."""
+
+
+async def test_a_lease_lost_mid_call_aborts_the_call_and_the_next_holder_serves_the_request(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """Issue 18 / the session lease: the worker whose lease is taken from it mid-stream closes the stream, writes
+    nothing more (its writes are fenced by the lease token) and leaves the notice pending; once the lease is
+    free the request is served again: the partial reply tombstoned, one reply in the log."""
+    session = f"lease-{uuid.uuid4().hex[:10]}"
+    slow = [text(f"Block {n} of a slow reply.") for n in range(1, 200)]  # ~30 s: the abort comes first
+    fake.script(session, [reply(*slow, chunk_delay_ms=150, chunk_chars=1000), reply(text("The whole answer."))])
+    topology = Topology(deployment.names)
+    lease_key, ingress = topology.model_lease(session), topology.ingress_for(session)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "tell me slowly")
+        await wait_for(client, session, lambda h: any(isinstance(m, AssistantMessage) for m in live_messages(h)))
+        record = orjson.loads(await client.redis.get(topology.model_inflight(session)) or b"{}")
+        assert record["state"] == "streaming"
+        cut_at = await client.redis.eval(STEAL_LEASE, 2, lease_key, ingress, "another-worker", 600_000)  # type: ignore[misc]
+
+        def aborted() -> bool:
+            (first,) = fake.requests(session)
+            return first["ended"] == "client_left"
+
+        await eventually_true(aborted, timeout_s=60)  # the stream was closed by the worker, not finished
+        pid = int(str(record["owner"]).split("-")[-2])
+        (owner,) = [w for w in deployment.of("model") if w.process.pid == pid]
+        await eventually_true(lambda: "session_lease_lost" in owner.log_path.read_text(errors="replace"))
+        late = await client.redis.xrange(ingress, min=f"({cut_at.decode()}", max="+")
+        assert not [fields for _, fields in late if str(record["request_id"]).encode() in fields[b"data"]]
+        assert len(fake.requests(session)) == 1  # nobody calls while the lease is taken
+
+        await client.redis.delete(lease_key)  # the other holder is done: the pending notice is served again
+        history = await wait_for(client, session, turn_ended, timeout_s=120)
+    assert len(fake.requests(session)) == 2
+    dead = tombstones(history)
+    assert dead, "the partial reply was not tombstoned"
+    assert all(text_of(t.message).startswith("Block ") for t in dead)
+    replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+    assert [text_of(m) for m in replies] == ["The whole answer."]
+    assert_every_tool_use_answered_once(history)

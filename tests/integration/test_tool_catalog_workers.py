@@ -60,8 +60,8 @@ async def test_workers_publish_on_start_withdraw_on_stop_and_trace_their_calls(c
             "AGENTBUS_TOOLS__CATALOG_REFRESH_S": "20",
             "AGENTBUS_TOOLS__CATALOG_TTL_S": "600",
             "OTEL_TRACES_EXPORTER": "console",
-            # Exported (and printed) within 50 ms, not at exit: a worker stopped by SIGTERM ends by the signal,
-            # so atexit never flushes the batch.
+            # Exported (and printed) within 50 ms, so the test sees the span before it stops the worker (the
+            # graceful stop flushes the rest: test_span_flush_on_stop.py).
             "OTEL_BSP_SCHEDULE_DELAY": "50",
             "PYTHONUNBUFFERED": "1",
         }

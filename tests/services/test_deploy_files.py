@@ -25,6 +25,7 @@ from pydantic import AliasChoices, BaseModel
 from typer.testing import CliRunner
 
 from services.cli.main import app as cli_app
+from services.cli.up import FAKE_MODEL_KEY
 from services.observability.endpoints import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
 from services.observability.metrics import exported_sample_names
 from services.runtime.redis_client import is_cluster_url
@@ -558,6 +559,32 @@ def test_k8s_dev_overlay_builds() -> None:
         for container in doc["spec"]["template"]["spec"]["containers"]
     }
     assert "agentbus:dev" in images
+    assert_dev_model_calls_the_fake_server(docs)
+
+
+def assert_dev_model_calls_the_fake_server(docs: list[dict[str, Any]]) -> None:
+    """As in compose: the dev overlay runs ``agentbus fake-model`` and its model workers call it."""
+    deployments = by_kind(docs, "Deployment")
+    fake = deployments["agentbus-fake-model"]
+    (container,) = fake["spec"]["template"]["spec"]["containers"]
+    assert_real_cli_command(container["args"][:1], "Deployment agentbus-fake-model")
+    help_text = runner.invoke(cli_app, ["fake-model", "--help"]).output
+    assert all(option in help_text for option in container["args"][1::2]), help_text
+    assert container["image"] == "agentbus:dev"
+    options = dict(zip(container["args"][1::2], container["args"][2::2], strict=True))
+    assert options["--host"] == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["http"] == int(options["--port"])
+    assert container["readinessProbe"]["httpGet"] == {"path": READYZ_PATH, "port": "http"}
+    service = by_kind(docs, "Service")["agentbus-fake-model"]
+    assert service["spec"]["selector"] == fake["spec"]["template"]["metadata"]["labels"]
+    (service_port,) = service["spec"]["ports"]
+    assert service_port["targetPort"] == "http"
+    (worker,) = deployments["agentbus-model"]["spec"]["template"]["spec"]["containers"]
+    env = {item["name"]: item.get("value") for item in worker["env"]}
+    assert env["AGENTBUS_MODEL__BASE_URL"] == f"http://agentbus-fake-model:{service_port['port']}"
+    assert {item["name"] for item in worker["env"]} >= {"REDIS_URL", "AGENTBUS_INTERNAL_KEY", "ANTHROPIC_API_KEY"}
+    assert by_kind(docs, "Secret")["agentbus-anthropic"]["stringData"]["api-key"] == FAKE_MODEL_KEY
 
 
 # ------------------------------------------------------------------------------------------ ACL (Redis)

@@ -58,3 +58,25 @@ def test_stream_event_fields_equal_the_models_dump(event: JsonObject, traceparen
         }
     )
     assert first == signed_entry_fields(with_cap, KEY)
+
+
+def test_m8_5_withheld_stop_error_flag_equals_the_models_dump() -> None:
+    """The ``message_delta`` of a cut reply the worker recovers from says so (``withhold_stop_error``)."""
+    publisher = SessionPublisher(
+        None,  # type: ignore[arg-type]  # never writes here
+        Topology(StreamNames(prefix="agentbus:", shards=4)),
+        session_id="s-1",
+        request_seq=7,
+        internal_key=KEY,
+        traceparent=None,
+    )
+    event: JsonObject = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 9}}
+    built = publisher.stream_event_fields("req_9", 5, event, withhold_stop_error=True)
+    envelope = IngressEnvelope(
+        session_id="s-1",
+        idempotency_key="model:req_9:5",
+        payload=StreamEvent(request_id="req_9", event=event, request_seq=7, withhold_stop_error=True),
+        traceparent=None,
+    )
+    assert built == signed_entry_fields(envelope, KEY)
+    assert parse_ingress(built["data"]) == envelope

@@ -129,6 +129,23 @@ async def test_drop_cuts_the_connection_mid_stream(
     assert [r.ended for r in await fake_model.requests(settled=True)] == ["cut"]
 
 
+async def test_m2_5_end_stops_the_stream_cleanly_before_message_stop(
+    fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
+) -> None:
+    """``end``: the events before the cut, then a clean end of the body — the SDK raises nothing (M2.5 decides)."""
+    deltas = -(-len(STORY.content[0]["text"]) // STORY.chunk_chars)  # type: ignore[operator]
+    events = ["message_start", "content_block_start", *["content_block_delta"] * deltas, "content_block_stop"]
+    cut = len(events) + 1  # … and the message_delta: everything but message_stop
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": cut, "fail_with": "end"})])
+    stream = await fake_model_sdk.messages.create(model=MODEL, max_tokens=100, messages=PROMPT, stream=True)
+    seen: list[str] = []
+    await read_into(seen, stream)
+    assert seen == [*events, "message_delta"]
+    assert [r.ended for r in await fake_model.requests(settled=True)] == ["answered"]
+    await fake_model.script(None, [STORY.model_copy(update={"fail_after_events": 1, "fail_with": "end"})])
+    assert (await ask(fake_model_sdk)).stop_reason == "end_turn"  # a whole reply has no stream to stop
+
+
 async def test_drop_on_a_non_streaming_request_closes_without_an_answer(
     fake_model: FakeModelServer, fake_model_sdk: anthropic.AsyncAnthropic
 ) -> None:
