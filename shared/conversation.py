@@ -14,7 +14,9 @@ call is left):
   ``stop_reason`` is ``max_tokens`` still run, M8.5);
 - an API error assistant message (M7: the worker gave up, or the R9.5 ``max_tokens`` / ``refusal`` /
   context-window texts) ends it the same way (M7.4: after an API error the loop ends the turn);
-- the interrupt texts (R10.1 ``[Request interrupted by user]``, R10.2 ``… for tool use``) end it.
+- the interrupt texts (R10.1 ``[Request interrupted by user]``, R10.2 ``… for tool use``) end it;
+- a ``max_turns_reached`` attachment (A3.8 / R10.6: the session's ``max_turns`` calls were used, the last
+  reply's tools ran, no further call is made) ends it with ``stop_reason`` ``max_turns``.
 
 Text is exact even when deltas were missed: a block's logged message carries its whole text, and what the
 deltas did not show is yielded as one more delta when it is logged (late deltas of a finished block are
@@ -33,6 +35,7 @@ from shared.events import LogEntry
 from shared.json_types import JsonObject, JsonValue
 from shared.live_reply import LiveDelta
 from shared.messages import AssistantMessage, ProgressMessage, TombstoneMessage, UserMessage
+from shared.model.max_turns import is_max_turns_reached
 from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
 from shared.wire import WireModel
 
@@ -153,7 +156,7 @@ class TurnEnd(WireModel):
     type: Literal["turn_end"] = "turn_end"
     stop_reason: str
     """The last reply's ``stop_reason`` (``end_turn``, ``stop_sequence``, ``max_tokens``, ``refusal`` …),
-    ``api_error`` when the model call gave up (M7), or ``interrupted``."""
+    ``api_error`` when the model call gave up (M7), ``interrupted``, or ``max_turns`` (A3.8)."""
     error: str | None = None
     """The API error text the turn ended with, if any."""
     usage: JsonObject | None = None
@@ -277,6 +280,9 @@ class TurnTracker:
             ]
         if isinstance(message, TombstoneMessage):
             return self._on_tombstone(message)
+        if is_max_turns_reached(message) and not self.pending:
+            self.end = TurnEnd(stop_reason="max_turns", usage=self._last_usage, replies=self.replies)
+            return []
         if isinstance(message, InformationalSystemMessage) and message.content:
             return [Notice(text=message.content, level=message.level)]
         if isinstance(message, ApiErrorSystemMessage):

@@ -278,4 +278,5 @@ class AgentTool(Tool[AgentInput]):
             agent_id=record.agent_id,
             agent_type=record.agent_type,
             depth=record.depth,
+            max_turns=definition.max_turns,  # A3.8: enforced by the model worker (shared/model/max_turns.py)
         )

@@ -32,7 +32,7 @@ from shared.agents.results import (
     tokens_exceeded,
     wall_time_exceeded,
 )
-from shared.agents.turn import TurnOutcome, may_end_turn, replies, shows_tool_activity, turn_outcome
+from shared.agents.turn import TurnOutcome, may_end_turn, shows_tool_activity, turn_outcome
 from shared.clock import Clock, utc_now
 from shared.content import ToolResultBlock
 from shared.events import (
@@ -237,11 +237,6 @@ class ChildRelay:
                 await self.stop_child(record)
                 await self.answer_parent(record, tokens_exceeded(record.facts, record.max_tokens, used), "failed")
                 return "failed"
-        if record.max_turns is not None and replies(outcome.messages) >= record.max_turns:
-            # A3.8: at maxTurns the child stops; its last assistant text is the result.
-            await self.stop_child(record)
-            await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
-            return "completed"
         if now >= record.deadline_ms:
             await self.stop_child(record)
             limit_s = (record.deadline_ms - record.started_ms) / 1000

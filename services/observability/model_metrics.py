@@ -79,7 +79,7 @@ DEFINED: Final = (
 )
 """Every metric of this module (``metrics.metric_families`` lists them with the rest)."""
 
-CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered"]
+CallOutcome = Literal["ok", "api_error", "interrupted", "superseded", "already_answered", "max_turns"]
 
 
 def record_tokens(model: str, usage: Mapping[str, JsonValue]) -> None:

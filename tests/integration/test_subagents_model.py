@@ -15,6 +15,7 @@ import pytest
 from services.transcripts.layout import session_file
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.constants import REJECT_MESSAGE
+from shared.messages import AttachmentMessage
 from shared.transcript import read_transcript, verify_transcript
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
@@ -37,7 +38,12 @@ USAGE = {"input_tokens": 100, "output_tokens": 20}
 def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
     definitions = module_cluster.root / "agents.json"
     definitions.write_text(
-        json.dumps({"reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]}})
+        json.dumps(
+            {
+                "reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]},
+                "brief": {"description": "One turn", "prompt": "Be brief.", "maxTurns": 1},
+            }
+        )
     )
     module_cluster.extra_env.update(
         {
@@ -155,3 +161,67 @@ async def test_issue_19_three_children_one_approved_one_interrupted_end_with_val
         assert tree.total.requests == sum(part.total.requests for part in parts)
         assert tree.total.requests > parts[0].total.requests >= 2
         assert sorted(tree.sessions) == sorted([parent, *child.values()])
+
+
+async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_without_another_model_call(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """A3.8 / R10.6: a child with ``maxTurns: 1`` asks for a Read in its one call: the Read runs and is
+    answered (no unpaired tool_use), no second model call is made, a ``max_turns_reached`` attachment ends
+    the child's turn (in its log, not in its transcript), and the parent gets the child's last text (A5)."""
+    parent = "agents-max-turns-e2e"
+    child = child_session_id(parent, agent_id_for(parent, "t_m"))
+    fake.script(
+        parent,
+        [
+            reply(agent("t_m", "brief look", "Look at README.md.", "brief"), usage=USAGE),
+            reply(text("Done."), usage=USAGE),
+        ],
+    )
+    fake.script(
+        child,
+        [
+            reply(text("Looking once."), tool_use("t_m_read", "Read", file_path="README.md"), usage=USAGE),
+            reply(text("A second call must not happen."), usage=USAGE),
+        ],
+    )
+    async with deployment.client() as bus:
+        await bus.send_prompt(parent, "Run a brief agent.")
+        await wait_for(bus, parent, turn_ended, timeout_s=120)
+
+        # The child: one model call; its Read answered; the attachment closes its log.
+        assert len(fake.requests(child)) == 1
+        child_log = await bus.history(child)
+        assert_every_tool_use_answered_once(child_log)
+        conversational = [e.message for e in child_log if e.message.type in ("user", "assistant", "attachment")]
+        last = conversational[-1]
+        assert isinstance(last, AttachmentMessage)
+        assert last.attachment == {"type": "max_turns_reached", "maxTurns": 1, "turnCount": 2}
+        assert conversational[-2].type == "user"  # the Read's result came before it
+
+        # The parent's Agent call got the child's last text (A5.2), not an error.
+        last_request = fake.requests(parent)[-1]["body"]
+        (result,) = [
+            block
+            for message in last_request["messages"]
+            if message["role"] == "user" and isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+        assert "is_error" not in result
+        assert result["content"][0] == {"type": "text", "text": "Looking once."}
+        assert "\ntool_uses: 1\n" in result["content"][1]["text"]
+
+        # Yielded, not recorded (A4.2, R7.5): the child's transcript is valid and holds no attachment.
+        path = (
+            session_file(deployment.data_dir, CWD, parent).with_suffix("")
+            / "subagents"
+            / f"agent-{agent_id_for(parent, 't_m')}.jsonl"
+        )
+
+        async def written() -> bool:
+            return path.exists() and "t_m_read" in path.read_text() and '"tool_result"' in path.read_text()
+
+        await eventually(written, timeout_s=30)
+        assert verify_transcript(read_transcript(path.read_bytes())).ok
+        assert '"attachment"' not in path.read_text()
