@@ -29,10 +29,10 @@ def request(*messages: JsonObject) -> JsonObject:
     return {"messages": list(messages)}
 
 
-PROMPT = {"role": "user", "content": "look"}
-CALL = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]}
-RESULT = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
-ANSWER = {"role": "assistant", "content": [{"type": "text", "text": "done"}]}
+PROMPT: JsonObject = {"role": "user", "content": "look"}
+CALL: JsonObject = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]}
+RESULT: JsonObject = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}
+ANSWER: JsonObject = {"role": "assistant", "content": [{"type": "text", "text": "done"}]}
 
 
 def attachment(max_turns: int = 1, turn_count: int = 2) -> Message:
@@ -51,7 +51,7 @@ def test_a3_8_the_turn_count_is_the_assistant_messages_since_the_prompt() -> Non
 
 
 def test_a3_8_the_output_limit_recovery_message_continues_the_turn() -> None:
-    recovery = {"role": "user", "content": [{"type": "text", "text": OUTPUT_TOKEN_RECOVERY_MESSAGE}]}
+    recovery: JsonObject = {"role": "user", "content": [{"type": "text", "text": OUTPUT_TOKEN_RECOVERY_MESSAGE}]}
     assert turns_in_request(request(PROMPT, ANSWER, recovery)) == 1
 
 
