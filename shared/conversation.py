@@ -3,8 +3,8 @@
 :class:`TurnTracker` is fed, in order, the session's log entries and its live text deltas
 (shared/live_reply.py) from the user's prompt on, and turns them into :data:`ConversationEvent` values:
 text and thinking as it streams, each finished assistant message, tool calls, their progress and results,
-API retries and errors, retractions, the interrupt, and the turn's end. It does no I/O
-(``services/conversation.py`` reads Redis and feeds it).
+API retries and errors, retractions, the interrupt, its sub-agents' task events (A6.3), and the turn's end.
+It does no I/O (``services/conversation.py`` reads Redis and feeds it).
 
 When the model's turn ends (the loop of agent-loop.md §M, one model reply after another until no tool
 call is left):
@@ -36,7 +36,14 @@ from shared.json_types import JsonObject, JsonValue
 from shared.live_reply import LiveDelta
 from shared.messages import AssistantMessage, ProgressMessage, TombstoneMessage, UserMessage
 from shared.model.max_turns import is_max_turns_reached
-from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
+from shared.system_messages import (
+    ApiErrorSystemMessage,
+    InformationalSystemMessage,
+    TaskNotificationSystemMessage,
+    TaskProgressSystemMessage,
+    TaskStartedSystemMessage,
+    TaskSystemMessage,
+)
 from shared.wire import WireModel
 
 SUMMARY_CHARS = 80
@@ -150,6 +157,44 @@ class Interrupted(WireModel):
     text: str
 
 
+class TaskStarted(WireModel):
+    """A6.3: a sub-agent of this session started (its ``task_started`` SDK event); a UI opens its panel."""
+
+    type: Literal["task_started"] = "task_started"
+    task_id: str
+    """The child's agentId."""
+    tool_use_id: str
+    """The Agent call that started it."""
+    description: str
+    task_type: str
+    prompt: str
+
+
+class TaskProgress(WireModel):
+    """A6.3: the sub-agent's message ended with a tool call (``task_progress``)."""
+
+    type: Literal["task_progress"] = "task_progress"
+    task_id: str
+    tool_use_id: str
+    description: str
+    usage: JsonObject
+    """``{total_tokens, tool_uses, duration_ms}``."""
+    last_tool_name: str
+
+
+class TaskNotification(WireModel):
+    """A6.3: the sub-agent finished (``task_notification``); its result reaches the Agent call as a
+    :class:`ToolResult`."""
+
+    type: Literal["task_notification"] = "task_notification"
+    task_id: str
+    tool_use_id: str
+    status: str
+    """``completed``, ``failed`` or ``stopped``."""
+    summary: str
+    usage: JsonObject
+
+
 class TurnEnd(WireModel):
     """The model's turn is over; always the last event."""
 
@@ -177,6 +222,9 @@ ConversationEvent = Annotated[
     | ApiError
     | Retracted
     | Interrupted
+    | TaskStarted
+    | TaskProgress
+    | TaskNotification
     | TurnEnd,
     Field(discriminator="type"),
 ]
@@ -216,6 +264,18 @@ def result_text(block: ToolResultBlock) -> str:
     if isinstance(content, list):
         return "\n".join(part.text for part in content if isinstance(part, TextBlock))
     return ""
+
+
+def task_event(message: TaskSystemMessage) -> ConversationEvent:
+    """A6.3: a sub-agent's SDK task event as the conversation's typed event."""
+    ids = {"task_id": message.task_id, "tool_use_id": message.task_tool_use_id}
+    if isinstance(message, TaskStartedSystemMessage):
+        return TaskStarted(**ids, description=message.description, task_type=message.task_type, prompt=message.prompt)
+    if isinstance(message, TaskProgressSystemMessage):
+        return TaskProgress(
+            **ids, description=message.description, usage=message.usage, last_tool_name=message.last_tool_name
+        )
+    return TaskNotification(**ids, status=message.status, summary=message.summary, usage=message.usage)
 
 
 class TurnTracker:
@@ -283,6 +343,8 @@ class TurnTracker:
         if is_max_turns_reached(message) and not self.pending:
             self.end = TurnEnd(stop_reason="max_turns", usage=self._last_usage, replies=self.replies)
             return []
+        if isinstance(message, TaskStartedSystemMessage | TaskProgressSystemMessage | TaskNotificationSystemMessage):
+            return [task_event(message)]
         if isinstance(message, InformationalSystemMessage) and message.content:
             return [Notice(text=message.content, level=message.level)]
         if isinstance(message, ApiErrorSystemMessage):

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from services.conversation import TaskNotification, TaskProgress, TaskStarted, TurnEnd
 from services.transcripts.layout import session_file
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.constants import REJECT_MESSAGE
@@ -163,12 +164,14 @@ async def test_issue_19_three_children_one_approved_one_interrupted_end_with_val
         assert sorted(tree.sessions) == sorted([parent, *child.values()])
 
 
-async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_without_another_model_call(
+async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_and_a6_3_task_events_reach_the_sdk(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
     """A3.8 / R10.6: a child with ``maxTurns: 1`` asks for a Read in its one call: the Read runs and is
     answered (no unpaired tool_use), no second model call is made, a ``max_turns_reached`` attachment ends
-    the child's turn (in its log, not in its transcript), and the parent gets the child's last text (A5)."""
+    the child's turn (in its log, not in its transcript), and the parent gets the child's last text (A5).
+    A6.3: ``bus.converse`` on the parent yields the child's task_started, task_progress (after its Read) and
+    task_notification, which reach neither the model nor the parent's transcript."""
     parent = "agents-max-turns-e2e"
     child = child_session_id(parent, agent_id_for(parent, "t_m"))
     fake.script(
@@ -186,8 +189,29 @@ async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_witho
         ],
     )
     async with deployment.client() as bus:
-        await bus.send_prompt(parent, "Run a brief agent.")
-        await wait_for(bus, parent, turn_ended, timeout_s=120)
+        events = [event async for event in bus.converse(parent, "Run a brief agent.", timeout_s=120)]
+        assert isinstance(events[-1], TurnEnd)
+        assert events[-1].stop_reason == "end_turn"
+
+        # A6.3: the parent's watcher saw the child's task events, typed, in order.
+        tasks = [event for event in events if isinstance(event, TaskStarted | TaskProgress | TaskNotification)]
+        assert [event.type for event in tasks] == ["task_started", "task_progress", "task_notification"]
+        started, progress, done = tasks
+        assert isinstance(started, TaskStarted)
+        assert (started.task_id, started.tool_use_id, started.description, started.prompt) == (
+            agent_id_for(parent, "t_m"),
+            "t_m",
+            "brief look",
+            "Look at README.md.",
+        )
+        assert isinstance(progress, TaskProgress)
+        assert progress.last_tool_name == "Read"
+        assert progress.usage["tool_uses"] == 1
+        assert progress.usage["total_tokens"] == 120
+        assert isinstance(done, TaskNotification)
+        assert (done.status, done.summary, done.usage["tool_uses"]) == ("completed", "brief look", 1)
+        # ... and nothing of them reached the model (A6.3: SDK-only).
+        assert "task_started" not in json.dumps(fake.requests(parent))
 
         # The child: one model call; its Read answered; the attachment closes its log.
         assert len(fake.requests(child)) == 1
@@ -225,3 +249,11 @@ async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_witho
         await eventually(written, timeout_s=30)
         assert verify_transcript(read_transcript(path.read_bytes())).ok
         assert '"attachment"' not in path.read_text()
+        main = session_file(deployment.data_dir, CWD, parent)
+
+        async def parent_written() -> bool:
+            return main.exists() and "Done." in main.read_text()
+
+        await eventually(parent_written, timeout_s=30)
+        assert verify_transcript(read_transcript(main.read_bytes())).ok
+        assert "task_" not in main.read_text()  # A6.3: the task events are not recorded
