@@ -175,8 +175,6 @@ class ChildRelay:
                     published += 1
                 continue
             first = entry.seq == 1 and isinstance(message, UserMessage)
-            if first:
-                await self.tasks.started(record)  # A6.3
             if not (first or shows_tool_activity(message)):
                 continue
             assert isinstance(message, UserMessage | AssistantMessage)

@@ -2,11 +2,11 @@
 ingress as signed system notices (``SystemNotice``), each under a key derived from its uuid (published
 twice, applied once).
 
-``task_started`` goes out with the child's first log entry, ``task_progress`` after each child message
-that ends with a tool_use (its usage read from the child's log up to that message: one read per relayed
-batch), ``task_notification`` together with the parent call's result (``ChildRelay.answer_parent``
-writes both in one transaction, so whoever answers first also notifies: never a ``completed``
-notification beside a rejection).
+``task_started`` goes out from the launch (``AgentTool``), before the child's prompt (a re-run launch
+publishes it again: a duplicate); ``task_progress`` after each child message that ends with a tool_use (its
+usage read from the child's log up to that message: one read per relayed batch); ``task_notification``
+together with the parent call's result (``ChildRelay.answer_parent`` writes both in one script, so whoever
+answers first also notifies: never a ``completed`` notification beside a rejection).
 """
 
 from __future__ import annotations

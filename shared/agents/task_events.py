@@ -9,7 +9,7 @@ Claude Code yields three SDK-only system messages per foreground agent (``utils/
 - ``task_notification`` ``{task_id, tool_use_id, status: completed|failed|stopped, output_file: "",
   summary: <description>, usage}`` when it finished (it does not trigger a model turn).
 
-On the bus they are log entries of the PARENT session (system messages published by the relay), so the
+On the bus they are log entries of the PARENT session (system messages the launcher and the relay publish), so the
 SDK (``bus.converse()``: ``TaskStarted`` / ``TaskProgress`` / ``TaskNotification`` events) and ``agentbus
 tail --tree`` show them in order with the rest of the turn; they stay out of the Messages API request, the
 transcript and the parent chain (``shared.system_messages.is_sdk_only``).
