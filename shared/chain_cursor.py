@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from shared.envelope import StoredMessageBase
 from shared.messages import AssistantMessage, AttachmentMessage, Message, ProgressMessage, UserMessage
-from shared.system_messages import CompactBoundarySystemMessage, SystemMessageBase
+from shared.system_messages import CompactBoundarySystemMessage, SystemMessageBase, is_sdk_only
 
 StoredT = TypeVar("StoredT", bound=StoredMessageBase)
 
@@ -23,8 +23,11 @@ def is_transcript_message(message: Message | StoredMessageBase) -> bool:
 
 
 def is_chain_participant(message: Message | StoredMessageBase) -> bool:
-    """R7.6: everything but progress joins the parent chain (attachments and system messages do)."""
-    return isinstance(message, StoredMessageBase) and not isinstance(message, ProgressMessage)
+    """R7.6: everything but progress joins the parent chain (attachments and system messages do) — and
+    but the SDK task events (A6.3), which Claude Code never puts in its message list."""
+    return (
+        isinstance(message, StoredMessageBase) and not isinstance(message, ProgressMessage) and not is_sdk_only(message)
+    )
 
 
 @dataclass(slots=True)

@@ -3,8 +3,8 @@
 :class:`TurnTracker` is fed, in order, the session's log entries and its live text deltas
 (shared/live_reply.py) from the user's prompt on, and turns them into :data:`ConversationEvent` values:
 text and thinking as it streams, each finished assistant message, tool calls, their progress and results,
-API retries and errors, retractions, the interrupt, and the turn's end. It does no I/O
-(``services/conversation.py`` reads Redis and feeds it).
+API retries and errors, retractions, the interrupt, its sub-agents' task events (A6.3), and the turn's end.
+It does no I/O (``services/conversation.py`` reads Redis and feeds it).
 
 When the model's turn ends (the loop of agent-loop.md §M, one model reply after another until no tool
 call is left):
@@ -14,7 +14,9 @@ call is left):
   ``stop_reason`` is ``max_tokens`` still run, M8.5);
 - an API error assistant message (M7: the worker gave up, or the R9.5 ``max_tokens`` / ``refusal`` /
   context-window texts) ends it the same way (M7.4: after an API error the loop ends the turn);
-- the interrupt texts (R10.1 ``[Request interrupted by user]``, R10.2 ``… for tool use``) end it.
+- the interrupt texts (R10.1 ``[Request interrupted by user]``, R10.2 ``… for tool use``) end it;
+- a ``max_turns_reached`` attachment (A3.8 / R10.6: the session's ``max_turns`` calls were used, the last
+  reply's tools ran, no further call is made) ends it with ``stop_reason`` ``max_turns``.
 
 Text is exact even when deltas were missed: a block's logged message carries its whole text, and what the
 deltas did not show is yielded as one more delta when it is logged (late deltas of a finished block are
@@ -33,7 +35,15 @@ from shared.events import LogEntry
 from shared.json_types import JsonObject, JsonValue
 from shared.live_reply import LiveDelta
 from shared.messages import AssistantMessage, ProgressMessage, TombstoneMessage, UserMessage
-from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
+from shared.model.max_turns import is_max_turns_reached
+from shared.system_messages import (
+    ApiErrorSystemMessage,
+    InformationalSystemMessage,
+    TaskNotificationSystemMessage,
+    TaskProgressSystemMessage,
+    TaskStartedSystemMessage,
+    TaskSystemMessage,
+)
 from shared.wire import WireModel
 
 SUMMARY_CHARS = 80
@@ -147,13 +157,51 @@ class Interrupted(WireModel):
     text: str
 
 
+class TaskStarted(WireModel):
+    """A6.3: a sub-agent of this session started (its ``task_started`` SDK event); a UI opens its panel."""
+
+    type: Literal["task_started"] = "task_started"
+    task_id: str
+    """The child's agentId."""
+    tool_use_id: str
+    """The Agent call that started it."""
+    description: str
+    task_type: str
+    prompt: str
+
+
+class TaskProgress(WireModel):
+    """A6.3: the sub-agent's message ended with a tool call (``task_progress``)."""
+
+    type: Literal["task_progress"] = "task_progress"
+    task_id: str
+    tool_use_id: str
+    description: str
+    usage: JsonObject
+    """``{total_tokens, tool_uses, duration_ms}``."""
+    last_tool_name: str
+
+
+class TaskNotification(WireModel):
+    """A6.3: the sub-agent finished (``task_notification``); its result reaches the Agent call as a
+    :class:`ToolResult`."""
+
+    type: Literal["task_notification"] = "task_notification"
+    task_id: str
+    tool_use_id: str
+    status: str
+    """``completed``, ``failed`` or ``stopped``."""
+    summary: str
+    usage: JsonObject
+
+
 class TurnEnd(WireModel):
     """The model's turn is over; always the last event."""
 
     type: Literal["turn_end"] = "turn_end"
     stop_reason: str
     """The last reply's ``stop_reason`` (``end_turn``, ``stop_sequence``, ``max_tokens``, ``refusal`` …),
-    ``api_error`` when the model call gave up (M7), or ``interrupted``."""
+    ``api_error`` when the model call gave up (M7), ``interrupted``, or ``max_turns`` (A3.8)."""
     error: str | None = None
     """The API error text the turn ended with, if any."""
     usage: JsonObject | None = None
@@ -174,6 +222,9 @@ ConversationEvent = Annotated[
     | ApiError
     | Retracted
     | Interrupted
+    | TaskStarted
+    | TaskProgress
+    | TaskNotification
     | TurnEnd,
     Field(discriminator="type"),
 ]
@@ -213,6 +264,18 @@ def result_text(block: ToolResultBlock) -> str:
     if isinstance(content, list):
         return "\n".join(part.text for part in content if isinstance(part, TextBlock))
     return ""
+
+
+def task_event(message: TaskSystemMessage) -> ConversationEvent:
+    """A6.3: a sub-agent's SDK task event as the conversation's typed event."""
+    ids = {"task_id": message.task_id, "tool_use_id": message.task_tool_use_id}
+    if isinstance(message, TaskStartedSystemMessage):
+        return TaskStarted(**ids, description=message.description, task_type=message.task_type, prompt=message.prompt)
+    if isinstance(message, TaskProgressSystemMessage):
+        return TaskProgress(
+            **ids, description=message.description, usage=message.usage, last_tool_name=message.last_tool_name
+        )
+    return TaskNotification(**ids, status=message.status, summary=message.summary, usage=message.usage)
 
 
 class TurnTracker:
@@ -277,6 +340,11 @@ class TurnTracker:
             ]
         if isinstance(message, TombstoneMessage):
             return self._on_tombstone(message)
+        if is_max_turns_reached(message) and not self.pending:
+            self.end = TurnEnd(stop_reason="max_turns", usage=self._last_usage, replies=self.replies)
+            return []
+        if isinstance(message, TaskStartedSystemMessage | TaskProgressSystemMessage | TaskNotificationSystemMessage):
+            return [task_event(message)]
         if isinstance(message, InformationalSystemMessage) and message.content:
             return [Notice(text=message.content, level=message.level)]
         if isinstance(message, ApiErrorSystemMessage):

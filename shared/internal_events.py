@@ -8,7 +8,9 @@ and the tool workers hold and producers do not. Rules enforced by ingestion on a
 authenticator (each one dead-lettered as ``forged_internal_event``, never applied):
 
 - an internal-only payload (``deadline_sweep``: the ingestion sweeper's tick; ``tool_job_abandoned``:
-  the tool workers' placeholder request; ``approval_requested``: a tool worker parking calls for a person);
+  the tool workers' placeholder request; ``approval_requested``: a tool worker parking calls for a person;
+  a ``max_turns_reached`` attachment: the model worker ending a turn, A3.8; a sub-agent's SDK task event,
+  A6.3: the relay's ``task_*`` system notices);
 - a tool result or progress (live, recorded, or a pi ``toolResult``) for a call that was dispatched to the tool workers:
   only a tool worker answers such a call; a producer answers only the calls it said it would
   (``execute_tools=False``, e.g. the replay of a recorded session);
@@ -32,17 +34,21 @@ from collections.abc import Iterable, Mapping
 
 from shared.approvals import ApprovalRequested
 from shared.events import (
+    AttachmentNotice,
     DeadlineSweep,
     IngressEnvelope,
     PiMessagePayload,
     RecordedMessage,
+    SystemNotice,
     ToolJobAbandoned,
     ToolProgressReport,
     ToolResultReport,
 )
 from shared.ledger import PendingToolUse, tool_result_ids_of
 from shared.messages import Message, ProgressMessage, UserMessage
+from shared.model.max_turns import is_max_turns_reached
 from shared.pi.messages import PiToolResultMessage
+from shared.system_messages import is_sdk_only
 
 AUTH_FIELD = "auth"
 """The stream-entry field beside ``data`` that carries a worker entry's authenticator (hex)."""
@@ -79,6 +85,13 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
     payload = envelope.payload
     if isinstance(payload, DeadlineSweep | ToolJobAbandoned | ApprovalRequested):
         return f"{payload.type} is written only by agentbus workers, and this entry has no valid authenticator"
+    if isinstance(payload, SystemNotice) and is_sdk_only(payload.message):
+        return "a task event (A6.3) is written only by agentbus workers, and this entry has no valid authenticator"
+    if isinstance(payload, AttachmentNotice) and is_max_turns_reached(payload.message):
+        return (
+            "a max_turns_reached attachment is written only by the model worker (A3.8), "
+            "and this entry has no valid authenticator"
+        )
     if envelope.idempotency_key.startswith(INTERNAL_KEY_PREFIX):
         return f"idempotency key {envelope.idempotency_key!r}: the {INTERNAL_KEY_PREFIX!r} namespace is the workers'"
     answered = [i for i in _answered_calls(payload) if (p := pending.get(i)) is not None and p.dispatched]

@@ -13,6 +13,7 @@ from shared.constants import SYNTHETIC_MESSAGES
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.events import LogEntry
 from shared.messages import AssistantMessage, AttachmentMessage, Message, TombstoneMessage, UserMessage
+from shared.model.max_turns import is_max_turns_reached
 
 
 @dataclass(slots=True)
@@ -60,7 +61,8 @@ class SessionHistory:
 
     def _compute_waiting(self) -> bool:
         """The model is due after a new prompt, or once every call of the latest reply has its result
-        (an interrupt notice ends the turn instead).
+        (an interrupt notice ends the turn instead, and so does a ``max_turns_reached`` attachment: A3.8, the
+        turn used its model calls).
 
         Walks back only over the latest reply: its lines share one ``message.id`` and may be interleaved
         with their tool results (R9.4 split replies), so the cost does not grow with the session.
@@ -69,6 +71,8 @@ class SessionHistory:
         reply_id: str | None = None
         calls: list[str] = []
         for message in reversed(self.messages):
+            if last_user is None and is_max_turns_reached(message):
+                return False
             if isinstance(message, UserMessage):
                 if last_user is None:
                     if _is_interruption(message):

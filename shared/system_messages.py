@@ -122,6 +122,55 @@ class FileSnapshotSystemMessage(SystemMessageBase):
     snapshot_files: list[JsonObject] | None = None
 
 
+class TaskStartedSystemMessage(SystemMessageBase):
+    """A6.3 SDK task event: a sub-agent started (builders: shared/agents/task_events.py). SDK-only, as every
+    task event: never sent to the API, never recorded, not part of the parent chain."""
+
+    subtype: Literal["task_started"] = "task_started"
+    task_id: str = Field(alias="task_id")
+    task_tool_use_id: str = Field(alias="tool_use_id")
+    """The Agent call's tool_use id (the base class's ``toolUseID`` is a different field)."""
+    description: str
+    task_type: str = Field(alias="task_type")
+    prompt: str
+
+
+class TaskProgressSystemMessage(SystemMessageBase):
+    """A6.3: after each sub-agent message that ends with a tool_use."""
+
+    subtype: Literal["task_progress"] = "task_progress"
+    task_id: str = Field(alias="task_id")
+    task_tool_use_id: str = Field(alias="tool_use_id")
+    description: str
+    usage: JsonObject
+    """``{total_tokens, tool_uses, duration_ms}``."""
+    last_tool_name: str = Field(alias="last_tool_name")
+    summary: str | None = None
+
+
+class TaskNotificationSystemMessage(SystemMessageBase):
+    """A6.3: a foreground sub-agent finished (does not trigger a model turn)."""
+
+    subtype: Literal["task_notification"] = "task_notification"
+    task_id: str = Field(alias="task_id")
+    task_tool_use_id: str = Field(alias="tool_use_id")
+    status: Literal["completed", "failed", "stopped"]
+    output_file: str = Field(alias="output_file")
+    summary: str
+    usage: JsonObject
+
+
+TaskSystemMessage = TaskStartedSystemMessage | TaskProgressSystemMessage | TaskNotificationSystemMessage
+SDK_ONLY_SYSTEM_SUBTYPES = frozenset({"task_started", "task_progress", "task_notification"})
+"""A6.3: system messages Claude Code yields to the SDK stream only: they stay out of the Messages API
+request, the transcript (R7.5) and the parent chain (R7.6)."""
+
+
+def is_sdk_only(message: object) -> bool:
+    """A6.3: a task event (see :data:`SDK_ONLY_SYSTEM_SUBTYPES`)."""
+    return isinstance(message, SystemMessageBase) and message.subtype in SDK_ONLY_SYSTEM_SUBTYPES
+
+
 class OtherSystemMessage(SystemMessageBase):
     """A subtype agentbus does not model (internal or newer ones), or none at all (1.0.x hook lines such as
     ``{"type":"system","content":"\\u001b[1mStop\\u001b[22m [...] completed successfully","level":"info",
@@ -144,6 +193,9 @@ _SUBTYPE_MODELS: tuple[type[SystemMessageBase], ...] = (
     MicrocompactBoundarySystemMessage,
     ApiErrorSystemMessage,
     FileSnapshotSystemMessage,
+    TaskStartedSystemMessage,
+    TaskProgressSystemMessage,
+    TaskNotificationSystemMessage,
 )
 
 SYSTEM_SUBTYPE_TAGS: dict[str, str] = {
@@ -167,6 +219,9 @@ KnownSystemMessage = (
     | MicrocompactBoundarySystemMessage
     | ApiErrorSystemMessage
     | FileSnapshotSystemMessage
+    | TaskStartedSystemMessage
+    | TaskProgressSystemMessage
+    | TaskNotificationSystemMessage
 )
 """A system message of a subtype agentbus models."""
 

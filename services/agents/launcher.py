@@ -243,6 +243,7 @@ class AgentTool(Tool[AgentInput]):
             idempotency_key=f"agent_prompt:{record.session_id}",
             payload=UserPrompt(content=record.prompt),
         )
+        await self.relay.tasks.started(record)  # A6.3, before the child can make progress (a re-run: a duplicate)
         fields = signed_entry_fields(prompt, self.internal_key)
         await self.redis.xadd(self.topology.ingress_for(record.session_id), fields)  # type: ignore[arg-type]
         cancelled_at = await self.store.cancelled_at(record.parent_session_id)
@@ -278,4 +279,5 @@ class AgentTool(Tool[AgentInput]):
             agent_id=record.agent_id,
             agent_type=record.agent_type,
             depth=record.depth,
+            max_turns=definition.max_turns,  # A3.8: enforced by the model worker (shared/model/max_turns.py)
         )

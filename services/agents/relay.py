@@ -19,7 +19,9 @@ import redis.asyncio as aioredis
 import structlog
 
 from services.agents.store import AgentStore
+from services.agents.task_events import TaskEvents
 from services.runtime.codec import DATA_FIELD, signed_entry_fields
+from services.runtime.key_calls import KeyCalls
 from services.runtime.topology import Topology
 from shared.agents.ids import parse_child_session
 from shared.agents.progress import agent_progress, forwarded_shell_progress
@@ -32,7 +34,7 @@ from shared.agents.results import (
     tokens_exceeded,
     wall_time_exceeded,
 )
-from shared.agents.turn import TurnOutcome, may_end_turn, replies, shows_tool_activity, turn_outcome
+from shared.agents.turn import TurnOutcome, may_end_turn, shows_tool_activity, turn_outcome
 from shared.clock import Clock, utc_now
 from shared.content import ToolResultBlock
 from shared.events import (
@@ -74,6 +76,8 @@ class ChildRelay:
         self.clock = clock
         self.now_ms = now_ms
         self._records: OrderedDict[str, ChildRecord] = OrderedDict()
+        self.tasks = TaskEvents(self._publish, self.child_entries, clock=clock, now_ms=now_ms)
+        """A6.3 SDK task events (services/agents/task_events.py)."""
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -93,18 +97,31 @@ class ChildRelay:
         found = await self.record(child_session_id)
         return found[0] if found is not None else None
 
-    async def child_log(self, child_session_id: str, *, upto_seq: int | None = None) -> list[Message]:
-        """The child's messages in log order (its own event stream: the canonical history), up to
+    async def child_entries(self, child_session_id: str, upto_seq: int | None = None) -> list[LogEntry]:
+        """The child's log entries in order (its own event stream: the canonical history), up to
         ``upto_seq`` when given."""
         rows: Any = await self.redis.xrange(self.topology.session_events(child_session_id))
         entries = [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
-        return [entry.message for entry in entries if upto_seq is None or entry.seq <= upto_seq]
+        return [entry for entry in entries if upto_seq is None or entry.seq <= upto_seq]
+
+    async def child_log(self, child_session_id: str, *, upto_seq: int | None = None) -> list[Message]:
+        """The child's messages in log order, up to ``upto_seq`` when given."""
+        return [entry.message for entry in await self.child_entries(child_session_id, upto_seq)]
 
     # -- publishing ---------------------------------------------------------------------------
 
     async def _publish(self, envelope: IngressEnvelope) -> None:
         fields = signed_entry_fields(envelope, self.internal_key)
         await self.redis.xadd(self.topology.ingress_for(envelope.session_id), fields)  # type: ignore[arg-type]
+
+    async def _publish_together(self, envelopes: Sequence[IngressEnvelope]) -> None:
+        """Entries of one session, written all or none (one script: one stream, one slot)."""
+        calls = KeyCalls()
+        for envelope in envelopes:
+            calls.add_xadd(
+                self.topology.ingress_for(envelope.session_id), signed_entry_fields(envelope, self.internal_key)
+            )
+        await calls.write(self.redis)
 
     async def answer_parent(self, record: ChildRecord, result: ParentResult, status: ChildStatus) -> bool:
         """Publish the parent call's result, then mark the child ended (see the module docstring)."""
@@ -117,13 +134,13 @@ class ChildRelay:
             tool_use_result=result.tool_use_result,
             source_tool_assistant_uuid=record.parent_assistant_uuid,
         )
-        await self._publish(
-            IngressEnvelope(
-                session_id=record.parent_session_id,
-                idempotency_key=f"agent_result:{record.parent_tool_use_id}",
-                payload=ToolResultReport(message=message),
-            )
+        answer = IngressEnvelope(
+            session_id=record.parent_session_id,
+            idempotency_key=f"agent_result:{record.parent_tool_use_id}",
+            payload=ToolResultReport(message=message),
         )
+        # A6.3: the task_notification with it, in one transaction (the first answer also notifies).
+        await self._publish_together([await self.tasks.notification(record, status), answer])
         ended = await self.store.end(record, status, self.now_ms())
         log.info(
             "agent_answered",
@@ -172,7 +189,7 @@ class ChildRelay:
             )
             await self._publish_progress(record, progress)
             published += 1
-        return published
+        return published + await self.tasks.progress(record, entries)  # A6.3 task_progress
 
     async def _publish_progress(self, record: ChildRecord, progress: ProgressMessage) -> None:
         await self._publish(
@@ -237,11 +254,6 @@ class ChildRelay:
                 await self.stop_child(record)
                 await self.answer_parent(record, tokens_exceeded(record.facts, record.max_tokens, used), "failed")
                 return "failed"
-        if record.max_turns is not None and replies(outcome.messages) >= record.max_turns:
-            # A3.8: at maxTurns the child stops; its last assistant text is the result.
-            await self.stop_child(record)
-            await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
-            return "completed"
         if now >= record.deadline_ms:
             await self.stop_child(record)
             limit_s = (record.deadline_ms - record.started_ms) / 1000

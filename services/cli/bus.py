@@ -233,6 +233,8 @@ def describe(seq: int, message: dict[str, Any]) -> str:
             summary = content
         elif isinstance(content, list):
             summary = " | ".join(_block_summary(block) for block in content if isinstance(block, dict))
+    elif kind.startswith("system:task_"):
+        summary = _task_summary(message)
     elif kind == "tombstone" and isinstance(body, dict | type(None)):
         summary = f"retracts {message.get('message', {}).get('uuid')}"
     elif "content" in message:
@@ -241,6 +243,22 @@ def describe(seq: int, message: dict[str, Any]) -> str:
         summary = str(message["data"].get("type"))
     summary = summary.replace("\n", " ")
     return f"{seq:>5} {kind:<22} {summary[:140]}"
+
+
+def _task_summary(message: dict[str, Any]) -> str:
+    """A6.3 task events: the agentId, then what happened (``tail``'s sub-agent lines)."""
+    usage = message.get("usage")
+    counts = ""
+    if isinstance(usage, dict):
+        counts = f" (tokens {usage.get('total_tokens')}, tools {usage.get('tool_uses')}, {usage.get('duration_ms')} ms)"
+    task = message.get("task_id")
+    match message.get("subtype"):
+        case "task_started":
+            return f"{task} {message.get('task_type')}: {message.get('description')}"
+        case "task_progress":
+            return f"{task} {message.get('last_tool_name')}{counts}"
+        case _:
+            return f"{task} {message.get('status')}: {message.get('summary')}{counts}"
 
 
 def _block_summary(block: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from shared.conversation import (
     Interrupted,
     Notice,
     Retracted,
+    TaskProgress,
     TextDelta,
     ThinkingDelta,
     ToolCall,
@@ -71,6 +72,9 @@ class TurnPrinter:
             case TurnEnd(stop_reason="interrupted") if not self._interrupted:
                 self.end_line()  # interrupted before anything streamed: nothing was logged for it
                 self.line("  ⎿  Interrupted by user", err=True)
+            case TurnEnd(stop_reason="max_turns"):
+                self.end_line()
+                self.line("  ⎿  Stopped: the session's max turns were reached", err=True)
             case AssistantMessageComplete() | TurnEnd():
                 self.end_line()
             case ToolCall(tool_use_id=tool_use_id, name=name, summary=summary):
@@ -94,6 +98,11 @@ class TurnPrinter:
             case ApiError(text=text):
                 self.end_line()
                 self.line(f"agentbus: {' '.join(text.split())}", err=True)
+            case TaskProgress(description=description, last_tool_name=tool, usage=usage):
+                # A6.3: a sub-agent at work, under its Agent call's line.
+                self.end_line()
+                uses = usage.get("tool_uses")
+                self.line(f"  ⎿  {description} · {tool} ({uses} tool use{'' if uses == 1 else 's'})")
             case Retracted():
                 self.end_line()
                 self.line("  ⎿  (partial reply withdrawn; the model is asked again)", err=True)

@@ -56,7 +56,7 @@ from services.runtime.slots import JobSlots
 from services.runtime.topology import MODEL_GROUP, Topology
 from services.runtime.usage_store import record_usage
 from shared.clock import Clock, utc_now
-from shared.events import AssistantReply, RequestReady, StreamFallback
+from shared.events import AssistantReply, AttachmentNotice, RequestReady, StreamFallback
 from shared.factories import create_assistant_api_error_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
@@ -72,6 +72,7 @@ from shared.model.limits import (
     lowered_window,
 )
 from shared.model.max_tokens import ESCALATED_MAX_TOKENS, default_max_tokens, max_tokens_upper_limit
+from shared.model.max_turns import max_turns_attachment, next_turn_count, over_max_turns
 from shared.model.request import ModelDefaults, build_model_params, request_body, with_max_tokens
 from shared.model.retry import ApiFailure
 from shared.model.session_config import SessionModelConfig
@@ -411,6 +412,9 @@ class ModelWorker:
             log.warning("model_call_recovered", session_id=session, request_id=dead, seq=inflight.get("seq"))
             await publisher.publish([(f"model:{dead}:fallback", StreamFallback(request_id=dead))])
         config = SessionModelConfig.model_validate_json(raw_config) if raw_config is not None else SessionModelConfig()
+        if config.max_turns is not None and over_max_turns(stored["request"], config.max_turns):
+            await self._end_at_max_turns(session, notice, publisher, stored["request"], config.max_turns, digest)
+            return
         switched = inflight.get("fallback_model") if inflight is not None else None
         if not (isinstance(switched, str) and continues_tool_loop(stored["request"])):
             switched = None
@@ -489,6 +493,27 @@ class ModelWorker:
         override = escalated if capped and not explicit and recoveries > 0 else None
         state = OutputLimitState(recovery_count=recoveries, max_tokens_override=override)
         return TurnOutputLimits(state, capped_default=capped, explicit_max_tokens=explicit, escalated=escalated)
+
+    async def _end_at_max_turns(
+        self,
+        session: str,
+        notice: RequestReady,
+        publisher: SessionPublisher,
+        api_request: JsonObject,
+        max_turns: int,
+        digest: str,
+    ) -> None:
+        """A3.8 / R10.6: the turn used its ``max_turns`` calls (the last reply's tools have run: the request
+        carries their results). No call: the ``max_turns_reached`` attachment ends the turn, and the request
+        is recorded as answered (a redelivered notice is not served again)."""
+        turn_count = next_turn_count(api_request)
+        attachment = max_turns_attachment(
+            max_turns=max_turns, turn_count=turn_count, uuid=self.ids(), timestamp=self.clock()
+        )
+        publisher.record({"seq": notice.seq, "state": "answered", "owner": self.consumer, "max_turns": max_turns})
+        await publisher.publish([(f"model:max_turns:{digest}", AttachmentNotice(message=attachment))])
+        model_metrics.record_call(self.defaults.model, "max_turns")
+        log.info("max_turns_reached", session_id=session, seq=notice.seq, max_turns=max_turns, turn_count=turn_count)
 
     async def _call(
         self,

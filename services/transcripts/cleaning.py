@@ -18,7 +18,7 @@ from shared.messages import (
     UserMessage,
     parse_message,
 )
-from shared.system_messages import CompactBoundarySystemMessage, SystemMessage, SystemMessageBase
+from shared.system_messages import CompactBoundarySystemMessage, SystemMessage, SystemMessageBase, is_sdk_only
 
 REPL_TOOL_NAME = "REPL"
 """The internal tool whose wrapper calls are stripped from external users' transcripts (R7.5)."""
@@ -58,8 +58,9 @@ def is_compact_boundary(message: Message) -> TypeGuard[CompactBoundarySystemMess
 
 def is_loggable(message: Message, policy: CleaningPolicy) -> bool:
     """R7.5: progress is never persisted; external users persist no attachment except
-    ``hook_additional_context`` when enabled; control kinds (tombstones, stream events) never are."""
-    if not is_transcript_message(message):
+    ``hook_additional_context`` when enabled; control kinds (tombstones, stream events) and the SDK task
+    events (A6.3: Claude Code yields them to the SDK stream only) never are."""
+    if not is_transcript_message(message) or is_sdk_only(message):
         return False
     if isinstance(message, AttachmentMessage) and not policy.is_internal:
         return policy.save_hook_additional_context and message.attachment_type == HOOK_ADDITIONAL_CONTEXT

@@ -78,8 +78,16 @@ def _final_texts(assistants: Sequence[AssistantMessage]) -> list[TextBlock]:
     return []
 
 
+def cut_note(total: int, limit: int) -> str:
+    """What a cut result says (agentbus text): the original size and what was kept. Claude Code persists a
+    result over a tool's size limit to a file under ``<session>/tool-results/`` (R7.1 [SEC]); the spec
+    gives neither that file's name nor the text that replaces the result, so the result is cut instead."""
+    return f"[agentbus: output cut: {total} characters, the first {limit} kept]"
+
+
 def _cut(texts: list[TextBlock], limit: int) -> list[TextBlock]:
-    """A1.1 result size limit: text beyond ``limit`` characters is cut, and the cut is said (agentbus)."""
+    """A1.1 result size limit: text beyond ``limit`` characters is cut, and the cut says how large the
+    output was (:func:`cut_note`)."""
     total = sum(len(block.text) for block in texts)
     if total <= limit:
         return texts
@@ -90,9 +98,8 @@ def _cut(texts: list[TextBlock], limit: int) -> list[TextBlock]:
             break
         kept.append(TextBlock(type="text", text=block.text[:room]))
         room -= len(block.text)
-    omitted = total - limit
     last = kept[-1]
-    kept[-1] = TextBlock(type="text", text=f"{last.text}\n\n[agentbus: {omitted} characters of output cut]")
+    kept[-1] = TextBlock(type="text", text=f"{last.text}\n\n{cut_note(total, limit)}")
     return kept
 
 

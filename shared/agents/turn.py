@@ -6,7 +6,9 @@ The turn is over when the last conversational message is
   ``tool_use``, no ``tool_use`` block) — ``completed``;
 - a synthetic API error message (M7: the model worker gave up) — ``completed`` too: its text is what the
   parent gets (A3.9);
-- an interruption text (``[Request interrupted by user]`` / ``…for tool use``) — ``interrupted`` (A8.1).
+- an interruption text (``[Request interrupted by user]`` / ``…for tool use``) — ``interrupted`` (A8.1);
+- a ``max_turns_reached`` attachment after the last reply's tool results (A3.8: the model worker made no
+  further call) — ``completed``: the last assistant text is the result.
 Anything else (a prompt, tool results waiting for the model, a reply still streaming) is ``running``.
 """
 
@@ -19,6 +21,7 @@ from typing import Literal
 from shared.constants import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_FOR_TOOL_USE
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMessage
+from shared.model.max_turns import ended_at_max_turns, is_max_turns_reached
 
 TurnState = Literal["running", "completed", "interrupted"]
 
@@ -65,7 +68,10 @@ class TurnOutcome:
 
 def turn_outcome(log: Iterable[Message]) -> TurnOutcome:
     """Whether the child's turn is over, and how (see the module docstring)."""
+    log = list(log)
     messages = live_messages(log)
+    if ended_at_max_turns(log):
+        return TurnOutcome("completed", messages)
     for message in reversed(messages):
         if isinstance(message, UserMessage):
             if message.is_meta:
@@ -77,6 +83,8 @@ def turn_outcome(log: Iterable[Message]) -> TurnOutcome:
 
 def may_end_turn(message: Message) -> bool:
     """Cheap pre-check on one new log entry: could the turn have ended with it?"""
+    if is_max_turns_reached(message):
+        return True
     if isinstance(message, AssistantMessage):
         return ends_reply(message)
     return isinstance(message, UserMessage) and is_interruption(message)

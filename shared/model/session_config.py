@@ -39,3 +39,6 @@ class SessionModelConfig(WireModel):
     """Set on a sub-agent's child session: the agent definition's name (A2)."""
     depth: int = Field(default=0, ge=0)
     """0 for a top-level session, parent depth + 1 for a child (A9)."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """A3.8 / R10.6: model calls one turn may make; past it the model worker ends the turn with a
+    ``max_turns_reached`` attachment instead of calling (shared/model/max_turns.py). None: no limit."""

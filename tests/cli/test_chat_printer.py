@@ -12,6 +12,9 @@ from shared.conversation import (
     AssistantMessageComplete,
     ConversationEvent,
     Interrupted,
+    TaskNotification,
+    TaskProgress,
+    TaskStarted,
     TextDelta,
     ThinkingDelta,
     ToolCall,
@@ -80,3 +83,20 @@ def test_exit_codes() -> None:
     assert exit_code(TurnEnd(stop_reason="max_tokens", error="API Error: y")) == 1
     assert exit_code(TurnEnd(stop_reason="interrupted")) == 130
     assert exit_code(None) == 130
+
+
+def test_a6_3_a_sub_agents_tool_calls_show_under_its_agent_call_and_a3_8_max_turns_is_said() -> None:
+    usage = {"total_tokens": 120, "tool_uses": 1, "duration_ms": 900}
+    ids = {"task_id": "a0123456789abcdef", "tool_use_id": "t"}
+    out, err = render(
+        [
+            ToolCall(tool_use_id="t", name="Agent", input={}, summary="read the readme"),
+            TaskStarted(**ids, description="read the readme", task_type="local_agent", prompt="Read it."),
+            TaskProgress(**ids, description="read the readme", usage=usage, last_tool_name="Read"),
+            TaskNotification(**ids, status="completed", summary="read the readme", usage=usage),
+            ToolResult(tool_use_id="t", name="Agent", ok=True, first_line="README says hi"),
+            TurnEnd(stop_reason="max_turns"),
+        ]
+    )
+    assert out == ("⏺ Agent(read the readme)\n  ⎿  read the readme · Read (1 tool use)\n  ⎿  README says hi\n")
+    assert err == "  ⎿  Stopped: the session's max turns were reached\n"

@@ -32,7 +32,7 @@ from shared.constants import (
     SUBAGENT_REJECT_MESSAGE,
     dont_ask_reject_message,
 )
-from shared.content import TextBlock, ToolUseBlock
+from shared.content import ToolUseBlock
 from shared.factories import create_assistant_message
 from shared.json_types import JsonObject
 from shared.messages import ProgressMessage
@@ -88,7 +88,6 @@ def cluster(module_cluster: WorkerCluster) -> WorkerCluster:
             {
                 "reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]},
                 "cautious": {"description": "Never asks", "prompt": "Be careful.", "permissionMode": "dontAsk"},
-                "brief": {"description": "One turn", "prompt": "Be brief.", "maxTurns": 1},
             }
         )
     )
@@ -300,20 +299,6 @@ async def test_a8_1_an_interrupted_child_ends_its_parents_call_even_between_mode
         assert (result["content"], result["is_error"]) == (REJECT_MESSAGE, True)
 
 
-async def test_a3_8_a_child_at_max_turns_stops_and_its_last_text_is_the_result(cluster: WorkerCluster) -> None:
-    parent = "agents-max-turns"
-    async with cluster.client() as bus:
-        before = await bus.send_prompt_and_wait(parent, "start a brief agent")
-        await bus.send_assistant(parent, create_assistant_message([agent_call("toolu_m", "brief", "Look.", "brief")]))
-        child = child_of(parent, "toolu_m")
-        await bus.next_request(child, after_seq=0)
-        look = ToolUseBlock(id="toolu_m_read", name="Read", input={"file_path": "a.txt"})
-        await bus.send_assistant(child, create_assistant_message([TextBlock(text="Looking once."), look]))
-        (result,) = results_of(await bus.next_request(parent, after_seq=before.seq)).values()
-        assert "is_error" not in result
-        assert result["content"][0] == {"type": "text", "text": "Looking once."}
-
-
 async def test_a9_a_child_over_its_token_limit_is_stopped_and_answers_with_an_error(cluster: WorkerCluster) -> None:
     parent = "agents-tokens"
     async with cluster.client() as bus:
@@ -384,7 +369,7 @@ async def test_a1_3_unknown_type_and_a9_no_nesting_are_error_results(cluster: Wo
         request = await bus.next_request(parent, after_seq=before.seq)
         results = results_of(request)
         assert results["toolu_bad"]["content"] == (
-            "<tool_use_error>Agent type 'nope' not found. Available agents: general-purpose, reviewer, cautious, brief"
+            "<tool_use_error>Agent type 'nope' not found. Available agents: general-purpose, reviewer, cautious"
             "</tool_use_error>"
         )
         assert text_of(results["toolu_ok"]).startswith("Could not nest.")

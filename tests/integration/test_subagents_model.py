@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from services.conversation import TaskNotification, TaskProgress, TaskStarted, TurnEnd
 from services.transcripts.layout import session_file
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.constants import REJECT_MESSAGE
+from shared.messages import AttachmentMessage
 from shared.transcript import read_transcript, verify_transcript
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
@@ -37,7 +39,12 @@ USAGE = {"input_tokens": 100, "output_tokens": 20}
 def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
     definitions = module_cluster.root / "agents.json"
     definitions.write_text(
-        json.dumps({"reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]}})
+        json.dumps(
+            {
+                "reviewer": {"description": "Reviews files", "prompt": "You review files.", "tools": ["Read"]},
+                "brief": {"description": "One turn", "prompt": "Be brief.", "maxTurns": 1},
+            }
+        )
     )
     module_cluster.extra_env.update(
         {
@@ -155,3 +162,98 @@ async def test_issue_19_three_children_one_approved_one_interrupted_end_with_val
         assert tree.total.requests == sum(part.total.requests for part in parts)
         assert tree.total.requests > parts[0].total.requests >= 2
         assert sorted(tree.sessions) == sorted([parent, *child.values()])
+
+
+async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_and_a6_3_task_events_reach_the_sdk(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """A3.8 / R10.6: a child with ``maxTurns: 1`` asks for a Read in its one call: the Read runs and is
+    answered (no unpaired tool_use), no second model call is made, a ``max_turns_reached`` attachment ends
+    the child's turn (in its log, not in its transcript), and the parent gets the child's last text (A5).
+    A6.3: ``bus.converse`` on the parent yields the child's task_started, task_progress (after its Read) and
+    task_notification, which reach neither the model nor the parent's transcript."""
+    parent = "agents-max-turns-e2e"
+    child = child_session_id(parent, agent_id_for(parent, "t_m"))
+    fake.script(
+        parent,
+        [
+            reply(agent("t_m", "brief look", "Look at README.md.", "brief"), usage=USAGE),
+            reply(text("Done."), usage=USAGE),
+        ],
+    )
+    fake.script(
+        child,
+        [
+            reply(text("Looking once."), tool_use("t_m_read", "Read", file_path="README.md"), usage=USAGE),
+            reply(text("A second call must not happen."), usage=USAGE),
+        ],
+    )
+    async with deployment.client() as bus:
+        events = [event async for event in bus.converse(parent, "Run a brief agent.", timeout_s=120)]
+        assert isinstance(events[-1], TurnEnd)
+        assert events[-1].stop_reason == "end_turn"
+
+        # A6.3: the parent's watcher saw the child's task events, typed, in order.
+        tasks = [event for event in events if isinstance(event, TaskStarted | TaskProgress | TaskNotification)]
+        assert [event.type for event in tasks] == ["task_started", "task_progress", "task_notification"]
+        started, progress, done = tasks
+        assert isinstance(started, TaskStarted)
+        assert (started.task_id, started.tool_use_id, started.description, started.prompt) == (
+            agent_id_for(parent, "t_m"),
+            "t_m",
+            "brief look",
+            "Look at README.md.",
+        )
+        assert isinstance(progress, TaskProgress)
+        assert progress.last_tool_name == "Read"
+        assert progress.usage["tool_uses"] == 1
+        assert progress.usage["total_tokens"] == 120
+        assert isinstance(done, TaskNotification)
+        assert (done.status, done.summary, done.usage["tool_uses"]) == ("completed", "brief look", 1)
+        # ... and nothing of them reached the model (A6.3: SDK-only).
+        assert "task_started" not in json.dumps(fake.requests(parent))
+
+        # The child: one model call; its Read answered; the attachment closes its log.
+        assert len(fake.requests(child)) == 1
+        child_log = await bus.history(child)
+        assert_every_tool_use_answered_once(child_log)
+        conversational = [e.message for e in child_log if e.message.type in ("user", "assistant", "attachment")]
+        last = conversational[-1]
+        assert isinstance(last, AttachmentMessage)
+        assert last.attachment == {"type": "max_turns_reached", "maxTurns": 1, "turnCount": 2}
+        assert conversational[-2].type == "user"  # the Read's result came before it
+
+        # The parent's Agent call got the child's last text (A5.2), not an error.
+        last_request = fake.requests(parent)[-1]["body"]
+        (result,) = [
+            block
+            for message in last_request["messages"]
+            if message["role"] == "user" and isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+        assert "is_error" not in result
+        assert result["content"][0] == {"type": "text", "text": "Looking once."}
+        assert "\ntool_uses: 1\n" in result["content"][1]["text"]
+
+        # Yielded, not recorded (A4.2, R7.5): the child's transcript is valid and holds no attachment.
+        path = (
+            session_file(deployment.data_dir, CWD, parent).with_suffix("")
+            / "subagents"
+            / f"agent-{agent_id_for(parent, 't_m')}.jsonl"
+        )
+
+        async def written() -> bool:
+            return path.exists() and "t_m_read" in path.read_text() and '"tool_result"' in path.read_text()
+
+        await eventually(written, timeout_s=30)
+        assert verify_transcript(read_transcript(path.read_bytes())).ok
+        assert '"attachment"' not in path.read_text()
+        main = session_file(deployment.data_dir, CWD, parent)
+
+        async def parent_written() -> bool:
+            return main.exists() and "Done." in main.read_text()
+
+        await eventually(parent_written, timeout_s=30)
+        assert verify_transcript(read_transcript(main.read_bytes())).ok
+        assert "task_" not in main.read_text()  # A6.3: the task events are not recorded
