@@ -32,5 +32,5 @@ async def resolve_running_child(redis: aioredis.Redis, topology: Topology, agent
         raise AgentNotStoppable(f"no sub-agent {agent}")
     record, status = found
     if status != "running":
-        raise AgentNotStoppable(f"sub-agent {record.session_id} is not running (it {status})")
+        raise AgentNotStoppable(f"sub-agent {record.session_id} is not running (status: {status})")
     return record
