@@ -210,6 +210,7 @@ async def test_a5_3_a5_4_background_child_answers_at_once_notifies_the_idle_pare
             session_file(deployment.data_dir, CWD, parent).with_suffix("") / "subagents" / f"agent-{agent_id}.jsonl"
         )
         await eventually(lambda: valid(sidechain), timeout_s=60)
+        await eventually(lambda: valid(session_file(deployment.data_dir, CWD, parent)), timeout_s=60)
         tree = await bus.session_tree(parent)
         assert [(node.agent_id, node.status) for node in tree.children] == [(agent_id, "completed")]
 
