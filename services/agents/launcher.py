@@ -229,9 +229,10 @@ class AgentTool(Tool[AgentInput]):
         raw = await self.redis.get(self.topology.session_config(parent_session_id))
         return SessionModelConfig.model_validate_json(raw) if raw is not None else SessionModelConfig()
 
-    async def parent_tools(self, parent_session_id: str) -> list[str]:
+    async def parent_tools(self, parent_session_id: str, parent: SessionModelConfig | None = None) -> list[str]:
         """The parent's tool pool: its config's tools, else every tool some worker runs (A3.4)."""
-        parent = await self.parent_config(parent_session_id)
+        if parent is None:
+            parent = await self.parent_config(parent_session_id)
         return list(parent.tools) if parent.tools is not None else list(await self.tool_names())
 
     async def _launch(self, job: CallingJob, tool_use_id: str, tool_input: AgentInput) -> ChildRecord:
@@ -312,7 +313,7 @@ class AgentTool(Tool[AgentInput]):
         self, record: ChildRecord, definition: AgentDefinition, tool_input: AgentInput
     ) -> SessionModelConfig:
         parent = await self.parent_config(record.parent_session_id)
-        pool = parent.tools if parent.tools is not None else list(await self.tool_names())
+        pool = await self.parent_tools(record.parent_session_id, parent)
         tools, invalid = child_tools(definition, pool, allow_nesting=self.setup.limits.allow_nesting)
         if record.background:
             tools = background_tools(tools)  # A3.4: background agents get the restricted set
