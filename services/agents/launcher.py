@@ -214,7 +214,7 @@ class AgentTool(Tool[AgentInput]):
             return
         # A5.3: a background launch is answered now; its end is a task notification (A5.4).
         output_file = record.output_file or ""
-        self.outputs.follow(record.session_id, output_file)
+        self.outputs.follow(record.session_id, output_file, round_call=record.parent_tool_use_id)
         parent_tools = await self.parent_tools(record.parent_session_id)
         yield ToolOutput(
             content=async_launched_text(

@@ -75,7 +75,7 @@ class SendMessageTool(Tool[SendMessageInput]):
             yield ToolOutput(content="")
             return
         output_file = record.output_file or ""
-        self.agents.outputs.follow(record.session_id, output_file)
+        self.agents.outputs.follow(record.session_id, output_file, round_call=record.parent_tool_use_id)
         yield ToolOutput(
             content=continued_in_background_text(record.agent_id, output_file=output_file),
             tool_use_result={"status": "async_launched", "agentId": record.agent_id, "outputFile": output_file},

@@ -2,10 +2,12 @@
 
 The file is ``<workspace>/.agentbus/tasks/<agentId>.output`` — in the tool workers' workspace, so the file
 tools reach it. The tool worker that launched (or continued, A4.4) a background child follows the child's
-own event stream and writes one JSON line per user or assistant message (the messages of its transcript,
-A4.2, without the transcript's chain fields), until the child ended and the stream is read. The file is a
-view: the bus holds the child's history, and the file is written from its start again on every round. A
-tool worker that stops leaves a file that grows no more (the task notification still comes, A5.4).
+own event stream and writes one JSON line per user or assistant message as the bus logged it (what its
+transcript holds, A4.2, without the sidechain stamps), until the child's round ended and the stream is read. The file is a
+view: the bus holds the child's history, and the file is written from its start again on every round (a
+SendMessage that continues it right after its end, on another worker, may repeat a line or two at the
+end). A tool worker that stops leaves a file that grows no more — no other worker takes the tail over —
+while the task notification still comes (A5.4).
 """
 
 from __future__ import annotations
@@ -40,12 +42,15 @@ class TaskOutputFiles:
         self.store = AgentStore(redis, topology)
         self._tails: dict[str, asyncio.Task[None]] = {}
 
-    def follow(self, child_session_id: str, path: str) -> None:
-        """Start (or restart) writing ``child_session_id``'s messages to ``path``."""
+    def follow(self, child_session_id: str, path: str, *, round_call: str) -> None:
+        """Start (or restart) writing ``child_session_id``'s messages to ``path`` for the round that
+        ``round_call`` (the Agent or SendMessage call) started; the tail stops once that round ended, or a
+        later round (perhaps followed by another worker) replaced it."""
         running = self._tails.pop(child_session_id, None)
         if running is not None:
             running.cancel()
-        task = asyncio.get_running_loop().create_task(self._tail(child_session_id, Path(path)), name="task-output")
+        tail = self._tail(child_session_id, Path(path), round_call)
+        task = asyncio.get_running_loop().create_task(tail, name="task-output")
         self._tails[child_session_id] = task
         task.add_done_callback(lambda done: self._forget(child_session_id, done))
 
@@ -61,13 +66,16 @@ class TaskOutputFiles:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _tail(self, child_session_id: str, path: Path) -> None:
+    async def _tail(self, child_session_id: str, path: Path, round_call: str) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             stream = self.topology.session_events(child_session_id)
             last_id = "0"
             ended = False
-            with path.open("wb") as file:
+            path.write_bytes(b"")
+            # Appending (O_APPEND): a previous round's tail that is still draining (perhaps in another
+            # worker) adds its last lines at the end instead of writing into the rewritten file's middle.
+            with path.open("ab") as file:
                 while True:
                     block = None if ended else BLOCK_MS  # once ended: read what is left, then stop
                     rows: Any = await self.redis.xread({stream: last_id}, count=READ_COUNT, block=block)
@@ -82,7 +90,7 @@ class TaskOutputFiles:
                     if ended:
                         return
                     found = await self.store.record(child_session_id)
-                    ended = found is None or found[1] != "running"
+                    ended = found is None or found[1] != "running" or found[0].parent_tool_use_id != round_call
         except asyncio.CancelledError:
             raise
         except Exception:
