@@ -39,6 +39,7 @@ from tests.integration.model_turns import (
     turn_ended,
     wait_for,
 )
+from tests.integration.test_subagents import restart
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -349,3 +350,37 @@ async def test_a4_4_send_message_continues_a_foreground_child_and_refuses_unknow
         await wait_for_text(bus, sleeper_parent, "It was stopped.")
         (notification,) = notifications(fake.requests(sleeper_parent)[-1]["body"])
         assert '<status>killed</status>\n<summary>Agent "sleeper" was stopped</summary>\n<usage>' in notification
+
+
+async def test_sigkill_of_ingestion_while_a_background_child_ends_notifies_its_parent_exactly_once(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """Issue 19 "loses nothing and duplicates nothing": the child's end is committed, or not, or not yet
+    relayed when ingestion dies; the new owner's relay or its sweep notifies the parent, once (the
+    notification's key is the call's)."""
+    parent = "bg-sigkill"
+    agent_id = agent_id_for(parent, "t_k")
+    child = child_session_id(parent, agent_id)
+    fake.script(
+        parent,
+        [
+            reply(agent("t_k", "nap", "Nap, then say done.", background=True), usage=USAGE),
+            reply(text("Waiting for the nap."), usage=USAGE),
+            reply(text("The nap is over."), usage=USAGE),
+        ],
+    )
+    fake.script(
+        child,
+        [reply(tool_use("c_sleep", "Bash", command="sleep 2"), usage=USAGE), reply(text("done"), usage=USAGE)],
+    )
+    async with deployment.client() as bus:
+        await bus.send_prompt(parent, "Nap in the background.")
+        await wait_for_text(bus, child, "c_sleep")
+        (ingestion,) = [worker for worker in deployment.of("ingestion") if worker.process.poll() is None]
+        deployment.kill(ingestion)  # while the child's tool runs: its result and final reply wait in ingress
+        await restart(deployment, "ingestion")
+        history = await wait_for_text(bus, parent, "The nap is over.")
+        said = [json.dumps(e.message.to_wire()) for e in history if e.message.type == "user"]
+        assert len([line for line in said if "<task-notification>" in line]) == 1
+        assert "<result>done</result>" in next(line for line in said if "<task-notification>" in line)
+        assert (await bus.session_tree(parent)).children[0].status == "completed"
