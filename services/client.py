@@ -313,6 +313,24 @@ class AgentbusClient:
 
         return await session_tree(self.redis, self.topology, session_id)
 
+    async def stop_agent(self, agent: str) -> ChildSummary:
+        """A8.3: stop a running sub-agent — a background one is the way it ends early — named by its child
+        session id or its agentId. Its parent is told as for any end: a background child's with a
+        ``<task-notification>`` of ``status: killed`` and its partial result (A5.4). Raises
+        :class:`services.agents.stop.AgentNotStoppable` for an unknown or ended agent."""
+        from services.agents.stop import resolve_running_child
+
+        record = await resolve_running_child(self.redis, self.topology, agent)
+        await self.interrupt(record.session_id)
+        return ChildSummary(
+            session_id=record.session_id,
+            agent_id=record.agent_id,
+            agent_type=record.agent_type,
+            description=record.description,
+            status="running",
+            parent_tool_use_id=record.parent_tool_use_id,
+        )
+
     async def tree_usage(self, session_id: str) -> SessionUsage:
         """The model usage and cost of ``session_id`` and all its sub-agents, added up (``usage --tree``)."""
         from services.agents.tree import walk

@@ -39,6 +39,8 @@ class UserPrompt(WireModel):
     timestamp: str | None = None
     is_meta: bool | None = None
     origin: JsonValue = None
+    queued: bool | None = None
+    """Logged only when the session's turn is over (held until then): shared/queued_prompts.py."""
 
 
 class AssistantReply(WireModel):

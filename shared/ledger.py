@@ -54,6 +54,7 @@ from shared.factories import create_user_interruption_message, create_user_messa
 from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, ProgressMessage, TombstoneMessage, UserMessage
 from shared.pi.ingress import pi_message_to_claude_code
+from shared.queued_prompts import turn_open_after
 from shared.streaming_replies import OpenReply
 from shared.wire import WireHolder
 
@@ -87,6 +88,10 @@ class LedgerState(WireHolder):
     open_replies: dict[str, OpenReply] = Field(default_factory=dict)
     approvals: ApprovalBook = Field(default_factory=ApprovalBook)
     """Calls parked for a person's approval (shared/approval_ledger.py, agent-loop.md §H)."""
+    turn_open: bool = False
+    """The model is due or answering, or tools run: a queued prompt waits (shared/queued_prompts.py)."""
+    queued_prompts: list[UserPrompt] = Field(default_factory=list)
+    """Queued prompts held until the turn is over, in arrival order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +206,10 @@ class SessionLedger:
                 prompt = self._prompt_message(payload)
                 if (problem := malformed_block_problem(prompt)) is not None:
                     out.invalid = f"user_prompt: {problem}"
+                elif payload.queued and self.state.turn_open:
+                    self.state.queued_prompts.append(payload)
                 else:
+                    self._flush_queued(out, trace)
                     self._log(out, prompt, trace)
             case AssistantReply() if self._interrupted(payload.request_seq):
                 out.dropped.append(Dropped("interrupted", f"reply to request seq {payload.request_seq}"))
@@ -558,6 +566,15 @@ class SessionLedger:
             message = cursor.place(message)
             self.state.chain_parent = cursor.parent
         self._append(out, message, traceparent)
+        self.state.turn_open = turn_open_after(message, was_open=self.state.turn_open)
+        if not self.state.turn_open and self.state.queued_prompts:
+            self._flush_queued(out, traceparent)
+
+    def _flush_queued(self, out: LedgerOutput, traceparent: str | None) -> None:
+        """Log the held queued prompts (the turn is over, or a prompt takes them along)."""
+        held, self.state.queued_prompts = self.state.queued_prompts, []
+        for prompt in held:
+            self._log(out, self._prompt_message(prompt), traceparent)
 
     def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
         self.state.seq += 1

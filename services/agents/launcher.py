@@ -25,9 +25,17 @@ import structlog
 
 from services.agents.relay import ChildRelay
 from services.agents.store import AgentStore
+from services.agents.task_output import TaskOutputFiles
 from services.runtime.codec import signed_entry_fields
 from services.runtime.topology import Topology
 from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolOutput, ToolProgress
+from shared.agents.background import (
+    async_launched_data,
+    async_launched_text,
+    background_tools,
+    caller_can_read_output,
+    output_file_path,
+)
 from shared.agents.definitions import (
     THINKING_DISABLED,
     AgentCatalog,
@@ -38,11 +46,18 @@ from shared.agents.definitions import (
     child_tools,
 )
 from shared.agents.ids import agent_id_for, child_session_id, depth_of
-from shared.agents.limits import AgentLimits, child_deadline_ms, depth_problem, fan_out_problem
+from shared.agents.limits import (
+    AgentLimits,
+    background_deadline_ms,
+    child_deadline_ms,
+    depth_problem,
+    fan_out_problem,
+)
 from shared.agents.record import ChildRecord
 from shared.agents.results import interrupted_result
 from shared.agents.tool import (
     AGENT_TOOL_NAME,
+    BACKGROUND_DISABLED,
     LEGACY_AGENT_TOOL_NAME,
     AgentInput,
     agent_denied,
@@ -110,7 +125,10 @@ class AgentSetup:
     limits: AgentLimits
     model_aliases: dict[str, str]
     cwd: str
+    """The tool workers' workspace: the children's cwd (A3.3) and where A5.3 output files live."""
     subagent_model: str | None = None
+    background_tasks: bool = True
+    """A1.2/A9: ``run_in_background`` is offered (``CLAUDE_CODE_DISABLE_BACKGROUND_TASKS`` turns it off)."""
 
 
 def _now_ms() -> int:
@@ -145,6 +163,7 @@ class AgentTool(Tool[AgentInput]):
         self.now_ms = now_ms
         self.store = AgentStore(redis, topology)
         self.relay = ChildRelay(redis, topology, internal_key=internal_key, now_ms=now_ms)
+        self.outputs = TaskOutputFiles(redis, topology)
 
     def is_read_only(self, tool_input: AgentInput) -> bool:
         return True
@@ -154,7 +173,10 @@ class AgentTool(Tool[AgentInput]):
 
     def definition(self) -> ToolDefinition:
         """The API tool definition, listing the agent types the model may ask for (A1.1)."""
-        return agent_tool_definition(self.setup.catalog.visible(denied_agent_types(self.permissions.deny_rules)))
+        return agent_tool_definition(
+            self.setup.catalog.visible(denied_agent_types(self.permissions.deny_rules)),
+            background=self.setup.background_tasks,
+        )
 
     def _resolve(self, tool_input: AgentInput) -> AgentDefinition:
         """A1.3: the definition asked for, or the exact error."""
@@ -169,6 +191,8 @@ class AgentTool(Tool[AgentInput]):
         return definition
 
     async def validate_input(self, tool_input: AgentInput, ctx: ToolContext) -> None:
+        if tool_input.run_in_background and not self.setup.background_tasks:
+            raise ToolError(BACKGROUND_DISABLED)
         self._resolve(tool_input)
 
     async def call(self, tool_input: AgentInput, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
@@ -176,15 +200,40 @@ class AgentTool(Tool[AgentInput]):
         if agent_job is None:
             raise ToolError("The Agent tool runs only inside a tool worker's job")
         record = await self._launch(agent_job.job, ctx.tool_use_id, tool_input)
-        agent_job.launched.add(ctx.tool_use_id)
         log.info(
             "agent_launched",
             parent_session_id=record.parent_session_id,
             child_session_id=record.session_id,
             agent_id=record.agent_id,
             agent_type=record.agent_type,
+            background=record.background,
         )
-        yield ToolOutput(content="")
+        if not record.background:
+            agent_job.launched.add(ctx.tool_use_id)  # answered when the child ends (relay.py)
+            yield ToolOutput(content="")
+            return
+        # A5.3: a background launch is answered now; its end is a task notification (A5.4).
+        output_file = record.output_file or ""
+        self.outputs.follow(record.session_id, output_file, round_call=record.parent_tool_use_id)
+        parent_tools = await self.parent_tools(record.parent_session_id)
+        yield ToolOutput(
+            content=async_launched_text(
+                record.agent_id, output_file=output_file, caller_can_read=caller_can_read_output(parent_tools)
+            ),
+            tool_use_result=async_launched_data(
+                record.agent_id, description=record.description, prompt=record.prompt, output_file=output_file
+            ),
+        )
+
+    async def parent_config(self, parent_session_id: str) -> SessionModelConfig:
+        raw = await self.redis.get(self.topology.session_config(parent_session_id))
+        return SessionModelConfig.model_validate_json(raw) if raw is not None else SessionModelConfig()
+
+    async def parent_tools(self, parent_session_id: str, parent: SessionModelConfig | None = None) -> list[str]:
+        """The parent's tool pool: its config's tools, else every tool some worker runs (A3.4)."""
+        if parent is None:
+            parent = await self.parent_config(parent_session_id)
+        return list(parent.tools) if parent.tools is not None else list(await self.tool_names())
 
     async def _launch(self, job: CallingJob, tool_use_id: str, tool_input: AgentInput) -> ChildRecord:
         definition = self._resolve(tool_input)
@@ -199,6 +248,12 @@ class AgentTool(Tool[AgentInput]):
         except ValueError as error:
             raise ToolError(str(error)) from error
         now = self.now_ms()
+        background = bool(tool_input.run_in_background)
+        deadline = (
+            background_deadline_ms(started_ms=now, limits=limits)
+            if background
+            else child_deadline_ms(started_ms=now, call_deadline_ms=job.deadline_ms, limits=limits)
+        )
         record = ChildRecord(
             session_id=child,
             parent_session_id=parent,
@@ -211,10 +266,12 @@ class AgentTool(Tool[AgentInput]):
             prompt=tool_input.prompt,
             dispatched_ms=job.dispatched_ms,
             started_ms=now,
-            deadline_ms=child_deadline_ms(started_ms=now, call_deadline_ms=job.deadline_ms, limits=limits),
+            deadline_ms=deadline,
             max_tokens=limits.max_tokens,
             max_turns=definition.max_turns,
             depth=parent_depth + 1,
+            background=background,
+            output_file=output_file_path(self.setup.cwd, agent_id) if background else None,
         )
         existing = await self.store.record(child)
         if existing is not None:
@@ -246,6 +303,8 @@ class AgentTool(Tool[AgentInput]):
         await self.relay.tasks.started(record)  # A6.3, before the child can make progress (a re-run: a duplicate)
         fields = signed_entry_fields(prompt, self.internal_key)
         await self.redis.xadd(self.topology.ingress_for(record.session_id), fields)  # type: ignore[arg-type]
+        if record.background:
+            return  # A8.3: the parent's interrupt does not reach a background child
         cancelled_at = await self.store.cancelled_at(record.parent_session_id)
         if cancelled_at is not None and cancelled_at >= job.dispatched_ms:
             await self.relay.stop_child(record)
@@ -254,10 +313,11 @@ class AgentTool(Tool[AgentInput]):
     async def _child_config(
         self, record: ChildRecord, definition: AgentDefinition, tool_input: AgentInput
     ) -> SessionModelConfig:
-        raw = await self.redis.get(self.topology.session_config(record.parent_session_id))
-        parent = SessionModelConfig.model_validate_json(raw) if raw is not None else SessionModelConfig()
-        pool = parent.tools if parent.tools is not None else list(await self.tool_names())
+        parent = await self.parent_config(record.parent_session_id)
+        pool = await self.parent_tools(record.parent_session_id, parent)
         tools, invalid = child_tools(definition, pool, allow_nesting=self.setup.limits.allow_nesting)
+        if record.background:
+            tools = background_tools(tools)  # A3.4: background agents get the restricted set
         if invalid:
             log.warning("agent_tools_invalid", agent_type=definition.name, tools=invalid)
         model = child_model(

@@ -1,5 +1,7 @@
 """A3.7/H8: the permission context a child session's tool calls are decided in — the tool workers' own
-rules with the child's mode (from its record) and the sub-agent texts (``SUBAGENT_REJECT_MESSAGE``)."""
+rules with the child's mode (from its record) and the sub-agent texts (``SUBAGENT_REJECT_MESSAGE``). A
+background child cannot ask anyone (A3.7, H8.2): an "ask" is denied with ``AUTO_REJECT_MESSAGE(<tool>)``,
+even where the workers' ``ask_policy`` is ``approve``."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ class SessionPermissions:
         found = await self.store.record(session_id)
         mode = found[0].permission_mode if found is not None else None
         context = replace(self.base, is_subagent=True)
+        if found is not None and found[0].background:
+            context = replace(context, ask_policy="auto_reject")
         if mode in _MODES:
             context = replace(context, mode=mode)  # type: ignore[arg-type]
         if len(self._cache) >= CACHE_SIZE:

@@ -18,6 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import structlog
 
+from services.agents.background import notify_parent
 from services.agents.store import AgentStore
 from services.agents.task_events import TaskEvents
 from services.runtime.codec import DATA_FIELD, signed_entry_fields
@@ -46,6 +47,7 @@ from shared.events import (
     parse_log_entry,
 )
 from shared.factories import create_user_message
+from shared.ledger import tool_result_ids_of
 from shared.messages import AssistantMessage, Message, ProgressMessage, UserMessage
 
 log = structlog.get_logger(__name__)
@@ -124,7 +126,18 @@ class ChildRelay:
         await calls.write(self.redis)
 
     async def answer_parent(self, record: ChildRecord, result: ParentResult, status: ChildStatus) -> bool:
-        """Publish the parent call's result, then mark the child ended (see the module docstring)."""
+        """Publish the parent call's result, then mark the child ended (see the module docstring). A
+        background child's call was answered at launch: its parent gets a task notification (A5.4)."""
+        if record.background:
+            return await notify_parent(
+                record,
+                result,
+                status,
+                child_log=self.child_log,
+                publish=self._publish,
+                end=lambda ended, final: self.store.end(ended, final, self.now_ms()),
+                now_ms=self.now_ms(),
+            )
         block = ToolResultBlock(tool_use_id=record.parent_tool_use_id, content=result.content)
         if result.is_error:
             block = ToolResultBlock(tool_use_id=record.parent_tool_use_id, content=result.content, is_error=True)
@@ -174,7 +187,9 @@ class ChildRelay:
                     await self._publish_progress(record, shell)
                     published += 1
                 continue
-            first = entry.seq == 1 and isinstance(message, UserMessage)
+            first = isinstance(message, UserMessage) and (
+                message.uuid == record.round_prompt_uuid if record.round_prompt_uuid else entry.seq == 1
+            )
             if not (first or shows_tool_activity(message)):
                 continue
             assert isinstance(message, UserMessage | AssistantMessage)
@@ -206,9 +221,13 @@ class ChildRelay:
         """A child's batch was logged: forward progress; when its turn may be over, or a reply ended
         (limits), look at its whole log."""
         record = await self._cached_record(child_session_id)
+        if record is not None and any(_is_prompt(entry.message) for entry in entries):
+            found = await self.record(child_session_id)  # a SendMessage round starts with a prompt (A4.4)
+            record = found[0] if found is not None else None
         if record is None:
             return  # a session named like a child that no Agent call started: nothing to answer
-        published = await self.publish_progress(record, entries)
+        # A background child's call was answered at launch: its progress has no call to attach to (A5.3).
+        published = 0 if record.background else await self.publish_progress(record, entries)
         log.debug("agent_relay", child_session_id=child_session_id, seqs=[e.seq for e in entries], progress=published)
         reply_ended = any(
             isinstance(entry.message, AssistantMessage) and entry.message.message.stop_reason is not None
@@ -238,7 +257,9 @@ class ChildRelay:
         if status != "running":
             return status
         now = now_ms if now_ms is not None else self.now_ms()
-        outcome = turn_outcome(await self.child_log(child_session_id, upto_seq=upto_seq))
+        outcome = turn_outcome(
+            await self.child_log(child_session_id, upto_seq=upto_seq), since_uuid=record.round_prompt_uuid
+        )
         if outcome.state == "completed":
             await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
             return "completed"
@@ -271,8 +292,8 @@ class ChildRelay:
             if status != "running":
                 continue
             found = await self.record(child)
-            if found is None or found[0].dispatched_ms > interrupted_at_ms:
-                continue
+            if found is None or found[0].dispatched_ms > interrupted_at_ms or found[0].background:
+                continue  # A8.3: a background child survives its parent's interrupt
             record = found[0]
             await self.stop_child(record)
             await self.answer_parent(record, interrupted_result(), "interrupted")
@@ -294,7 +315,7 @@ class ChildRelay:
                 await self.store.unindex(record)  # its index entry outlived a crash
                 continue
             cancelled_at = await self.store.cancelled_at(record.parent_session_id)
-            if cancelled_at is not None and cancelled_at >= record.dispatched_ms:
+            if not record.background and cancelled_at is not None and cancelled_at >= record.dispatched_ms:
                 await self.stop_child(record)
                 await self.answer_parent(record, interrupted_result(), "interrupted")
                 ended += 1
@@ -302,6 +323,11 @@ class ChildRelay:
             if (full or deadline <= now) and await self.check(child, now_ms=now) != "running":
                 ended += 1
         return ended
+
+
+def _is_prompt(message: Message) -> bool:
+    """A plain user prompt (not a tool result, not meta): the start of a child's round."""
+    return isinstance(message, UserMessage) and not message.is_meta and not tool_result_ids_of(message)
 
 
 def child_entries_by_session(entries: Sequence[LogEntry]) -> dict[str, list[LogEntry]]:

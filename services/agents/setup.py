@@ -37,4 +37,5 @@ def agent_setup(settings: AgentSettings, *, cwd: str) -> AgentSetup:
         model_aliases=dict(settings.model_aliases),
         cwd=cwd,
         subagent_model=settings.subagent_model,
+        background_tasks=settings.background_tasks,
     )

@@ -11,6 +11,8 @@
   never lost), read by the sweep to cancel children a crash kept from being cancelled.
 - ``{shard}:agents:running`` (sorted set, the CHILD's shard): running children scored by their deadline;
   the sweep of the shard's ingestion owner enforces wall time and recovers lost completions from it.
+- ``agents:by-id:<agentId>`` (string, its own slot): the child session of an agentId, so ``SendMessage``
+  tells an unknown agent from another session's (A4.4) and ``agentbus agents stop`` finds it by agentId.
 
 Commands touch one key each (parent and child live in different slots): no cross-slot transaction.
 """
@@ -52,6 +54,9 @@ class AgentKeys:
     def running_index_for(self, child_session_id: str) -> str:
         return self.running_index(self.topology.names.shard_of(child_session_id))
 
+    def by_agent_id(self, agent_id: str) -> str:
+        return self.topology.names.stream(f"agents:by-id:{agent_id}")
+
 
 class AgentStore:
     """Reads and writes the keys above."""
@@ -82,7 +87,25 @@ class AgentStore:
             self.keys.children(record.parent_session_id), record.session_id, record.parent_tool_use_id
         )
         await self.redis.zadd(self.keys.running_index_for(record.session_id), {record.session_id: record.deadline_ms})
+        await self.redis.set(self.keys.by_agent_id(record.agent_id), record.session_id)
         return bool(created)
+
+    async def restart(self, record: ChildRecord) -> None:
+        """A4.4 (``SendMessage``): the ended child runs another round — its record (the new call, times and
+        prompt) replaces the old one, and it is running again. The record is written before the status, so
+        a relay that sees ``running`` reads this round's record."""
+        key = self.keys.child(record.session_id)
+        await self.redis.hset(key, "record", record.to_wire_json())
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hdel(key, "ended_ms")
+        pipe.hset(key, "status", "running")
+        await pipe.execute()
+        await self.redis.zadd(self.keys.running_index_for(record.session_id), {record.session_id: record.deadline_ms})
+
+    async def find(self, agent_id: str) -> str | None:
+        """The child session of ``agent_id`` (None: no such agent)."""
+        raw = await self.redis.get(self.keys.by_agent_id(agent_id))
+        return _text(raw) if raw is not None else None
 
     async def record(self, child_session_id: str) -> tuple[ChildRecord, ChildStatus] | None:
         raw = await self.redis.hmget(self.keys.child(child_session_id), ["record", "status"])

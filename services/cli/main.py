@@ -44,6 +44,7 @@ COMMANDS: dict[str, CommandSpec] = {
     "streams": CommandSpec("services.cli.bus", "streams_app", "Create and inspect the pipeline's streams and groups."),
     "dlq": CommandSpec("services.cli.bus", "dlq_app", "Inspect and replay dead letters."),
     "approvals": CommandSpec("services.cli.approvals", "app", "List and answer tool calls waiting for approval."),
+    "agents": CommandSpec("services.cli.agents", "app", "Stop a running sub-agent."),
     "usage": CommandSpec("services.cli.usage", "usage_command", "Show a session's model usage and cost."),
     "tools": CommandSpec("services.cli.tools", "app", "List the live tool workers and the tools they offer the model."),
     "fake-model": CommandSpec(

@@ -83,6 +83,10 @@ class AgentSettings(BaseModel):
         600.0, gt=0, description="wall time of one child (clipped 5 s before the parent call's tool deadline)"
     )
     subagent_model: str | None = Field(None, description="model of every child (CLAUDE_CODE_SUBAGENT_MODEL, A3.5)")
+    background_tasks: bool = Field(
+        True,
+        description="offer run_in_background (A1.2); false = CLAUDE_CODE_DISABLE_BACKGROUND_TASKS (A9)",
+    )
     model_aliases: dict[str, str] = Field(
         default_factory=lambda: {"sonnet": "claude-sonnet-4-6", "opus": "claude-opus-4-6", "haiku": "claude-haiku-4-5"},
         description="the model ids the Agent tool's model aliases stand for (A1.2, A3.5)",

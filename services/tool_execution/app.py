@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from services.agents.launcher import AgentTool
 from services.agents.permissions import SessionPermissions
+from services.agents.send_message import SendMessageTool
 from services.agents.setup import agent_setup
 from services.agents.store import AgentStore
 from services.observability.metrics import instrument_handler
@@ -26,6 +27,7 @@ from services.tool_execution.executor import ToolTimeouts
 from services.tool_execution.registry import ToolRegistry, default_registry
 from services.tool_execution.worker import ToolWorker, abandoned_job_envelope
 from services.tool_execution.workspace import Workspace
+from shared.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from shared.agents.tool import AGENT_TOOL_NAME
 from shared.permissions import PermissionContext
 
@@ -62,7 +64,7 @@ class ToolRuntime:
             internal_key=settings.require_internal_key(),
             tool_names=lambda: _catalog_names(context, builtin),
         )
-        registry = ToolRegistry([*builtin, self.agent_tool])
+        registry = ToolRegistry([*builtin, self.agent_tool, SendMessageTool(self.agent_tool)])
         self.approvals = ApprovalGate(
             context.redis,
             self.topology,
@@ -166,6 +168,7 @@ class ToolRuntime:
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
         await self.slots.finish(timeout_s=timeout_s)
         await asyncio.gather(*(abandoned.stop() for abandoned in self.abandoned))
+        await self.agent_tool.outputs.close()
 
     def consumers(self) -> list[BatchConsumer]:
         return [*self.jobs, *self.abandoned]
@@ -180,7 +183,7 @@ async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[
     """The tool pool of a parent whose config names none (A3.4): every tool some live worker runs (the
     catalog the model is offered), else this worker's own."""
     names = [tool.name for tool in await read_tool_catalog(context.redis, context.topology)]
-    return names or [*builtin.names, AGENT_TOOL_NAME]
+    return names or [*builtin.names, AGENT_TOOL_NAME, SEND_MESSAGE_TOOL_NAME]
 
 
 def create(context: WorkerContext) -> ToolRuntime:

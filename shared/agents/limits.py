@@ -47,6 +47,11 @@ def fan_out_problem(running: int, limits: AgentLimits) -> str | None:
     return None
 
 
+def background_deadline_ms(*, started_ms: int, limits: AgentLimits) -> int:
+    """A background child's wall time: its parent's call was answered at launch, so no call deadline clips it."""
+    return started_ms + int(limits.wall_time_s * 1000)
+
+
 def child_deadline_ms(*, started_ms: int, call_deadline_ms: int, limits: AgentLimits) -> int:
     """When the child is stopped: its wall time, clipped before the parent call's placeholder deadline."""
     return min(started_ms + int(limits.wall_time_s * 1000), call_deadline_ms - DEADLINE_MARGIN_MS)

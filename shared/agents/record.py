@@ -10,8 +10,9 @@ from pydantic import Field
 from shared.agents.results import ChildFacts
 from shared.wire import WireModel
 
-ChildStatus = Literal["running", "completed", "interrupted", "failed"]
-"""``failed``: stopped by a limit (A9) or refused after launch."""
+ChildStatus = Literal["running", "completed", "interrupted", "failed", "killed"]
+"""``failed``: stopped by a limit (A9) or refused after launch; ``killed``: a background child stopped
+explicitly (A8.3)."""
 
 
 class ChildRecord(WireModel):
@@ -36,6 +37,14 @@ class ChildRecord(WireModel):
     depth: int = Field(ge=1)
     permission_mode: str | None = None
     """A3.7: the mode the child's tool calls are decided in (None: the tool workers' own)."""
+    background: bool = False
+    """A1.2 ``run_in_background``: the parent's call was answered at launch (A5.3); the child's end is a
+    task notification (A5.4); it survives the parent's interrupt (A8.3); its asks are denied (H8.2)."""
+    output_file: str | None = None
+    """A5.3 ``output_file`` of a background child (in the tool workers' workspace)."""
+    round_prompt_uuid: str | None = None
+    """A4.4: the uuid of the prompt a ``SendMessage`` continued the child with; this round's result is built
+    from that prompt on (None: the first round, the whole log)."""
 
     @property
     def facts(self) -> ChildFacts:

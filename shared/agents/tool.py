@@ -1,9 +1,10 @@
 """A1 the ``Agent`` tool: its input (A1.2), the prompt that lists the agent types (A1.1), its API tool
 definition (M1.8), and the validation errors of A1.3 (exact texts).
 
-Fields of A1.2 that belong to features we do not run (background agents, worktree isolation, teams,
-``cwd``) are left out of the schema, as Claude Code strips them when the feature is off; a call that
-sends one anyway is refused by the strict input model (R8.1 InputValidationError) rather than ignored.
+Fields of A1.2 that belong to features we do not run (worktree isolation, teams, ``cwd``) are left out of
+the schema, as Claude Code strips them when the feature is off; a call that sends one anyway is refused by
+the strict input model (R8.1 InputValidationError) rather than ignored. ``run_in_background`` is in the
+schema unless background tasks are disabled (A9, ``AGENTBUS_AGENTS__BACKGROUND_TASKS=false``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,24 @@ AGENT_RESULT_SIZE_LIMIT = 100_000
 ModelAlias = Literal["sonnet", "opus", "haiku"]
 
 
-def agent_input_fields() -> dict[str, object]:
-    """A1.2 the input schema (JSON Schema object) with Claude Code's field descriptions."""
+RUN_IN_BACKGROUND_FIELD: dict[str, object] = {
+    "type": "boolean",
+    "description": "Set to true to run this agent in the background. You will be notified when it completes.",
+}
+
+
+def agent_input_fields(*, background: bool = True) -> dict[str, object]:
+    """A1.2 the input schema (JSON Schema object) with Claude Code's field descriptions; ``run_in_background``
+    only when background tasks are enabled (A9)."""
+    schema = _agent_input_schema()
+    if background:
+        properties = schema["properties"]
+        assert isinstance(properties, dict)
+        properties["run_in_background"] = dict(RUN_IN_BACKGROUND_FIELD)
+    return schema
+
+
+def _agent_input_schema() -> dict[str, object]:
     return {
         "type": "object",
         "properties": {
@@ -58,6 +75,7 @@ class AgentInput(BaseModel):
     prompt: str
     subagent_type: str | None = None
     model: ModelAlias | None = None
+    run_in_background: bool | None = None
 
 
 def agent_type_of(subagent_type: str | None) -> str:
@@ -97,11 +115,17 @@ def agent_tool_prompt(agents: Sequence[AgentDefinition]) -> str:
     )
 
 
-def agent_tool_definition(agents: Sequence[AgentDefinition]) -> ToolDefinition:
+def agent_tool_definition(agents: Sequence[AgentDefinition], *, background: bool = True) -> ToolDefinition:
     """M1.8: ``{name: "Agent", description: <the prompt>, input_schema}``."""
     return ToolDefinition(
-        name=AGENT_TOOL_NAME, description=agent_tool_prompt(agents), input_schema=agent_input_fields()
+        name=AGENT_TOOL_NAME,
+        description=agent_tool_prompt(agents),
+        input_schema=agent_input_fields(background=background),
     )
+
+
+BACKGROUND_DISABLED = "Background agents are disabled on this bus: run the agent without run_in_background."
+"""A9 (agentbus text): ``run_in_background`` sent while background tasks are disabled."""
 
 
 def denied_agent_types(deny_rules: Sequence[PermissionRule]) -> dict[str, PermissionRule]:

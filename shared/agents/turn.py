@@ -66,10 +66,17 @@ class TurnOutcome:
     """The child's live messages (what the result is built from)."""
 
 
-def turn_outcome(log: Iterable[Message]) -> TurnOutcome:
-    """Whether the child's turn is over, and how (see the module docstring)."""
+def turn_outcome(log: Iterable[Message], *, since_uuid: str | None = None) -> TurnOutcome:
+    """Whether the child's turn is over, and how (see the module docstring). With ``since_uuid`` (A4.4: the
+    prompt a SendMessage continued the child with) only that prompt and what follows count; the turn is
+    ``running`` until the prompt is logged."""
     log = list(log)
     messages = live_messages(log)
+    if since_uuid is not None:
+        start = next((index for index, message in enumerate(messages) if message.uuid == since_uuid), None)
+        if start is None:
+            return TurnOutcome("running", [])
+        messages = messages[start:]
     if ended_at_max_turns(log):
         return TurnOutcome("completed", messages)
     for message in reversed(messages):

@@ -21,7 +21,7 @@ from tests.integration.cluster import Worker, WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-BUILTIN = ["Agent", "Bash", "Edit", "Glob", "Grep", "Read", "Write"]
+BUILTIN = ["Agent", "Bash", "Edit", "Glob", "Grep", "Read", "SendMessage", "Write"]
 """What a tool worker runs: the builtin tools and the Agent tool (issue 19, sub-agents)."""
 JOB_TRACE = "5bf92f3577b34da6a3ce929d0e0e4736"
 JOB_SPAN = "10f067aa0ba902b7"

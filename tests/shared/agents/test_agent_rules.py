@@ -121,8 +121,9 @@ def test_a1_2_input_requires_description_and_prompt_and_refuses_unknown_fields()
     assert AgentInput.model_validate({"description": "d", "prompt": "p"}).subagent_type is None
     with pytest.raises(ValidationError):
         AgentInput.model_validate({"prompt": "p"})
+    assert AgentInput.model_validate({"description": "d", "prompt": "p", "run_in_background": True}).run_in_background
     with pytest.raises(ValidationError):
-        AgentInput.model_validate({"description": "d", "prompt": "p", "run_in_background": True})
+        AgentInput.model_validate({"description": "d", "prompt": "p", "isolation": "worktree"})
     with pytest.raises(ValidationError):
         AgentInput.model_validate({"description": "d", "prompt": "p", "model": "gpt"})
     assert agent_type_of(None) == GENERAL_PURPOSE
@@ -150,7 +151,13 @@ def test_a1_1_tool_definition_lists_the_agent_types() -> None:
     assert "(Tools: All tools)" in definition.description
     assert "- reviewer: Reviews diffs (Tools: Read, Grep)" in definition.description
     assert definition.input_schema["required"] == ["description", "prompt"]
-    assert set(definition.input_schema["properties"]) == {"description", "prompt", "subagent_type", "model"}  # type: ignore[arg-type]
+    assert set(definition.input_schema["properties"]) == {  # type: ignore[arg-type]
+        "description",
+        "prompt",
+        "subagent_type",
+        "model",
+        "run_in_background",
+    }
 
 
 # -- A2 definitions -------------------------------------------------------------------------------
