@@ -272,7 +272,8 @@ class ModelCall:
                         publisher.record(self._inflight(request_id, "streaming"))
                     progress.feed(event)
                     if progress.stopped:
-                        publisher.record(self._inflight(request_id, "answered"))
+                        usage_model = progress.model or self.model
+                        publisher.record(self._inflight(request_id, "answered", progress.usage, usage_model))
                     publisher.add_event(request_id, index, event, max_tokens=max_tokens if index == 0 else None)
                     index += 1
         except asyncio.CancelledError:
@@ -324,11 +325,13 @@ class ModelCall:
             timestamp=self.clock(),
             request_id=request_id,
         )
-        self.publisher.record(self._inflight(request_id, "answered"))
+        usage = response.get("usage")
+        usage_model = response.get("model") if isinstance(response.get("model"), str) else self.model
+        answered = self._inflight(request_id, "answered", usage if isinstance(usage, dict) else None, str(usage_model))
+        self.publisher.record(answered)
         await self.publisher.publish(
             [(f"model:{request_id}:reply", AssistantReply(message=message, request_seq=self.publisher.request_seq))]
         )
-        usage = response.get("usage")
         return CallResult(
             outcome="ok",
             model=self.model,
@@ -441,9 +444,17 @@ class ModelCall:
     def _params(self) -> JsonObject:
         return self.params
 
-    def _inflight(self, request_id: str, state: str) -> JsonObject:
+    def _inflight(
+        self, request_id: str, state: str, usage: JsonObject | None = None, usage_model: str | None = None
+    ) -> JsonObject:
+        """The in-flight record. An answered call's carries its usage and billed model: a worker that dies
+        between the reply's last event and recording the usage leaves it there, and the worker that takes
+        the request notice over records it (deduplicated by ``request_id``, worker.py ``_recover_usage``)."""
         record: JsonObject = {"request_id": request_id, "seq": self.publisher.request_seq, "state": state}
         record["owner"] = self.owner
+        if usage is not None:
+            record["usage"] = usage
+            record["usage_model"] = usage_model
         if self.switched_to is not None:
             record["fallback_model"] = self.switched_to  # M6.3.1: the rest of the turn stays on it
         return record
