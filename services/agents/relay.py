@@ -6,6 +6,11 @@ first — the child's end, a limit, a cancellation — is the one the parent's l
 a duplicate key), a progress message's ``agent_progress:<uuid>`` with a uuid derived from the child
 message. The result is published BEFORE the child is marked ended, so a crash in between leaves a
 running child that the sweep finds and answers again (a duplicate, dropped): nothing lost, nothing twice.
+
+Progress is relayed after ingestion committed the child's batch; an ingestion worker killed in between
+loses that relay. So the child keeps a cursor (``relayed_seq``): each relay starts where the last one
+ended, filling a gap from the child's log first (in log order), and the parent is answered only once the
+child's log is relayed up to its end (the sweep's recovered completions included).
 """
 
 from __future__ import annotations
@@ -108,7 +113,7 @@ class ChildRelay:
 
     async def child_log(self, child_session_id: str, *, upto_seq: int | None = None) -> list[Message]:
         """The child's messages in log order, up to ``upto_seq`` when given."""
-        return [entry.message for entry in await self.child_entries(child_session_id, upto_seq)]
+        return [entry.message for entry in await self.child_entries(child_session_id, upto_seq=upto_seq)]
 
     # -- publishing ---------------------------------------------------------------------------
 
@@ -206,6 +211,22 @@ class ChildRelay:
             published += 1
         return published + await self.tasks.progress(record, entries)  # A6.3 task_progress
 
+    async def relay_progress(self, record: ChildRecord, entries: Sequence[LogEntry]) -> int:
+        """:meth:`publish_progress` for the entries past the child's cursor, a gap before them (a relay lost
+        with a killed ingestion worker) filled from the child's log first; then the cursor moves on."""
+        relayed = await self.store.relayed_seq(record.session_id)
+        fresh = [entry for entry in entries if entry.seq > relayed]
+        if not fresh:
+            return 0
+        if fresh[0].seq > relayed + 1:
+            logged = await self.child_entries(record.session_id, upto_seq=fresh[0].seq - 1)
+            gap = [entry for entry in logged if entry.seq > relayed]
+            log.warning("agent_progress_gap_filled", child_session_id=record.session_id, entries=len(gap))
+            fresh = gap + fresh
+        published = await self.publish_progress(record, fresh)
+        await self.store.set_relayed_seq(record.session_id, fresh[-1].seq)
+        return published
+
     async def _publish_progress(self, record: ChildRecord, progress: ProgressMessage) -> None:
         await self._publish(
             IngressEnvelope(
@@ -227,7 +248,7 @@ class ChildRelay:
         if record is None:
             return  # a session named like a child that no Agent call started: nothing to answer
         # A background child's call was answered at launch: its progress has no call to attach to (A5.3).
-        published = 0 if record.background else await self.publish_progress(record, entries)
+        published = 0 if record.background else await self.relay_progress(record, entries)
         log.debug("agent_relay", child_session_id=child_session_id, seqs=[e.seq for e in entries], progress=published)
         reply_ended = any(
             isinstance(entry.message, AssistantMessage) and entry.message.message.stop_reason is not None
@@ -257,9 +278,10 @@ class ChildRelay:
         if status != "running":
             return status
         now = now_ms if now_ms is not None else self.now_ms()
-        outcome = turn_outcome(
-            await self.child_log(child_session_id, upto_seq=upto_seq), since_uuid=record.round_prompt_uuid
-        )
+        entries = await self.child_entries(child_session_id, upto_seq=upto_seq)
+        outcome = turn_outcome([entry.message for entry in entries], since_uuid=record.round_prompt_uuid)
+        if not record.background:
+            await self.relay_progress(record, entries)  # the parent sees all progress before any result
         if outcome.state == "completed":
             await self.answer_parent(record, completed_result(record.facts, outcome.messages, now_ms=now), "completed")
             return "completed"

@@ -2,7 +2,7 @@
 
 - ``session:<child>:agent`` (hash, child's slot): ``record`` (the :class:`ChildRecord` JSON, written once
   with HSETNX: a re-run launch finds it), ``status`` (running / completed / interrupted / failed),
-  ``ended_ms``.
+  ``ended_ms``, ``relayed_seq`` (the child's log relayed to the parent as progress up to there).
 - ``session:<parent>:agents`` (hash, parent's slot): child session id → the Agent call's tool_use id;
   every child the session ever started (the tree).
 - ``session:<parent>:agents:running`` (set, parent's slot): its children still running (fan-out limit).
@@ -128,6 +128,14 @@ class AgentStore:
         """Drop an ended child from the running index and its parent's running set."""
         await self.redis.zrem(self.keys.running_index_for(record.session_id), record.session_id)
         await self.release(record.parent_session_id, record.session_id)
+
+    async def relayed_seq(self, child_session_id: str) -> int:
+        """How far the child's log was relayed to its parent (0: nothing yet)."""
+        raw = await self.redis.hget(self.keys.child(child_session_id), "relayed_seq")
+        return int(raw) if raw is not None else 0
+
+    async def set_relayed_seq(self, child_session_id: str, seq: int) -> None:
+        await self.redis.hset(self.keys.child(child_session_id), "relayed_seq", seq)
 
     async def children(self, parent_session_id: str) -> dict[str, str]:
         """Every child ``parent_session_id`` started: child session id → tool_use id."""

@@ -344,7 +344,7 @@ class ModelCall:
         if progress.stopped and decision is not None and decision.action is OutputLimitAction.ESCALATE:
             return  # the reply stays open on the bus: the escalation retracts it as a failed stream's (R6.1)
         if progress.stopped:
-            self.publisher.record(self._inflight(request_id, "answered"))
+            self.publisher.record(self._inflight(request_id, "answered", progress.usage, progress.model or self.model))
         self.publisher.add_event(request_id, index, event, max_tokens=max_tokens, withhold_stop_error=withhold)
         if progress.stopped and decision is not None and decision.action is OutputLimitAction.RESUME:
             prompt = UserPrompt(content=OUTPUT_TOKEN_RECOVERY_MESSAGE, is_meta=True)
@@ -419,11 +419,13 @@ class ModelCall:
             timestamp=self.clock(),
             request_id=request_id,
         )
-        self.publisher.record(self._inflight(request_id, "answered"))
+        usage = response.get("usage")
+        usage_model = response.get("model") if isinstance(response.get("model"), str) else self.model
+        answered = self._inflight(request_id, "answered", usage if isinstance(usage, dict) else None, str(usage_model))
+        self.publisher.record(answered)
         await self.publisher.publish(
             [(f"model:{request_id}:reply", AssistantReply(message=message, request_seq=self.publisher.request_seq))]
         )
-        usage = response.get("usage")
         return CallResult(
             outcome="ok",
             model=self.model,
@@ -543,9 +545,17 @@ class ModelCall:
     def _params(self) -> JsonObject:
         return self.params
 
-    def _inflight(self, request_id: str, state: str) -> JsonObject:
+    def _inflight(
+        self, request_id: str, state: str, usage: JsonObject | None = None, usage_model: str | None = None
+    ) -> JsonObject:
+        """The in-flight record. An answered call's carries its usage and billed model: a worker that dies
+        between the reply's last event and recording the usage leaves it there, and the worker that takes
+        the request notice over records it (deduplicated by ``request_id``, worker.py ``_recover_usage``)."""
         record: JsonObject = {"request_id": request_id, "seq": self.publisher.request_seq, "state": state}
         record["owner"] = self.owner
+        if usage is not None:
+            record["usage"] = usage
+            record["usage_model"] = usage_model
         if self.switched_to is not None:
             record["fallback_model"] = self.switched_to  # M6.3.1: the rest of the turn stays on it
         return record

@@ -22,7 +22,9 @@ Per notice (a :class:`~shared.events.RequestReady` pointing at the session's sto
 4. **Interrupts** arrive on the interrupts channel (ingestion publishes every applied interrupt): the
    session's call task is cancelled, which closes the HTTP stream at once; nothing more is published (the
    interrupt already closed the turn, R10.1; ingestion drops late events of the interrupted request).
-5. **Usage and cost** of a finished call are recorded per session (M10) and in the metrics (M11).
+5. **Usage and cost** of a finished call are recorded per session (M10) and in the metrics (M11). The answered
+   in-flight record carries the usage too, so a notice taken over from a worker that died before recording it
+   still records it, once (the usage store deduplicates by request id).
 """
 
 from __future__ import annotations
@@ -388,6 +390,7 @@ class ModelWorker:
         if answered_already(inflight, notice.seq, digest):
             self.stats.already_answered += 1
             model_metrics.record_call(self.defaults.model, "already_answered")
+            await self._recover_usage(session, inflight)
             return
         publisher = SessionPublisher(
             self.redis,
@@ -630,6 +633,30 @@ class ModelWorker:
             prices_as_of=cost.as_of.isoformat(),
             request_id=response.request_id,
         )
+
+    async def _recover_usage(self, session: str, inflight: JsonObject | None) -> None:
+        """The notice of an answered request came back: its worker may have died after the reply's last event
+        and before :meth:`_account` recorded the usage. The in-flight record carries it (``call.py``); recording
+        it again is a no-op when that worker did record it (the usage store deduplicates by request id)."""
+        if inflight is None:
+            return
+        usage, model, request_id = inflight.get("usage"), inflight.get("usage_model"), inflight.get("request_id")
+        if not (isinstance(usage, dict) and isinstance(model, str) and isinstance(request_id, str)):
+            return
+        cost = price_call(model, usage, self.prices)
+        recorded = await record_usage(
+            self.redis,
+            self.topology,
+            session,
+            model=model,
+            usage=usage,
+            cost_usd=cost.usd,
+            priced=cost.priced,
+            prices_as_of=cost.as_of.isoformat(),
+            request_id=request_id,
+        )
+        if recorded:
+            log.warning("model_usage_recovered", session_id=session, request_id=request_id)
 
     # -- spans (M11) -----------------------------------------------------------------------------------------
 

@@ -102,6 +102,11 @@ class Topology:
         """tool_use ids that have a result (tool workers skip them on a redelivered job)."""
         return self.names.session_key(session_id, "answered")
 
+    def tool_runs(self, session_id: str) -> str:
+        """tool_use id → the job attempt that started it, for side-effecting calls (a hash): a job re-run
+        after its worker died does not run such a call twice."""
+        return self.names.session_key(session_id, "tool_runs")
+
     def retracted(self, session_id: str) -> str:
         """uuids of tombstoned messages (a tool_use of one never runs)."""
         return self.names.session_key(session_id, "retracted")

@@ -41,7 +41,7 @@ from services.runtime.topology import Topology
 from services.tool_execution import results
 from services.tool_execution.executor import plan_batches
 from services.tool_execution.registry import ToolRegistry
-from services.tool_execution.tool import ToolContext, ToolOutput
+from services.tool_execution.tool import ToolContext
 from shared.approvals import (
     ApprovalContinuation,
     ApprovalRequest,
@@ -53,7 +53,6 @@ from shared.approvals import (
     with_session_permissions,
 )
 from shared.clock import Clock, utc_now
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from shared.content import TextBlock, ToolUseBlock
 from shared.events import IngressEnvelope, ToolJob, parse_tool_job
 from shared.ids import IdSource, random_uuid
@@ -332,9 +331,8 @@ class ApprovalGate:
         rules = await self.store.session_permissions(job.session_id)
         context = replace(with_session_permissions(base, rules), is_subagent=session.permissions.is_subagent)
         if not await self.store.claim_run(job.session_id, approval_id, self.consumer):
-            text = SYNTHETIC_TOOL_RESULT_PLACEHOLDER
             record_tool_execution(call.name, "placeholder")
-            output = ToolOutput(text, is_error=True, tool_use_result=text, outcome="placeholder")
+            output = results.started_before()
             log.warning("approved_call_started_before", session_id=job.session_id, approval_id=approval_id)
             return JobPlan([], context, [answer.result(call, output)])
         if decision.updated_input:

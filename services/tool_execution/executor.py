@@ -12,6 +12,10 @@ timeouts, interrupts and Bash sibling-error cancellation.
 * R8.10 a Bash call ending with an is_error result cancels its running siblings and every later
   call of this reply (``Cancelled: parallel tool call Bash(…) errored``); errors of other tools
   never do. Sticky for the rest of the reply; the erroring call keeps its own result.
+* At most once (``run_claim``): a call that could not harmlessly run twice (``Tool.runs_again_harmlessly``)
+  is claimed right before it starts; a claim
+  held by an earlier attempt (a job re-run after its worker died) means the call may have run already,
+  so it is not run again and answers with the missing-result placeholder.
 * Per-tool time limit (:class:`ToolTimeouts`): the call is cancelled and gets
   ``<tool_use_error>Error: Tool NAME timed out after Ns and was stopped</tool_use_error>``.
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ValidationError
@@ -45,6 +49,9 @@ from shared.permissions import PermissionContext, decide
 MAX_TOOL_USE_CONCURRENCY = 10
 """R8.5: ``CLAUDE_CODE_MAX_TOOL_USE_CONCURRENCY`` default."""
 BASH_TOOL_NAME = "Bash"
+
+RunClaim = Callable[[ToolUseBlock], Awaitable[bool]]
+"""Claims a side-effecting call for this attempt; False when an earlier attempt claimed it (it may have run)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,13 @@ def plan_batches(tool_uses: Sequence[ToolUseBlock], registry: ToolRegistry) -> l
     return [[call.block for call in batch] for batch in _partition(calls)]
 
 
+def _runs_again_harmlessly(tool: AnyTool, parsed: BaseModel) -> bool:
+    try:
+        return bool(tool.runs_again_harmlessly(parsed))
+    except Exception:
+        return False
+
+
 class _Run:
     """State of one ``execute_tool_uses`` run."""
 
@@ -127,9 +141,11 @@ class _Run:
         ids: IdSource,
         max_concurrency: int,
         spans: ToolCallSpans | None = None,
+        run_claim: RunClaim | None = None,
     ) -> None:
         self.permissions = permissions
         self.spans = spans
+        self.run_claim = run_claim
         self.open_spans: dict[int, Span] = {}
         """The ``execute_tool`` span of each started call, ended with its result."""
         self.timeouts = timeouts
@@ -162,8 +178,10 @@ class _Run:
         return None
 
     def finish(self, call: _Call, output: ToolOutput) -> UserMessage:
-        """The result message; a Bash is_error result marks the run as errored (R8.10)."""
-        if output.is_error and call.tool is not None and call.tool.name == BASH_TOOL_NAME and self.errored is None:
+        """The result message; a Bash is_error result marks the run as errored (R8.10) — not the placeholder of
+        a call an earlier attempt started: the command did not fail, its outcome is unknown."""
+        bash_failed = output.is_error and output.outcome != "placeholder"
+        if bash_failed and call.tool is not None and call.tool.name == BASH_TOOL_NAME and self.errored is None:
             self.errored = call.block
         return self._result(call, output)
 
@@ -205,6 +223,9 @@ class _Run:
         )
         if not decision.allowed:
             return results.permission_denied(decision.message or REJECT_MESSAGE)
+        claim = None if _runs_again_harmlessly(tool, parsed) else self.run_claim
+        if claim is not None and not await claim(call.block):
+            return results.started_before()
         output: ToolOutput | None = None
         stream = tool.call(parsed, ctx)
         try:
@@ -348,10 +369,11 @@ async def execute_tool_uses(
     keep_subagent_tool_use_result: bool = False,
     max_concurrency: int = MAX_TOOL_USE_CONCURRENCY,
     spans: ToolCallSpans | None = None,
+    run_claim: RunClaim | None = None,
 ) -> AsyncIterator[ProgressMessage | UserMessage]:
     """Run ``tool_uses`` (one assistant reply's, in order) and yield progress messages and one
     result message per tool_use (see the module docstring); ``spans`` opens each call's
-    ``execute_tool`` span (tool_spans.py)."""
+    ``execute_tool`` span (tool_spans.py); ``run_claim`` makes side-effecting calls at most once."""
     context = permissions if permissions.is_subagent == is_subagent else replace(permissions, is_subagent=is_subagent)
     run = _Run(
         permissions=context,
@@ -364,6 +386,7 @@ async def execute_tool_uses(
         ids=ids,
         max_concurrency=max_concurrency,
         spans=spans,
+        run_claim=run_claim,
     )
     calls = [_prepare(index, block, registry) for index, block in enumerate(tool_uses)]
     try:

@@ -10,7 +10,13 @@ from pydantic import ValidationError
 
 from services.tool_execution.tool import ToolOutput
 from shared.clock import Clock
-from shared.constants import REJECT_MESSAGE, USER_REJECTED_TOOL_USE, tool_use_error, with_memory_correction_hint
+from shared.constants import (
+    REJECT_MESSAGE,
+    SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
+    USER_REJECTED_TOOL_USE,
+    tool_use_error,
+    with_memory_correction_hint,
+)
 from shared.content import ContentBlock, ToolResultBlock, ToolUseBlock
 from shared.factories import create_user_message
 from shared.ids import IdSource
@@ -137,6 +143,14 @@ def timed_out(name: str, seconds: float) -> ToolOutput:
     command's process group is killed). Not a Claude Code text."""
     text = f"Error: Tool {name} timed out after {seconds:g}s and was stopped"
     return ToolOutput(tool_use_error(text), is_error=True, tool_use_result=text, outcome="timeout")
+
+
+def started_before() -> ToolOutput:
+    """A side-effecting call an earlier attempt of its job started (its worker died before the result was
+    applied): it is not run again — it may have run — and answers with Claude Code's placeholder for a
+    result that went missing (R4.28 text), at most once instead of twice."""
+    text = SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+    return ToolOutput(text, is_error=True, tool_use_result=text, outcome="placeholder")
 
 
 def user_interrupted() -> ToolOutput:

@@ -103,6 +103,12 @@ class Tool(abc.ABC, Generic[InputT]):
         """R8.4: may run concurrently with other safe calls. Default False."""
         return False
 
+    def runs_again_harmlessly(self, tool_input: InputT) -> bool:
+        """Running the call twice does no more than running it once, so a job re-run after its worker died
+        may run it again; otherwise the worker runs it at most once (executor.py ``run_claim``). Default: a
+        read-only call."""
+        return self.is_read_only(tool_input)
+
     def interrupt_behavior(self) -> InterruptBehavior:
         """R8.4: default ``block``."""
         return "block"

@@ -6,7 +6,10 @@ then), so one long call does not idle the other slots. The worker runs a job's c
 concurrency-safe calls in parallel, the others one by one), and sends every progress message and
 result back through the session's ingress shard, each with an idempotency key (``tool_result:<id>``)
 so a job that is re-run after a crash is applied once. Before running it skips calls that already have
-a result and jobs whose assistant message was tombstoned (a retracted tool_use never runs).
+a result and jobs whose assistant message was tombstoned (a retracted tool_use never runs). A call that
+is not read-only is claimed for the job's attempt right before it starts (``Topology.tool_runs``): a
+re-run finds it claimed by the dead attempt — it may have run, its result not yet applied — and answers
+it with the missing-result placeholder rather than run it twice (at most once, like an approved call).
 
 A job can outlive the reclaim idle time, so while it runs the worker keeps its entry fresh with
 ``XCLAIM … JUSTID`` (no delivery is counted); only a dead worker's job is reclaimed by another.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -39,6 +43,7 @@ from services.tool_execution.registry import ToolRegistry
 from services.tool_execution.tool_spans import ToolCallSpans
 from shared.agents.ids import is_child_session
 from shared.clock import Clock, utc_now
+from shared.content import ToolUseBlock
 from shared.events import (
     IngressEnvelope,
     ToolJobAbandoned,
@@ -52,6 +57,9 @@ from shared.messages import ProgressMessage, UserMessage
 from shared.permissions import PermissionContext
 
 log = structlog.get_logger(__name__)
+
+TOOL_RUNS_TTL_MS = 24 * 3600 * 1000
+"""How long a side-effecting call's run claim is kept: far longer than any redelivery of its job."""
 
 
 @dataclass(slots=True)
@@ -188,6 +196,7 @@ class ToolWorker:
                 ids=self.ids,
                 spans=spans,
                 is_subagent=is_child_session(job.session_id),
+                run_claim=functools.partial(self._claim_run, job.session_id, f"{self.consumer}:{secrets.token_hex(8)}"),
             ):
                 if agent_job.deferred(message):
                     continue
@@ -198,6 +207,19 @@ class ToolWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
             self._running.pop(entry.entry_id, None)
+
+    async def _claim_run(self, session_id: str, attempt: str, call: ToolUseBlock) -> bool:
+        """Claim ``call`` for this attempt of its job; False when an earlier attempt started it."""
+        key = self.topology.tool_runs(session_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hsetnx(key, call.id, attempt)
+        pipe.hget(key, call.id)
+        pipe.pexpire(key, TOOL_RUNS_TTL_MS)
+        _, holder, _ = await pipe.execute()
+        if holder is not None and holder.decode() != attempt:
+            log.warning("tool_call_started_before", session_id=session_id, tool_use_id=call.id, by=holder.decode())
+            return False
+        return True
 
     def _envelope(self, job: AnyJob, message: ProgressMessage | UserMessage) -> IngressEnvelope:
         if isinstance(message, ProgressMessage):

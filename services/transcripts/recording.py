@@ -4,7 +4,7 @@ line gets, and what a compact boundary needs on disk before it. No I/O; the stor
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.transcripts.cleaning import PersistableMessage, is_chain_participant, is_compact_boundary
 from services.transcripts.lines import ChainFields, build_line, dumps_line
@@ -37,6 +37,9 @@ class ChainLines:
     lines: list[str]
     uuids: list[str]
     last_participant: str | None
+    predecessors: list[tuple[str, str | None]] = field(default_factory=list)
+    """Each chain participant's uuid with the participant before it (where the chain stood before it was
+    added): what the chain end goes back to when the participant's line is removed (a tombstone, R6.3)."""
 
 
 def split_recorded_prefix(
@@ -73,6 +76,7 @@ def build_chain_lines(
     last: str | None = None
     lines: list[str] = []
     uuids: list[str] = []
+    predecessors: list[tuple[str, str | None]] = []
     for message in messages:
         effective = parent
         if isinstance(message, UserMessage) and message.source_tool_assistant_uuid:
@@ -91,8 +95,9 @@ def build_chain_lines(
         lines.append(dumps_line(build_line(message.to_wire(), chain, stamp)))
         uuids.append(message.uuid)
         if is_chain_participant(message):
+            predecessors.append((message.uuid, parent))
             parent = last = message.uuid
-    return ChainLines(lines, uuids, last)
+    return ChainLines(lines, uuids, last, predecessors)
 
 
 def _preserved_segment(message: Message) -> tuple[str | None, str | None]:

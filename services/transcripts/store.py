@@ -6,7 +6,10 @@ message twice (a redelivered bus entry, a resumed history) writes nothing. Paren
 chain-participant rules (R7.8); sidechain messages go to the sub-agent file without de-dup (R7.9).
 
 Tombstone removal (R7.13) cuts the line but keeps its uuid in the de-dup set, so a redelivery of the
-retracted message cannot bring it back.
+retracted message cannot bring it back. When the cut line was the chain's end (a half-streamed reply
+tombstoned after a stream fallback or a crashed model call), the chain end goes back to where it stood
+before that line, so the next message hangs off a line that is in the file, as the log's own chain does
+(``shared/ledger.py`` restores its chain parent on a fallback).
 
 Every ``record`` call is appended as one batch through :class:`~services.transcripts.writer.DurableJsonlFile`
 and returns once the batch is durable (group fsync; with ``sync="syncfs"``, the default where it reports
@@ -20,6 +23,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +57,9 @@ from shared.transcript.lines import TranscriptLine, dump_line
 from shared.transcript.unicode_text import decode_utf8_replacing
 
 _CHAIN_TYPES = frozenset({"user", "assistant", "attachment", "system"})
+RECENT_CHAIN_SIZE = 512
+"""Chain participants (and removed lines) a session's state remembers for a rewind: a tombstone retracts the
+latest reply's lines, far fewer than this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,28 @@ class _SessionState:
     """A sub-agent's child session (A4): its lines are sidechain lines of this agentId."""
     stamp_session_id: str | None = None
     """The ``sessionId`` stamped on its lines: the session's own, or for a child its root session's (A4.2)."""
+    predecessors: OrderedDict[str, str | None] = field(default_factory=OrderedDict)
+    """The recent chain participants this store wrote, each with the chain end before it (bounded)."""
+    removed: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """The recent participants whose lines were removed (bounded)."""
+
+    def remember_chain(self, predecessors: Iterable[tuple[str, str | None]]) -> None:
+        for uuid, before in predecessors:
+            self.predecessors[uuid] = before
+        while len(self.predecessors) > RECENT_CHAIN_SIZE:
+            self.predecessors.popitem(last=False)
+
+    def rewind_chain(self, removed_uuid: str) -> bool:
+        """``removed_uuid``'s line is gone: move the chain end back past every removed line. False when a
+        line the walk needs was written before this state was loaded (its predecessor is unknown here)."""
+        self.removed[removed_uuid] = None
+        while len(self.removed) > RECENT_CHAIN_SIZE:
+            self.removed.popitem(last=False)
+        while self.last_chain_uuid is not None and self.last_chain_uuid in self.removed:
+            if self.last_chain_uuid not in self.predecessors:
+                return False
+            self.last_chain_uuid = self.predecessors[self.last_chain_uuid]
+        return True
 
     async def close(self) -> None:
         try:
@@ -331,6 +360,7 @@ class TranscriptStore:
             raise
         if last_new is not None:
             state.last_chain_uuid = last_new
+        state.remember_chain(chain.predecessors)
         return RecordResult(
             last_uuid=last_new if last_new is not None else split.starting_parent,
             written=tuple(kept_uuids),
@@ -440,8 +470,17 @@ class TranscriptStore:
                 index = state.buffered_uuids.index(uuid)
                 line = state.buffered.pop(index)
                 del state.buffered_uuids[index]
-                return RemovalResult(uuid, "buffered", len(line.encode("utf-8")) + 1)
-            return await self._remove_from_file(state.file, uuid)
+                result = RemovalResult(uuid, "buffered", len(line.encode("utf-8")) + 1)
+            else:
+                result = await self._remove_from_file(state.file, uuid)
+            if result.removed and not state.rewind_chain(uuid):
+                # Written before this process loaded the session: the file (durable, the line gone) says.
+                await state.file.sync()
+                sidechain = state.agent_id is not None
+                _, state.last_chain_uuid = await asyncio.to_thread(
+                    _scan_session_file, state.file.path, sidechain=sidechain
+                )
+            return result
 
     async def _remove_from_file(self, file: DurableJsonlFile, uuid: str) -> RemovalResult:
         needle = uuid_needle(uuid)

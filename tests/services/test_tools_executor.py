@@ -590,3 +590,43 @@ async def _file_text(path: Path) -> str:
     while not path.exists() or not path.read_text().strip():
         await asyncio.sleep(0.01)
     return path.read_text().strip()
+
+
+# --- at most once: side-effecting calls of a re-run job -------------------------------------------
+
+
+async def test_a_side_effecting_call_claimed_by_an_earlier_attempt_is_not_run_again(workspace: Workspace) -> None:
+    """A job re-run after its worker died: the append that attempt started may have run, so it answers with
+    the placeholder instead of appending twice; the harmless echo runs again with its real output."""
+    claimed: list[str] = []
+
+    async def earlier_attempt_claimed_everything(call: ToolUseBlock) -> bool:
+        claimed.append(call.id)
+        return False
+
+    bash = BashTool(workspace, progress_interval_s=0)
+    calls = [use("b_append", "Bash", command="echo a >> a.log"), use("b_echo", "Bash", command="echo hi")]
+    messages = await collect(
+        calls, [bash], permissions=permissive(workspace), run_claim=earlier_attempt_claimed_everything
+    )
+    found = results_by_id(messages)
+    assert (found["b_append"].content, found["b_append"].is_error) == (results.started_before().content, True)
+    assert found["b_append"].content == "[Tool result missing due to internal error]"
+    assert found["b_echo"].content == "hi"
+    assert claimed == ["b_append"]  # the echo needs no claim: running it twice is harmless
+    assert not (workspace.root / "a.log").exists()
+
+
+async def test_a_side_effecting_call_runs_once_its_claim_is_taken(workspace: Workspace) -> None:
+    async def first_attempt(call: ToolUseBlock) -> bool:
+        return True
+
+    bash = BashTool(workspace, progress_interval_s=0)
+    messages = await collect(
+        [use("b_append", "Bash", command="echo a >> a.log")],
+        [bash],
+        permissions=permissive(workspace),
+        run_claim=first_attempt,
+    )
+    assert "is_error" not in result(messages[-1]).model_dump(exclude_none=True)
+    assert (workspace.root / "a.log").read_text() == "a\n"

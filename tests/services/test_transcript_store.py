@@ -445,6 +445,36 @@ async def test_r7_13_remove_from_a_sidechain_file(store: TranscriptStore) -> Non
     assert [line["uuid"] for line in lines_of(result.path)] == ["SA1"]
 
 
+@pytest.mark.parametrize("order", [["A1", "A2"], ["A2", "A1"]])
+async def test_r6_3_tombstoning_the_chain_end_rewinds_the_chain_to_a_line_in_the_file(
+    store: TranscriptStore, order: list[str]
+) -> None:
+    """A half-streamed reply (two lines) tombstoned after a crashed model call, then the whole reply: its first
+    line hangs off the prompt, as in the log, not off a removed line (a chain break ``transcript verify``
+    reports). The tombstones may come in either order."""
+    await store.record(SESSION, [user("U0"), assistant("A1"), assistant("A2")], cwd=CWD, continue_chain=True)
+    for uuid in order:
+        assert (await store.remove(SESSION, uuid, cwd=CWD)).removed
+    path = (await store.record(SESSION, [assistant("B1"), user("U3")], cwd=CWD, continue_chain=True)).path
+    assert parents(path) == {"U0": None, "B1": "U0", "U3": "B1"}
+
+
+async def test_r6_3_a_rewind_past_lines_of_an_earlier_process_reads_the_file(tmp_path: Path) -> None:
+    """The removed chain end was written before this store loaded the session: the file says where the chain
+    ends now."""
+    first = TranscriptStore(tmp_path, StoreConfig(stamp=STAMP))
+    await first.record(SESSION, [user("U0"), assistant("A1"), assistant("A2")], cwd=CWD, continue_chain=True)
+    await first.close()
+    second = TranscriptStore(tmp_path, StoreConfig(stamp=STAMP))
+    try:
+        await second.remove(SESSION, "A1", cwd=CWD)
+        await second.remove(SESSION, "A2", cwd=CWD)
+        path = (await second.record(SESSION, [assistant("B1")], cwd=CWD, continue_chain=True)).path
+    finally:
+        await second.close()
+    assert parents(path) == {"U0": None, "B1": "U0"}
+
+
 async def test_records_and_removals_interleave_safely(store: TranscriptStore) -> None:
     """Concurrent records of one session share fsyncs and keep every line whole."""
     batches = [[user(f"C{n}-{i}") for i in range(3)] for n in range(20)]

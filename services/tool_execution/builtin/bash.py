@@ -27,6 +27,7 @@ from services.tool_execution.tool import (
     ToolProgress,
 )
 from services.tool_execution.workspace import Workspace
+from shared.bash_effects import runs_without_side_effects
 from shared.json_types import JsonObject
 
 NO_OUTPUT = "(Bash completed with no output)"
@@ -192,6 +193,10 @@ class BashTool(Tool[BashInput]):
         self._interrupt_behavior: InterruptBehavior = interrupt_behavior
         self.shell = shell
         self.env = dict(env) if env is not None else None
+
+    def runs_again_harmlessly(self, tool_input: BashInput) -> bool:
+        """A command that only reads and prints (``shared/bash_effects.py``): a re-run job runs it again."""
+        return runs_without_side_effects(tool_input.command)
 
     def interrupt_behavior(self) -> InterruptBehavior:
         return self._interrupt_behavior

@@ -1,0 +1,108 @@
+"""M10 usage across a model-worker crash (issue 19 "SIGKILL ... loses nothing"): a worker that dies after its
+reply's last event (the request answered, atomically with the in-flight record) and before it recorded the
+call's usage leaves the usage in that record; the worker that takes the request notice over does not call
+the model again and records the usage — once, however often the notice comes back, and not a second time
+when the dead worker had recorded it after all (the usage store deduplicates by request id). Real Redis; the
+model worker's request handling in-process (no model call is made)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from anthropic import AsyncAnthropic
+
+from services.model.worker import ModelWorker, request_digest
+from services.runtime.codec import entry_fields
+from services.runtime.entries import StreamEntry
+from services.runtime.settings import Settings
+from services.runtime.slots import JobSlots
+from services.runtime.topology import MODEL_GROUP, Topology
+from services.runtime.usage_store import read_usage, record_usage
+from shared.events import RequestReady
+from shared.json_types import JsonObject
+from shared.model.cost import DEFAULT_PRICES
+from shared.model.request import ModelDefaults
+
+pytestmark = [pytest.mark.integration]
+
+SESSION = "usage-recovery"
+REQUEST: JsonObject = {"messages": [{"role": "user", "content": "hi"}]}
+USAGE: JsonObject = {"input_tokens": 100, "output_tokens": 20}
+
+
+@pytest.fixture
+async def served(redis_url: str) -> AsyncIterator[tuple[aioredis.Redis, Topology, ModelWorker]]:
+    settings = Settings(_env_file=None, shards=4)
+    redis = aioredis.Redis.from_url(redis_url)
+    topology = Topology(settings.names)
+
+    async def no_tools() -> list[object]:
+        raise AssertionError("an answered request is not called again")
+
+    worker = ModelWorker(
+        redis,
+        topology,
+        consumer="survivor",
+        settings=settings.model,
+        client=AsyncAnthropic(api_key="unused", base_url="http://127.0.0.1:9", max_retries=0),
+        defaults=ModelDefaults(model=settings.model.model),
+        tools=no_tools,  # type: ignore[arg-type]
+        prices=DEFAULT_PRICES,
+        internal_key=b"k" * 32,
+        slots=JobSlots(redis, group=MODEL_GROUP, size=1),
+        keepalive_s=1.0,
+    )
+    try:
+        yield redis, topology, worker
+    finally:
+        await redis.aclose()
+
+
+async def left_by_a_dead_worker(redis: aioredis.Redis, topology: Topology) -> tuple[StreamEntry, RequestReady]:
+    """The stored request, its notice (pending), and the answered in-flight record the dead worker wrote with
+    the reply's last event."""
+    await redis.set(topology.request(SESSION), orjson.dumps({"session_id": SESSION, "seq": 1, "request": REQUEST}))
+    inflight = {
+        "request_id": "req_dead",
+        "seq": 1,
+        "state": "answered",
+        "owner": "model-host-1-dead",
+        "usage": USAGE,
+        "usage_model": "claude-sonnet-4-6",
+        "digest": request_digest(REQUEST),
+    }
+    await redis.set(topology.model_inflight(SESSION), orjson.dumps(inflight))
+    notice = RequestReady(session_id=SESSION, seq=1, key=topology.request(SESSION), message_count=1)
+    stream = topology.requests_for(SESSION)
+    entry_id: Any = await redis.xadd(stream, entry_fields(notice))  # type: ignore[arg-type]
+    return StreamEntry(stream, entry_id.decode(), entry_fields(notice), 2), notice
+
+
+async def test_m10_usage_of_a_call_answered_by_a_dead_worker_is_recorded_once_by_the_survivor(
+    served: tuple[aioredis.Redis, Topology, ModelWorker],
+) -> None:
+    redis, topology, worker = served
+    entry, notice = await left_by_a_dead_worker(redis, topology)
+    await worker._run(entry, notice)
+    await worker._run(entry, notice)  # the notice back once more: still once
+    usage = await read_usage(redis, topology, SESSION)
+    assert (usage.total.requests, usage.total.input_tokens, usage.total.output_tokens) == (1, 100, 20)
+    assert worker.stats.already_answered == 2
+    assert worker.stats.calls == 0
+
+
+async def test_m10_usage_the_dead_worker_recorded_is_not_counted_twice(
+    served: tuple[aioredis.Redis, Topology, ModelWorker],
+) -> None:
+    redis, topology, worker = served
+    entry, notice = await left_by_a_dead_worker(redis, topology)
+    await record_usage(
+        redis, topology, SESSION, model="claude-sonnet-4-6", usage=USAGE, cost_usd=0.0, request_id="req_dead"
+    )
+    await worker._run(entry, notice)
+    usage = await read_usage(redis, topology, SESSION)
+    assert usage.total.requests == 1
