@@ -479,6 +479,36 @@ async def test_r10_1_interrupt_mid_stream_aborts_within_100_ms(
         assert len(await client.history(session)) == len(history)
 
 
+async def test_r10_1_interrupt_before_the_first_event_ends_the_turn_with_the_text(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """The model call is under way (the fake server holds the request) but nothing has streamed: as in Claude
+    Code, the abort ends the turn with ``[Request interrupted by user]`` (R10.1, no assistant message
+    collected), the call is aborted, and its late reply never reaches the log."""
+    session = new_session()
+    fake.script(session, [reply(text("Too late."), first_chunk_delay_ms=3000)])
+    topology = Topology(deployment.names)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        deadline = time.monotonic() + 60
+        while not fake.requests(session):
+            assert time.monotonic() < deadline, "the call never reached the model server"
+            await asyncio.sleep(0.01)
+        await client.interrupt(session)
+        history = await wait_for(client, session, turn_ended)
+        while orjson.loads(await client.redis.get(topology.model_inflight(session)) or b"{}").get("state") != (
+            "interrupted"
+        ):
+            assert time.monotonic() < deadline + 60, "the call was never aborted"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(3.5)  # past the reply's delay: nothing more may be logged
+        after = await client.history(session)
+    assert [text_of(m) for m in live_messages(history)] == ["go", "[Request interrupted by user]"]
+    assert len(after) == len(history)
+    assert not any(isinstance(m, AssistantMessage) for m in live_messages(after))
+    assert len(fake.requests(session)) == 1
+
+
 async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_with_the_meta_message(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
