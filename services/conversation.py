@@ -99,10 +99,11 @@ class ConversationTimeout(TimeoutError):
 class Conversation:
     """One turn of a session: iterate it for its events (see :func:`converse`); :meth:`interrupt` stops it.
 
-    An interrupt that reaches the session while the model has not started its reply, or between replies, is
-    applied without a log entry (nothing was streaming and no tool was running): the turn is over once
-    ingestion has applied it, so after :meth:`interrupt` the iterator also watches for that (the ingestion
-    group's progress on the session's ingress shard) and ends with ``TurnEnd(stop_reason="interrupted")``.
+    An interrupt that reaches the session while the model has not started its reply, or between replies, ends
+    the turn with R10.1's ``[Request interrupted by user]`` (the request is pending, shared/turn_state.py) —
+    or, with reason ``interrupt`` (a new message follows), without a log entry: after :meth:`interrupt` the
+    iterator also watches for ingestion having applied it (the ingestion group's progress on the session's
+    ingress shard), reads what it wrote, and ends with ``TurnEnd(stop_reason="interrupted")``.
     While tools run (R10.2) it still waits for their results and the interrupt text.
     """
 

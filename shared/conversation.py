@@ -462,8 +462,9 @@ class TurnTracker:
         return [Retracted(uuid=getattr(retracted, "uuid", None))]
 
     def close_interrupted(self) -> None:
-        """End the turn as interrupted: the interrupt was applied with nothing streaming and no tool running,
-        so nothing was logged for it (the model call in flight is aborted; its reply would be dropped)."""
+        """End the turn as interrupted: the interrupt was applied and logged no text — its reason was
+        ``interrupt`` (a new message follows), or the session was idle (shared/turn_state.py). A model call in
+        flight is aborted; its reply would be dropped."""
         self.end = TurnEnd(stop_reason="interrupted", usage=self._last_usage, replies=self.replies)
 
     def _end_if_idle(self, stop_reason: str, error: str | None) -> None:

@@ -14,7 +14,9 @@ Rules enforced at this boundary:
 - live producers' messages are checked before they are logged: a prompt, reply or tool result with a
   malformed block, or a tool result that answers no call of the session, is bad input (dead-lettered);
   recorded messages (replay) are logged as recorded;
-- interrupts: R10.1 while a reply streams, R10.2 while tools run.
+- interrupts: R10.1 while a reply streams, R10.2 while tools run, R10.1 with nothing collected while the
+  model is due (a request pending, nothing streamed yet); an interrupt while the session is idle (its last
+  turn over) writes nothing, as in Claude Code, where no query runs then (``shared/turn_state.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from shared.messages import AssistantMessage, Message, ProgressMessage, Tombston
 from shared.pi.ingress import pi_message_to_claude_code
 from shared.queued_prompts import turn_open_after
 from shared.streaming_replies import OpenReply
+from shared.turn_state import model_due_after
 from shared.wire import WireHolder
 
 
@@ -86,6 +89,10 @@ class LedgerState(WireHolder):
     """The log seq when the last interrupt was applied: a model reply to a request built at or before it (its
     ``request_seq``) belongs to the interrupted turn and is dropped."""
     open_replies: dict[str, OpenReply] = Field(default_factory=dict)
+    awaiting_model: bool = False
+    """The model is due: a prompt came, or every call of the latest round has its result, and no reply has
+    begun (``shared/turn_state.py``). An interrupt then ends the turn with R10.1's text; when False and
+    nothing streams or runs, the session is idle and an interrupt writes nothing."""
     approvals: ApprovalBook = Field(default_factory=ApprovalBook)
     """Calls parked for a person's approval (shared/approval_ledger.py, agent-loop.md §H)."""
     turn_open: bool = False
@@ -391,6 +398,7 @@ class SessionLedger:
             self._log(out, message, traceparent)
         if progress.finished:
             del self.state.open_replies[payload.request_id]
+            self.state.awaiting_model = False  # the reply is over, even one without a block
             assistant_messages = progress.all_messages
             calls = [call for message in assistant_messages for call in tool_uses_of(message)]
             if calls and assistant_messages:
@@ -405,6 +413,7 @@ class SessionLedger:
         self._retract(out, partials, traceparent)
         if partials:
             self.state.chain_parent = reply.parent_before
+        self.state.awaiting_model = True  # the attempt is gone; the request waits for another (M5, crash recovery)
 
     def _interrupted(self, request_seq: int | None) -> bool:
         """A model reply to the request built at ``request_seq`` belongs to a turn an interrupt closed."""
@@ -431,6 +440,7 @@ class SessionLedger:
             self._close_turn_on_interrupt(out, reason, traceparent)
         finally:
             self.state.interrupted_seq = self.state.seq
+            self.state.awaiting_model = False  # the interrupt closed the turn, whatever was under way
 
     def _close_turn_on_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
         out.approval_jobs += self._approvals().cancel_all(now_ms=self._now_ms)  # H6: pending approvals end
@@ -449,15 +459,25 @@ class SessionLedger:
                         self._log(out, self._error_result(call.id, message.uuid, INTERRUPTED_BY_USER), traceparent)
                         out.closed_tool_use_ids.append(call.id)
                         self.state.closed_tool_use_ids.add(call.id)
-            if reason != "interrupt":
-                self._log(
-                    out, create_user_interruption_message(tool_use=False, clock=self._clock, ids=self._ids), traceparent
-                )
+            self._log_interruption(out, reason, traceparent, tool_use=False)
             return
         if any(p.dispatched for p in self.state.pending.values()):
             # R10.2: tools are running; the tool workers answer them, then the interrupt text follows.
             self.state.interrupt_reason = reason
             out.interrupt_tools = True
+            return
+        if self.state.awaiting_model:
+            # R10.1 with nothing collected: the request is pending (the call not begun, or nothing streamed
+            # yet). Idle (the turn over), Claude Code runs no query: nothing is written.
+            self._log_interruption(out, reason, traceparent, tool_use=False)
+
+    def _log_interruption(self, out: LedgerOutput, reason: str, traceparent: str | None, *, tool_use: bool) -> None:
+        """R2.2c's interrupt notice (R10.1 / R10.2), unless the reason is ``interrupt``: a new user message
+        follows and says it (H5.2)."""
+        if reason != "interrupt":
+            self._log(
+                out, create_user_interruption_message(tool_use=tool_use, clock=self._clock, ids=self._ids), traceparent
+            )
 
     def _apply_progress(self, out: LedgerOutput, message: ProgressMessage, traceparent: str | None) -> None:
         if message.parent_tool_use_id is not None and message.parent_tool_use_id in self.state.closed_tool_use_ids:
@@ -539,12 +559,11 @@ class SessionLedger:
                 out.closed_tool_use_ids.append(tool_use_id)
         if self.state.approvals.pending or self.state.approvals.parks:
             out.approval_jobs += self._approvals().closed(tool_use_ids, now_ms=self._now_ms)
+        if not self.state.pending and self.state.interrupt_reason is None:
+            self.state.awaiting_model = True  # every call of the round answered: the next request is due (R10.6)
         if self.state.interrupt_reason is not None and not any(p.dispatched for p in self.state.pending.values()):
             reason, self.state.interrupt_reason = self.state.interrupt_reason, None
-            if reason != "interrupt":
-                self._log(
-                    out, create_user_interruption_message(tool_use=True, clock=self._clock, ids=self._ids), traceparent
-                )
+            self._log_interruption(out, reason, traceparent, tool_use=True)
 
     def _retract(self, out: LedgerOutput, messages: Sequence[Message], traceparent: str | None) -> None:
         for message in messages:
@@ -578,6 +597,7 @@ class SessionLedger:
 
     def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
         self.state.seq += 1
+        self.state.awaiting_model = model_due_after(message, due=self.state.awaiting_model)
         origin = {"ingress_id": self._ingress_id} if self._ingress_id is not None else {}
         out.entries.append(
             LogEntry(

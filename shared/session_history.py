@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shared.constants import SYNTHETIC_MESSAGES
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
+from shared.content import ToolResultBlock, ToolUseBlock
 from shared.events import LogEntry
 from shared.messages import AssistantMessage, AttachmentMessage, Message, TombstoneMessage, UserMessage
 from shared.model.max_turns import is_max_turns_reached
+from shared.turn_state import answers_tools, is_interruption
 
 
 @dataclass(slots=True)
@@ -75,13 +75,13 @@ class SessionHistory:
                 return False
             if isinstance(message, UserMessage):
                 if last_user is None:
-                    if _is_interruption(message):
+                    if is_interruption(message):
                         return False
-                    if not _answers_tools(message):
+                    if not answers_tools(message):
                         # A new prompt: the conversation moved on; pairing answers what is missing.
                         return True
                     last_user = message
-                elif reply_id is not None and not _answers_tools(message):
+                elif reply_id is not None and not answers_tools(message):
                     break
             elif isinstance(message, AssistantMessage) and message.uuid not in self._retracted:
                 if last_user is None:
@@ -92,13 +92,3 @@ class SessionHistory:
                     break
                 calls.extend(b.id for b in message.blocks if isinstance(b, ToolUseBlock))
         return last_user is not None and all(call in self._answered for call in calls)
-
-
-def _answers_tools(message: UserMessage) -> bool:
-    return any(isinstance(block, ToolResultBlock) for block in message.blocks)
-
-
-def _is_interruption(message: UserMessage) -> bool:
-    """R2.1c: an interrupt notice ends the turn; the user types next, the model is not called."""
-    blocks = message.blocks
-    return bool(blocks) and isinstance(blocks[0], TextBlock) and blocks[0].text in SYNTHETIC_MESSAGES

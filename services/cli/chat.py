@@ -70,7 +70,7 @@ class TurnPrinter:
             case ThinkingDelta(text=text) if self.show_thinking:
                 self._write(f"{DIM}{text}{RESET}" if self.color else text)
             case TurnEnd(stop_reason="interrupted") if not self._interrupted:
-                self.end_line()  # interrupted before anything streamed: nothing was logged for it
+                self.end_line()  # the interrupt logged no text (a new message follows, or the session was idle)
                 self.line("  ⎿  Interrupted by user", err=True)
             case TurnEnd(stop_reason="max_turns"):
                 self.end_line()

@@ -425,8 +425,14 @@ class ModelWorker:
             # M6.3.1: after a fallback switch the rest of the turn (its tool loop) stays on the fallback model.
             config = config.model_copy(update={"model": switched, "fallback_model": switched})
         tools = await self.tools()
+        signers = stored.get("thinking_models")
         params = build_model_params(
-            stored["request"], session_id=session, config=config, defaults=self.defaults, tools=tools
+            stored["request"],
+            session_id=session,
+            config=config,
+            defaults=self.defaults,
+            tools=tools,
+            thinking_models=[m for m in signers if isinstance(m, str)] if isinstance(signers, list) else (),
         )
         model = str(params.get("model") or self.defaults.model)
         fallback = config.fallback_model or self.defaults.fallback_model

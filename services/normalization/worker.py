@@ -38,9 +38,15 @@ from shared.ids import IdSource, random_uuid
 from shared.normalize import NormalizeOptions
 from shared.normalize.incremental import RequestBuilder
 from shared.normalize.pipeline import NormalizedRequest
+from shared.normalize.thinking_models import open_turn_thinking_models
 from shared.session_history import SessionHistory
 
 log = structlog.get_logger(__name__)
+
+SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
+"""The model worker sets ``thinking`` and fits it to the open turn (``build_model_params``, M1.6, API §1.10):
+the requests published here keep the open turn's signed thinking byte-identical, so a tool loop passes the
+previous reply's thinking back as the API requires when thinking is on."""
 
 
 @dataclass(slots=True)
@@ -50,6 +56,8 @@ class PublishedRequest:
     result: NormalizedRequest
     traceparent: str | None
     ingress_id: str | None = None
+    thinking_models: list[str] = field(default_factory=list)
+    """The models whose thinking the open turn replays (``open_turn_thinking_models``)."""
 
 
 @dataclass(slots=True)
@@ -97,7 +105,7 @@ class NormalizationWorker:
     ) -> None:
         self.redis = redis
         self.topology = topology
-        self.options = options if options is not None else NormalizeOptions()
+        self.options = options if options is not None else SENDER_FITS_THINKING
         self.clock = clock
         self.ids = ids
         self.now_ms = now_ms
@@ -236,7 +244,13 @@ class NormalizationWorker:
             self.stats.repairs[kind] = self.stats.repairs.get(kind, 0) + count
         metrics.record_repair_counts(result.report.counts)
         self.stats.published += 1
-        return PublishedRequest(history.session_id, history.applied_seq, result, traceparent)
+        return PublishedRequest(
+            history.session_id,
+            history.applied_seq,
+            result,
+            traceparent,
+            thinking_models=open_turn_thinking_models(history.messages),
+        )
 
     def _notice(self, request: PublishedRequest) -> Output:
         notice = RequestReady(
@@ -274,4 +288,6 @@ class NormalizationWorker:
                 "request": request.result.request,
                 "repairs": request.result.report.counts,
             }
+            if request.thinking_models:
+                body["thinking_models"] = request.thinking_models
             calls.add("SET", self.topology.request(request.session_id), orjson.dumps(body))

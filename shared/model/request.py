@@ -43,6 +43,7 @@ from shared.model.thinking import (
     thinking_budget,
     thinking_param,
 )
+from shared.normalize.thinking_replay import same_model
 from shared.tool_definitions import ToolDefinition
 
 CLI_PREFIX: Final = "You are Claude Code, Anthropic's official CLI for Claude."
@@ -220,6 +221,7 @@ def build_model_params(
     config: SessionModelConfig,
     defaults: ModelDefaults,
     tools: Sequence[ToolDefinition],
+    thinking_models: Sequence[str] = (),
 ) -> JsonObject:
     """The keyword arguments of ``messages.create(**params, stream=True)`` for one turn (M1.1).
 
@@ -234,6 +236,10 @@ def build_model_params(
     * ``thinking`` / ``temperature``: M1.6; a sub-agent (``config.agent_id`` set) runs without thinking
       (A3.6). Thinking is left out for a request continuing a tool loop whose assistant turn does not
       start with thinking, and the open turn's thinking is removed when thinking is off (API §1.10).
+      ``thinking_models`` are the models whose thinking the open turn replays (the normalizer's
+      ``open_turn_thinking_models``): when one is not ``model`` (a fallback switch, M6.3 step 4 / M6.6, or
+      a session whose model changed mid-turn) the open turn's thinking is removed first — its signatures
+      would fail on this model — and the tool loop goes on without thinking.
 
     Raises :class:`InvalidStoredRequest` when ``api_request["messages"]`` is not a list.
     """
@@ -245,6 +251,8 @@ def build_model_params(
         kind = type(stored_messages).__name__
         raise InvalidStoredRequest(f"stored request: messages: expected a list, got {kind}", field="messages")
     messages: list[JsonValue] = list(stored_messages)
+    if any(not same_model(signer, model) for signer in thinking_models):
+        messages = strip_open_turn_thinking(messages)
     max_tokens = resolve_max_tokens(model, override, table=table, capped_default=defaults.capped_default_max_tokens)
     params: JsonObject = {
         "model": model,

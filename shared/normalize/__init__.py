@@ -19,7 +19,7 @@ from shared.normalize.merge import (
 )
 from shared.normalize.normalize_for_api import normalize_messages_for_api
 from shared.normalize.options import LEGACY_TOOL_NAME_ALIASES, NormalizeOptions
-from shared.normalize.pipeline import NormalizedRequest, to_api_request
+from shared.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
 from shared.normalize.report import NormalizationReport, Repair, RepairKind
 from shared.normalize.to_params import message_to_param, to_messages_request
 
@@ -44,4 +44,5 @@ __all__ = [
     "strip_tool_search_fields",
     "to_api_request",
     "to_messages_request",
+    "validate_request",
 ]

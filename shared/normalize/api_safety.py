@@ -27,7 +27,7 @@ from shared.normalize.merge import merge_assistant_messages, merge_user_messages
 from shared.normalize.options import NormalizeOptions
 from shared.normalize.post_passes import filter_trailing_thinking_from_last_assistant
 from shared.normalize.report import PassResult, Repair, RepairKind, Repairs
-from shared.normalize.thinking_replay import drop_open_turn_thinking_unless_enabled, drop_unreplayable_thinking
+from shared.normalize.thinking_replay import drop_open_turn_thinking_when_disabled, drop_unreplayable_thinking
 from shared.normalize.tool_ids import rewrite_invalid_tool_ids
 
 
@@ -112,7 +112,7 @@ def make_api_safe(
 ) -> PassResult:
     """Every safety pass, in order: block shape and placement, server tool pairs, blank text, thinking
     replay, tool ids, tool_results first, empty messages, role alternation, leading user; then, on the
-    final structure, thinking of the open turn (unless enabled), R4.15 once more (blank-text removal
+    final structure, thinking of the open turn (when disabled), R4.15 once more (blank-text removal
     may have left the final assistant ending with thinking) and the final trim."""
     repairs: Repairs = []
     result = list(messages)
@@ -127,7 +127,7 @@ def make_api_safe(
         fill_or_drop_empty_messages,
         lambda m: merge_same_role_neighbours(m, snip=options.snip),
         lambda m: ensure_first_message_is_user(m, clock=clock, ids=ids),
-        lambda m: drop_open_turn_thinking_unless_enabled(m, thinking_enabled=options.thinking_enabled),
+        lambda m: drop_open_turn_thinking_when_disabled(m, thinking_enabled=options.thinking_enabled),
         filter_trailing_thinking_from_last_assistant,
         trim_final_assistant_trailing_whitespace,
     )

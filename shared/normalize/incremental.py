@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from shared.api_request_view import SERVER_TOOL_USE_TYPES
 from shared.api_types import MessageParam, MessagesRequest
-from shared.api_validation import MAX_MEDIA_ITEMS, ApiViolation, validate_api_request
+from shared.api_validation import MAX_MEDIA_ITEMS, ApiViolation
 from shared.clock import Clock, utc_now
 from shared.constants import NO_CONTENT_MESSAGE
 from shared.content import TextBlock, ToolResultBlock
@@ -57,7 +57,7 @@ from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMessage
 from shared.normalize.api_client_steps import MEDIA_TYPES
 from shared.normalize.options import NormalizeOptions
-from shared.normalize.pipeline import NormalizedRequest, to_api_request
+from shared.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
 from shared.normalize.report import NormalizationReport, Repair, RepairKind
 from shared.pairing import tool_result_ids, tool_use_ids
 from shared.system_messages import CompactBoundarySystemMessage
@@ -155,7 +155,7 @@ class RequestBuilder:
 
     def _full(self, history: Sequence[Message]) -> BuiltRequest:
         result = to_api_request(history, options=self.options, clock=self.clock, ids=self.ids)
-        return BuiltRequest(result, validate_api_request(result.request), spliced=False)
+        return BuiltRequest(result, validate_request(result.request, options=self.options), spliced=False)
 
     def _current_prefix(self, history: Sequence[Message]) -> _Prefix | None:
         if not self._enabled:
@@ -205,7 +205,7 @@ class RequestBuilder:
         if (
             not seam_holds
             or _breaks_split(repairs)
-            or validate_api_request(with_stand_in.request, allow_prefill=round_cut)
+            or validate_request(with_stand_in.request, options=self.options, allow_prefill=round_cut)
         ):
             return None
         params = messages[:-1]
@@ -264,7 +264,7 @@ class RequestBuilder:
         # The suffix's own request (for a tool-round cut: with its leading user message) validates the
         # suffix side, the stand-in request validated the prefix side: the open turn is the same on both
         # (a tool-round cut is refused once a new turn begins), so the full request is valid when both are.
-        if validate_api_request(tail.request):
+        if validate_request(tail.request, options=self.options):
             return None  # rebuilt in full: the violations reported are the full request's
         report = NormalizationReport(repairs=(*prefix.repairs, *repairs))
         return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)

@@ -57,9 +57,14 @@ class NormalizeOptions(BaseModel):
     """R4.24a: send only the messages from the last compact boundary on."""
     target_model: str | None = None
     """Model the request goes to; thinking of other models is never replayed (api_safety)."""
-    thinking_enabled: bool | None = None
-    """Extended thinking in the request. Anything but ``True`` means the request carries no thinking
-    config, which the API treats as disabled: the open assistant turn may not carry thinking."""
+    thinking_enabled: bool | None = False
+    """Extended thinking in the request (API §1.10). ``False`` (the default): the request carries no
+    thinking config, which the API treats as disabled, so the open assistant turn carries no thinking.
+    ``True``: the request enables thinking; the open turn keeps its signed thinking. ``None``: the
+    request's sender sets thinking and fits it to the open turn (the model worker's
+    ``build_model_params``, agent-loop.md M1.6): the open turn keeps its signed thinking, byte-identical,
+    so a tool loop passes the last assistant turn's thinking back as the API requires, and validation
+    skips the two thinking-mode rules (``validate_request``)."""
     extra_block_types: frozenset[str] = frozenset()
     """Block types beyond the generally accepted ones that this request's betas allow (api_safety)."""
 

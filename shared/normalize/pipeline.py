@@ -13,6 +13,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, SkipValidation
 
 from shared.api_types import MessagesRequest
+from shared.api_validation import ApiViolation, validate_api_request
 from shared.clock import Clock, utc_now
 from shared.factories import create_user_message
 from shared.ids import IdSource, random_uuid
@@ -99,3 +100,16 @@ def to_api_request(
     safe, safety_repairs = make_api_safe(stepped, options=options, clock=clock, ids=ids)
     request = to_messages_request(safe, tool_search_enabled=options.tool_search_enabled, model=options.target_model)
     return NormalizedRequest(request=request, report=report.extended([*step_repairs, *safety_repairs], pairing=pairing))
+
+
+def validate_request(
+    request: MessagesRequest, *, options: NormalizeOptions = DEFAULT_OPTIONS, allow_prefill: bool = False
+) -> list[ApiViolation]:
+    """``validate_api_request`` for a request ``to_api_request`` built with ``options``: with
+    ``thinking_enabled`` False or True the request is checked in that thinking mode (API §1.10); with
+    ``None`` its sender sets thinking and fits it to the open turn (``build_model_params`` sends thinking
+    only when the open turn of a tool loop starts with it, and strips the open turn's thinking when it
+    sends none), so the two thinking-mode rules are not known to apply and are skipped."""
+    if options.thinking_enabled is None:
+        return validate_api_request(request["messages"], thinking_enabled=None, allow_prefill=allow_prefill)
+    return validate_api_request(request, thinking_enabled=options.thinking_enabled, allow_prefill=allow_prefill)

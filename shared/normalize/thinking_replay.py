@@ -98,15 +98,17 @@ def drop_unreplayable_thinking(messages: Sequence[ApiMessage], *, target_model: 
     return _drop_thinking(messages, reason_for)
 
 
-def drop_open_turn_thinking_unless_enabled(
-    messages: Sequence[ApiMessage], *, thinking_enabled: bool | None = None
+def drop_open_turn_thinking_when_disabled(
+    messages: Sequence[ApiMessage], *, thinking_enabled: bool | None = False
 ) -> PassResult:
     """API §1.10: "an assistant message in the final position cannot contain thinking" when thinking
-    is disabled — and a request without a thinking config has it disabled, so unless it is enabled
-    the open assistant turn carries none. Runs after the structure is final (the open turn depends on
-    which user messages carry tool_results); it never empties a non-final assistant, since every
-    non-final one of the open turn holds the tool_use its next message answers."""
-    if thinking_enabled is True:
+    is disabled — and a request without a thinking config has it disabled, so with ``thinking_enabled``
+    False the open assistant turn carries none. ``True`` or ``None`` (the sender fits thinking to the
+    open turn) keep it: with thinking on, the last assistant turn's thinking must be passed back
+    unmodified in a tool loop. Runs after the structure is final (the open turn depends on which user
+    messages carry tool_results); it never empties a non-final assistant, since every non-final one of
+    the open turn holds the tool_use its next message answers."""
+    if thinking_enabled is not False:
         return list(messages), []
     open_turn = open_assistant_turn(messages)
     return _drop_thinking(

@@ -29,6 +29,7 @@ from services.conversation import (
 from shared.constants import INTERRUPT_MESSAGE, max_output_tokens_error
 from shared.content import ContentBlock, TextBlock, ToolUseBlock
 from shared.factories import create_assistant_api_error_message, create_assistant_message
+from shared.messages import UserMessage
 from shared.streaming_replies import DEFAULT_MAX_OUTPUT_TOKENS
 from tests.integration.cluster import WorkerCluster
 from tests.integration.model_side import ModelSide, delta_text, reply_events, request_id_of, streamed, whole
@@ -232,8 +233,9 @@ async def turn_with_timeout(bus: AgentbusClient, session: str, timeout_s: float)
 async def test_r10_1_interrupt_before_the_model_replies_ends_the_turn_once_ingestion_applied_it(
     workers: WorkerCluster,
 ) -> None:
-    """Nothing streams and no tool runs, so nothing is logged for the interrupt: the turn still ends (as soon
-    as ingestion has applied it), not by the timeout."""
+    """Nothing streams and no tool runs, but the request is pending (the model is due): as in Claude Code,
+    whose model call is under way before anything streams, the interrupt ends the turn with R10.1's text
+    (shared/turn_state.py), read as soon as ingestion has applied it, not by the timeout."""
     session = "converse-interrupt-early"
     async with connected(workers) as bus:
         conversation = bus.converse(session, "think hard", timeout_s=60)
@@ -243,7 +245,16 @@ async def test_r10_1_interrupt_before_the_model_replies_ends_the_turn_once_inges
         await prompt_logged  # the turn has begun (its prompt is in the log); no model answers it
         await conversation.interrupt()
         await iterating
-    assert seen == [TurnEnd(stop_reason="interrupted", usage=None, replies=0)]
+        history = await bus.history(session)
+    assert seen == [Interrupted(text=INTERRUPT_MESSAGE), TurnEnd(stop_reason="interrupted", usage=None, replies=0)]
+    said = [
+        b.text
+        for e in history
+        if isinstance(e.message, UserMessage)
+        for b in e.message.blocks
+        if isinstance(b, TextBlock)
+    ]
+    assert said == ["think hard", INTERRUPT_MESSAGE]
 
 
 async def _collect(events: AsyncIterator[ConversationEvent], into: list[ConversationEvent]) -> None:

@@ -22,7 +22,9 @@ import orjson
 import pytest
 
 from services.runtime.topology import Topology
+from shared.api_validation import validate_api_request
 from shared.constants import max_output_tokens_error
+from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, UserMessage
 from shared.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
 from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
@@ -367,6 +369,95 @@ async def test_m6_three_overloads_switch_to_the_fallback_model_with_tombstones(
     assert text_of(live_messages(history)[-1]) == "Done."
 
 
+SIGNED_THINKING: JsonObject = {
+    "type": "thinking",
+    "thinking": "The user wants the README — “read it”, then answer.\nPaths: C:\\tmp ü 🙂 </thinking>",
+    "signature": "EqQBCkYIBxgCKkB9fake+sig/with==padding",
+}
+REDACTED_THINKING: JsonObject = {
+    "type": "redacted_thinking",
+    "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rA==",
+}
+
+FALLBACK_THINKING: JsonObject = {"type": "thinking", "thinking": "on the fallback", "signature": "sig-fallback"}
+
+
+def thinking_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b for b in message["content"] if isinstance(b, dict) and b["type"] in ("thinking", "redacted_thinking")]
+
+
+async def test_api_1_10_second_call_of_a_tool_loop_carries_the_first_replys_thinking_byte_for_byte(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """API §1.10 / M1.6: with thinking on, the call that continues a tool loop passes the previous reply's
+    thinking and redacted_thinking back exactly as streamed (thinking in 7-character deltas, the signature
+    in its own delta), first in the assistant message, and keeps thinking on (the normalization worker no
+    longer strips the open turn; ``build_model_params`` sends thinking because the turn starts with it)."""
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(
+                SIGNED_THINKING,
+                REDACTED_THINKING,
+                text("Reading it."),
+                tool_use("toolu_think_1", "Read", file_path="README.md"),
+                chunk_chars=7,
+            ),
+            reply(text("It says demo.")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "What does the README say?")
+        history = await wait_for(client, session, turn_ended)
+    assert_every_tool_use_answered_once(history)
+    first, second = (r["body"] for r in fake.requests(session))
+    assert first["thinking"] == second["thinking"] == {"type": "adaptive"}  # claude-sonnet-4-6: M1.6
+    continued = second["messages"][1]
+    assert continued["role"] == "assistant"
+    assert continued["content"][:2] == [SIGNED_THINKING, REDACTED_THINKING]
+    assert orjson.dumps(continued["content"][:2]) == orjson.dumps([SIGNED_THINKING, REDACTED_THINKING])
+    assert [b["type"] for b in continued["content"][2:]] == ["text", "tool_use"]
+    assert second["messages"][2]["content"][0]["tool_use_id"] == "toolu_think_1"
+    assert validate_api_request(second, thinking_enabled=True) == []
+
+
+async def test_m6_6_a_tool_loop_switched_to_the_fallback_model_replays_no_thinking(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """M6.3 step 4 / M6.6: signatures are bound to their model. After three overloads the loop goes on on the
+    fallback model (M6.3.1); neither the switched call nor the next call of the loop replays thinking — the
+    primary model's would fail its signature check — and both go without thinking (API §1.10)."""
+    session = new_session()
+    await set_fallback_model(deployment, session, FALLBACK)
+    fake.script(
+        session,
+        [
+            reply(SIGNED_THINKING, tool_use("toolu_fb_think_1", "Read", file_path="README.md")),
+            *[http_error(529, "overloaded_error", "Overloaded")] * 3,
+            reply(
+                FALLBACK_THINKING,
+                tool_use("toolu_fb_think_2", "Glob", pattern="*"),
+            ),
+            reply(text("Done.")),
+        ],
+    )
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        history = await wait_for(client, session, turn_ended)
+    assert_every_tool_use_answered_once(history)
+    bodies = [r["body"] for r in fake.requests(session)]
+    assert [body["model"] for body in bodies] == [MODEL] * 4 + [FALLBACK] * 2
+    assert bodies[1]["messages"][1]["content"][0] == SIGNED_THINKING  # the primary model continues with it
+    for body in bodies[4:]:
+        assert "thinking" not in body
+        assert [thinking_blocks(m) for m in body["messages"] if m["role"] == "assistant"] == [[]] * (
+            len(body["messages"]) // 2
+        )
+        assert validate_api_request(body, thinking_enabled=False) == []
+    assert text_of(live_messages(history)[-1]) == "Done."
+
+
 async def test_m6_4_three_overloads_without_fallback_model_give_up(
     deployment: WorkerCluster, fake: FakeModelProcess
 ) -> None:
@@ -433,6 +524,36 @@ async def test_r10_1_interrupt_mid_stream_aborts_within_100_ms(
     await asyncio.sleep(0.5)  # nothing else arrives for the interrupted request
     async with deployment.client() as client:
         assert len(await client.history(session)) == len(history)
+
+
+async def test_r10_1_interrupt_before_the_first_event_ends_the_turn_with_the_text(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """The model call is under way (the fake server holds the request) but nothing has streamed: as in Claude
+    Code, the abort ends the turn with ``[Request interrupted by user]`` (R10.1, no assistant message
+    collected), the call is aborted, and its late reply never reaches the log."""
+    session = new_session()
+    fake.script(session, [reply(text("Too late."), first_chunk_delay_ms=3000)])
+    topology = Topology(deployment.names)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "go")
+        deadline = time.monotonic() + 60
+        while not fake.requests(session):
+            assert time.monotonic() < deadline, "the call never reached the model server"
+            await asyncio.sleep(0.01)
+        await client.interrupt(session)
+        history = await wait_for(client, session, turn_ended)
+        while orjson.loads(await client.redis.get(topology.model_inflight(session)) or b"{}").get("state") != (
+            "interrupted"
+        ):
+            assert time.monotonic() < deadline + 60, "the call was never aborted"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(3.5)  # past the reply's delay: nothing more may be logged
+        after = await client.history(session)
+    assert [text_of(m) for m in live_messages(history)] == ["go", "[Request interrupted by user]"]
+    assert len(after) == len(history)
+    assert not any(isinstance(m, AssistantMessage) for m in live_messages(after))
+    assert len(fake.requests(session)) == 1
 
 
 async def test_m8_5_a_reply_cut_by_max_tokens_is_resumed_and_its_error_withheld(

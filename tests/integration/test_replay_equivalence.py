@@ -1,7 +1,9 @@
 """Issue 4, replay equivalence: every recorded Claude Code session of the corpus, and the sessions the suite
 generates itself (they run on a fresh clone without the corpus, issue 16), pushed through the bus by
 ``agentbus replay`` (ingestion → log → transcript worker), normalizes to the same API request as the
-original file (R7.14–R7.20 resume, then §4 normalization, with the same new prompt appended)."""
+original file (R7.14–R7.20 resume, then §4 normalization, with the same new prompt appended) — and, without a
+prompt and in the normalization worker's thinking mode, to the same open turn with its thinking unmodified
+(anthropic-api-rules.md §1.10)."""
 
 from __future__ import annotations
 
@@ -11,19 +13,23 @@ import sys
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from services.client import AgentbusClient
-from services.replay import replay_transcript
+from services.replay import replay_transcript, wait_until_persisted
 from services.runtime.settings import Settings
 from services.transcripts.api_view import api_view_of_transcript
 from services.transcripts.layout import session_file
-from shared.api_types import MessageParam
+from shared.api_types import MessageParam, MessagesRequest
 from shared.api_validation import validate_api_request
+from shared.events import IngressPayload, RecordedMessage
+from shared.messages import parse_message
+from shared.normalize import NormalizeOptions, validate_request
 from tests.conftest import CORPUS_ROOT, ON_EVERY_TARGET, corpus_cases, on_targets, requires_corpus
 from tests.integration.cluster import WorkerCluster
-from tests.shared.generated_sessions import GENERATED_SESSIONS, tool_rounds_session
+from tests.shared.generated_sessions import GENERATED_SESSIONS, thinking_loop_session, tool_rounds_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,6 +64,19 @@ def api_messages(data: bytes) -> list[MessageParam]:
     return api_view_of_transcript(data, prompt=PROMPT).request["messages"]
 
 
+SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
+"""The normalization worker's options: the open turn keeps its signed thinking for the model worker."""
+
+
+def open_turn_messages(data: bytes) -> list[MessageParam]:
+    """The session resumed as it stands, no new prompt, normalized as the normalization worker does: the
+    open turn — the one a continued tool loop resends — keeps its thinking and redacted_thinking, which
+    the API accepts only unmodified (anthropic-api-rules.md §1.10: "blocks in the latest assistant message
+    cannot be modified"). With ``PROMPT`` appended that turn is closed and its thinking is kept in any
+    mode, so this second comparison is the one that sees the open turn's thinking."""
+    return api_view_of_transcript(data, options=SENDER_FITS_THINKING).request["messages"]
+
+
 @requires_corpus
 def test_corpus_has_the_claude_code_sessions() -> None:
     """The equivalence below is only meaningful if it covers the whole corpus."""
@@ -73,6 +92,9 @@ async def assert_replay_equivalent(original: bytes, session: str, cluster: Worke
     replayed = api_messages(persisted)
     assert replayed == expected
     assert validate_api_request({"messages": replayed}) == []
+    open_turn = open_turn_messages(original)
+    assert open_turn_messages(persisted) == open_turn  # API §1.10: the open turn's thinking survives the bus
+    assert validate_request({"messages": open_turn}, options=SENDER_FITS_THINKING, allow_prefill=True) == []
     dead = await bus.redis.xlen(cluster.names.dead_letter_stream(bus.topology.ingress_for(session)))
     assert dead == 0
 
@@ -92,6 +114,39 @@ async def test_replayed_generated_session_normalizes_like_the_original(
     """The same equivalence on the suite's own sessions (parallel calls split over lines, progress and
     system lines, an interrupted turn, 40 tool rounds)."""
     await assert_replay_equivalent(GENERATED_SESSIONS[name](), f"replay-generated-{name}", replay_cluster, bus)
+
+
+async def test_api_1_10_recorded_tool_loop_is_published_with_its_thinking_unmodified(
+    replay_cluster: WorkerCluster, bus: AgentbusClient
+) -> None:
+    """The lines of a session left in a tool loop, recorded into the bus as they are (no resume, which
+    would close the turn, R7.17): the session waits for the model, and the request the normalization
+    worker publishes carries the open turn's thinking and redacted_thinking exactly as the transcript
+    holds them, merged back from their lines in order (R4.7, API §1.10) — what the model worker sends
+    with thinking on."""
+    original = thinking_loop_session()
+    session = "recorded-thinking-loop-request"
+    lines = [json.loads(line) for line in original.splitlines()]
+    payloads: list[tuple[str, IngressPayload]] = [
+        (f"recorded:{line['uuid']}", RecordedMessage(message=parse_message(line))) for line in lines
+    ]
+    await bus.publish_many(session, payloads)
+    await wait_until_persisted(bus, session, settings=settings_of(replay_cluster), timeout_s=60)
+    history = await bus.history(session)
+    assert len(history) == len(lines)
+    # The last result completes the round: the request of the log's last entry.
+    request = await bus.next_request(session, after_seq=history[-1].seq - 1, timeout_s=60)
+    expected = [
+        block
+        for line in lines
+        if line["type"] == "assistant" and line["message"]["id"] == "msg_thinking_loop"
+        for block in line["message"]["content"]
+    ]
+    messages = request.request["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert messages[3] == {"role": "assistant", "content": expected}
+    assert [b["type"] for b in expected[:2]] == ["thinking", "redacted_thinking"]
+    assert validate_request(cast("MessagesRequest", request.request), options=SENDER_FITS_THINKING) == []
 
 
 @ON_EVERY_TARGET

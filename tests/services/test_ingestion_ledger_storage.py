@@ -8,7 +8,7 @@ import orjson
 from services.ingestion.ledger_cache import dump_state, load_state
 from shared.clock import FixedClock
 from shared.content import ToolUseBlock
-from shared.events import AssistantReply, IngressEnvelope, IngressPayload, StreamEvent
+from shared.events import AssistantReply, IngressEnvelope, IngressPayload, StreamEvent, UserPrompt
 from shared.factories import create_assistant_message
 from shared.ids import SequentialIds
 from shared.ledger import SessionLedger, new_ledger_state
@@ -82,3 +82,17 @@ def test_a_payload_that_leaves_the_stored_state_as_it_was_says_so() -> None:
         assert out.state_changed or dump_state(ledger.state) == before, event
         unchanged += not out.state_changed
     assert unchanged == 4  # two block starts and two deltas
+
+
+def test_r10_1_the_model_is_due_flag_survives_the_store() -> None:
+    """A session waiting for the model keeps waiting across a restart or a shard takeover, so an interrupt
+    there still ends the turn with the interrupt text (shared/turn_state.py); a state stored before the
+    flag existed reads as idle."""
+    ledger = SessionLedger(new_ledger_state("s1"), tool_deadline_ms=1000, clock=FixedClock(), ids=SequentialIds(1))
+    prompt = IngressEnvelope(session_id="s1", idempotency_key="k", payload=UserPrompt(content="go", uuid="u1"))
+    ledger.apply(prompt, now_ms=0)
+    loaded = load_state(dump_state(ledger.state).encode())
+    assert loaded.awaiting_model is True
+    legacy = orjson.loads(dump_state(ledger.state))
+    del legacy["awaiting_model"]
+    assert load_state(orjson.dumps(legacy)).awaiting_model is False

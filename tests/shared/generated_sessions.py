@@ -2,9 +2,12 @@
 without the third-party corpus (issue 16): the shapes that matter to the bus — a plain chat, tool rounds
 with parallel calls split over lines that share ``message.id`` (R4.7), results with ``toolUseResult`` and
 ``sourceToolAssistantUUID``, progress and system lines beside the chain, an ``isMeta`` user line, a turn
-interrupted before its result (R7.17) and a long session of many rounds."""
+interrupted before its result (R7.17), a long session of many rounds and a tool loop in progress with
+extended thinking (API §1.10)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from tests.shared.transcript_builders import Obj, assistant, jsonl, progress, system, text, tool_result, user
 
@@ -95,10 +98,33 @@ def interrupted_session() -> bytes:
     return chain.jsonl()
 
 
-GENERATED_SESSIONS = {
+def thinking_loop_session() -> bytes:
+    """A tool loop in progress with extended thinking: a finished turn that thought, then a turn whose
+    reply streamed as one line per block (R9: signed thinking, redacted_thinking, text, two calls, one
+    ``message.id``), its results in, waiting for the model — the open turn whose thinking a continued
+    loop must pass back unmodified (anthropic-api-rules.md §1.10)."""
+    chain = _Chain("gen-thinking")
+    chain.prompt("what is in this repo?")
+    chain.reply([{"type": "thinking", "thinking": "A quick look is enough.", "signature": "EqQBsig0=="}])
+    chain.reply([text("A parser and its tests.")], msg_id=chain.lines[-1]["message"]["id"])
+    chain.prompt("count the lines of the parser and its tests")
+    message_id = "msg_thinking_loop"
+    thought = "Two files: “parser.py” and tests/ — count both.\nUse wc -l; ü 🙂 \\ done"
+    chain.reply([{"type": "thinking", "thinking": thought, "signature": "EqQBCkYIBxgCKkD+/=="}], msg_id=message_id)
+    chain.reply([{"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}], msg_id=message_id)
+    chain.reply([text("Counting both.")], msg_id=message_id)
+    left = chain.reply([call("think_a", "wc -l parser.py")], msg_id=message_id)
+    right = chain.reply([call("think_b", "wc -l tests/*")], msg_id=message_id)
+    chain.result("think_a", left, "120 parser.py")
+    chain.result("think_b", right, "340 total")
+    return chain.jsonl()
+
+
+GENERATED_SESSIONS: dict[str, Callable[[], bytes]] = {
     "chat": chat_session,
     "tool-rounds": tool_rounds_session,
     "interrupted": interrupted_session,
+    "thinking-loop": thinking_loop_session,
     "long": lambda: tool_rounds_session(40, session="gen-long"),
 }
 """Name → builder of each generated session (bytes of a JSONL transcript)."""

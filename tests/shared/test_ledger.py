@@ -26,7 +26,7 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_assistant_message, create_user_message
+from shared.factories import create_assistant_api_error_message, create_assistant_message, create_user_message
 from shared.ids import SequentialIds
 from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
 from shared.messages import AssistantMessage, TombstoneMessage, UserMessage
@@ -142,7 +142,7 @@ TOOL_BLOCK = [
     {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": 'th": "x"}'}},
     {"type": "content_block_stop", "index": 1},
 ]
-FINISH = [
+FINISH: list[dict[str, Any]] = [
     {
         "type": "message_delta",
         "delta": {"stop_reason": "tool_use", "stop_sequence": None},
@@ -252,3 +252,88 @@ def test_r8_9_interrupt_by_new_message_adds_no_interrupt_text(ledger: SessionLed
     send(ledger, Interrupt(reason="interrupt"))
     out = send(ledger, ToolResultReport(message=result_for("t1")))
     assert len(out.entries) == 1
+
+
+# --- R10.1 with nothing collected: an interrupt while the request is pending vs while idle -----------------
+
+
+def _texts(out: LedgerOutput) -> list[str]:
+    return [
+        block.text
+        for entry in out.entries
+        if isinstance(entry.message, UserMessage)
+        for block in entry.message.blocks
+        if isinstance(block, TextBlock)
+    ]
+
+
+def test_r10_1_interrupt_with_the_request_pending_writes_the_interrupt_text(ledger: SessionLedger) -> None:
+    """A prompt came, nothing streamed yet: Claude Code's loop is in its model call (M4 checks the abort
+    before each attempt), so the turn ends with ``[Request interrupted by user]``; a second interrupt finds
+    the session idle and writes nothing."""
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    assert ledger.state.awaiting_model
+    out = send(ledger, Interrupt(reason="user_cancel"))
+    assert _texts(out) == [INTERRUPT_MESSAGE]
+    assert out.entries[0].message.parent_uuid == "u1"  # type: ignore[union-attr]
+    assert out.interrupt_model
+    assert not ledger.state.awaiting_model
+    again = send(ledger, Interrupt(reason="user_cancel"))
+    assert again.entries == []
+
+
+def test_r10_1_interrupt_after_a_round_completed_writes_the_interrupt_text(ledger: SessionLedger) -> None:
+    """Every call of the round answered: the next request is due (R10.6), so an interrupt before its reply
+    streams ends the turn with the text."""
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    send(ledger, AssistantReply(message=assistant_with_calls("t1", "t2")))
+    send(ledger, ToolResultReport(message=result_for("t1")))
+    assert not ledger.state.awaiting_model  # t2 still runs
+    send(ledger, ToolResultReport(message=result_for("t2")))
+    assert ledger.state.awaiting_model
+    assert _texts(send(ledger, Interrupt(reason="user_cancel"))) == [INTERRUPT_MESSAGE]
+
+
+def test_r10_1_interrupt_after_a_stream_fallback_writes_the_interrupt_text(ledger: SessionLedger) -> None:
+    """A retracted attempt leaves the request waiting for the next one (M5): still in the model call."""
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    for event in _stream("r1", MESSAGE_START, *TEXT_BLOCK, *TOOL_BLOCK):
+        send(ledger, event)
+    send(ledger, StreamFallback(request_id="r1"))
+    assert ledger.state.awaiting_model
+    assert _texts(send(ledger, Interrupt(reason="user_cancel"))) == [INTERRUPT_MESSAGE]
+
+
+def test_r10_idle_interrupt_after_the_turn_ended_writes_nothing(ledger: SessionLedger) -> None:
+    """The last reply ended the turn: no query runs in Claude Code, an abort has nothing to abort."""
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    finish = [{**FINISH[0], "delta": {"stop_reason": "end_turn", "stop_sequence": None}}, FINISH[1]]
+    for event in _stream("r1", MESSAGE_START, *TEXT_BLOCK, *finish):
+        send(ledger, event)
+    assert not ledger.state.awaiting_model
+    out = send(ledger, Interrupt(reason="user_cancel"))
+    assert out.entries == []
+    assert out.interrupt_model  # a call in flight elsewhere is still told to stop
+
+
+def test_r10_idle_interrupt_writes_nothing_on_a_new_session_or_after_an_error_or_an_empty_reply(
+    ledger: SessionLedger,
+) -> None:
+    assert send(ledger, Interrupt(reason="user_cancel")).entries == []
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    error = create_assistant_api_error_message("API Error: Repeated 529 Overloaded errors")
+    send(ledger, AssistantReply(message=error))  # M7: the error ends the turn
+    assert send(ledger, Interrupt(reason="user_cancel")).entries == []
+    send(ledger, UserPrompt(content="again", uuid="u2"))
+    for event in _stream("r2", MESSAGE_START, *FINISH):  # a reply without a block is over too
+        send(ledger, event)
+    assert send(ledger, Interrupt(reason="user_cancel")).entries == []
+
+
+def test_r10_1_interrupt_by_new_message_with_the_request_pending_writes_nothing(ledger: SessionLedger) -> None:
+    """H5.2: reason ``interrupt`` (the user typed a new message) omits the text; the turn is closed all the
+    same, so a later interrupt finds the session idle."""
+    send(ledger, UserPrompt(content="go", uuid="u1"))
+    assert send(ledger, Interrupt(reason="interrupt")).entries == []
+    assert not ledger.state.awaiting_model
+    assert send(ledger, Interrupt(reason="user_cancel")).entries == []

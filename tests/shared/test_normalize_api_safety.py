@@ -3,12 +3,11 @@ validator (anthropic-api-rules.md §3)."""
 
 from __future__ import annotations
 
-from shared.api_validation import validate_api_request
 from shared.clock import FixedClock
 from shared.content import ContentBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from shared.ids import SequentialIds
 from shared.messages import ApiMessage
-from shared.normalize import NormalizeOptions, RepairKind, make_api_safe, to_messages_request
+from shared.normalize import NormalizeOptions, RepairKind, make_api_safe, to_messages_request, validate_request
 from shared.normalize.block_safety import drop_blank_text_blocks, drop_malformed_and_unsupported_blocks
 from shared.normalize.thinking_replay import drop_unreplayable_thinking, same_model
 from shared.normalize.tool_ids import VALID_TOOL_ID, rewrite_invalid_tool_ids, tool_id_mapping
@@ -30,10 +29,9 @@ from tests.shared.normalize_builders import (
 def _safe(messages: list[ApiMessage], **options: object) -> tuple[list[ApiMessage], list[RepairKind]]:
     normalize_options = NormalizeOptions.model_validate(options)
     result, repairs = make_api_safe(messages, options=normalize_options, clock=FixedClock(), ids=SequentialIds(7000))
-    # A request without a thinking config has thinking disabled; with thinking_enabled the caller adds one.
-    thinking_enabled = True if normalize_options.thinking_enabled else None
+    # Validated in the thinking mode the options name (None: the sender fits thinking, mode rules skipped).
     request = to_messages_request(result)
-    assert validate_api_request(request, allow_prefill=True, thinking_enabled=thinking_enabled) == []
+    assert validate_request(request, options=normalize_options, allow_prefill=True) == []
     return result, [repair.kind for repair in repairs]
 
 
@@ -159,6 +157,11 @@ def test_api_1_10_thinking_disabled_open_turn() -> None:
     enabled, enabled_kinds = _safe(messages, thinking_enabled=True)
     assert shape(enabled)[3] == "A[thinking,tool_use]"
     assert enabled_kinds == []
+    # The normalization worker's mode: the sender (build_model_params) fits thinking to the open turn, so the
+    # open turn keeps its signed thinking, byte-identical ("must remain as they were in the original response").
+    for_sender, sender_kinds = _safe(messages, thinking_enabled=None)
+    assert [wire(m) for m in for_sender] == [wire(m) for m in messages]
+    assert sender_kinds == []
 
 
 def test_api_1_11_tool_ids_rewritten_consistently() -> None:

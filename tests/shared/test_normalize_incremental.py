@@ -11,16 +11,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.api_validation import validate_api_request
 from shared.clock import FixedClock
 from shared.ids import SequentialIds
 from shared.messages import Message, TombstoneMessage
-from shared.normalize import NormalizeOptions, to_api_request
+from shared.normalize import NormalizeOptions, to_api_request, validate_request
 from shared.normalize.incremental import INCREMENTAL_FROM, RequestBuilder, is_human_prompt
 from tests.shared.normalize_builders import assistant, image, text, tool_result, tool_use, user
 from tests.shared.test_normalize_pipeline import _corpus_histories, _messages
 
 CONTEXT = NormalizeOptions(user_context={"currentDate": "Today's date is 2026-11-23."})
+SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
+"""The normalization worker's options: the open turn keeps its signed thinking (API §1.10), which moves the
+open-turn boundary's effect off the prefix — the split must stay exact there too."""
 
 
 def assert_same_as_full(builder: RequestBuilder, history: Sequence[Message]) -> bool:
@@ -29,7 +31,7 @@ def assert_same_as_full(builder: RequestBuilder, history: Sequence[Message]) -> 
     full = to_api_request(history, options=builder.options, clock=FixedClock(), ids=SequentialIds())
     assert built.result.request == full.request
     assert built.result.report.counts == full.report.counts
-    assert built.violations == validate_api_request(full.request)
+    assert built.violations == validate_request(full.request, options=builder.options)
     return built.spliced
 
 
@@ -51,7 +53,11 @@ def publish_points(history: Sequence[Message], budget: int = 160) -> list[int]:
     return sorted({*ends_on_user[::step], len(history)})
 
 
-@pytest.mark.parametrize("options", [NormalizeOptions(), CONTEXT], ids=["defaults", "user_context"])
+@pytest.mark.parametrize(
+    "options",
+    [NormalizeOptions(), CONTEXT, SENDER_FITS_THINKING],
+    ids=["defaults", "user_context", "sender_fits_thinking"],
+)
 def test_r4_every_corpus_prefix_equals_the_full_pipeline(corpus_root: Path, options: NormalizeOptions) -> None:
     """R4.1–R4.29 + API safety: for every Claude Code transcript of the corpus and every publish point,
     the spliced request, its repair counts and its validation are the full pipeline's."""
@@ -162,12 +168,13 @@ _turns = st.lists(
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=_turns, user_context=st.booleans())
+@given(turns=_turns, user_context=st.booleans(), thinking_enabled=st.sampled_from([False, None]))
 def test_r4_random_turn_histories_equal_the_full_pipeline(
-    turns: list[tuple[str, list[Message]]], user_context: bool
+    turns: list[tuple[str, list[Message]]], user_context: bool, thinking_enabled: bool | None
 ) -> None:
     """Random messages of every broken shape between human prompts: every prefix splices exactly or
-    falls back."""
+    falls back (open-turn thinking stripped, or kept for the sender as the normalization worker does)."""
     history = [message for prompt, rest in turns for message in (user(prompt), *rest)]
-    options = CONTEXT if user_context else NormalizeOptions()
+    base = CONTEXT if user_context else NormalizeOptions()
+    options = base.model_copy(update={"thinking_enabled": thinking_enabled})
     grow(history, options, points=range(1, len(history) + 1), reanchor_after=1)

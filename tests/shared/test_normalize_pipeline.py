@@ -16,7 +16,7 @@ from shared.content import ContentBlock, UnknownBlock
 from shared.factories import create_compact_boundary_message, create_local_command_message
 from shared.ids import SequentialIds
 from shared.messages import Message, TombstoneMessage, parse_message
-from shared.normalize import NormalizedRequest, NormalizeOptions, RepairKind, to_api_request
+from shared.normalize import NormalizedRequest, NormalizeOptions, RepairKind, to_api_request, validate_request
 from shared.normalize.pipeline import user_context_text
 from tests.shared.normalize_builders import (
     assistant,
@@ -203,6 +203,7 @@ _options = st.builds(
     toolref_defer=st.booleans(),
     snip=st.booleans(),
     target_model=st.sampled_from([None, "claude-sonnet-4-5", "claude-opus-4-1"]),
+    thinking_enabled=st.sampled_from([False, None]),
 )
 
 
@@ -214,5 +215,5 @@ def test_api_3_any_history_yields_a_valid_request(
     """API §3: random histories mixing every broken shape, under any gate combination, still produce a
     valid request (a final assistant is allowed only without a prompt, as prefill)."""
     result = _request(history, prompt=prompt, options=options)
-    violations = validate_api_request(result.request, allow_prefill=prompt is None)
+    violations = validate_request(result.request, options=options, allow_prefill=prompt is None)
     assert violations == [], (violations, result.request)

@@ -229,8 +229,9 @@ def test_a3_6_sub_agent_runs_without_thinking() -> None:
 
 
 def test_api_1_10_tool_loop_without_leading_thinking_goes_without_thinking() -> None:
-    """The normalizer (thinking not enabled in its options) strips the open turn's thinking; enabling
-    thinking now would be a 400 ("must start with a thinking block")."""
+    """A tool loop whose first reply did not think (or whose thinking was stripped: unsigned, another
+    model's) cannot enable thinking now: a 400 ("must start with a thinking block"). One whose reply
+    thought, passed back by the normalizer (``thinking_enabled=None``), goes on with thinking."""
     loop = [user("q"), assistant(text("let me look"), tool_use("t1")), user(tool_result("t1"))]
     params = build({"messages": loop})
     assert "thinking" not in params

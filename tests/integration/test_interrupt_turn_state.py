@@ -1,0 +1,102 @@
+"""R10.1 with nothing streamed, through real workers (ingestion, normalization, transcripts, tools; no model
+worker, so a published request stays pending): an interrupt while the model is due ends the turn with
+``[Request interrupted by user]`` — in the log, the transcript and the next request, as Claude Code's would —
+and an interrupt while the session is idle (its turn over) writes nothing (shared/turn_state.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from services.client import AgentbusClient
+from services.replay import wait_until_persisted
+from services.runtime.settings import Settings
+from shared.constants import INTERRUPT_MESSAGE
+from shared.content import TextBlock
+from shared.factories import create_assistant_message
+from shared.messages import UserMessage
+from tests.integration.cluster import WorkerCluster, eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def workers(module_cluster: WorkerCluster) -> WorkerCluster:
+    module_cluster.start_all()
+    return module_cluster
+
+
+def settings_of(cluster: WorkerCluster) -> Settings:
+    return Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+
+
+async def user_texts(bus: AgentbusClient, session: str) -> list[str]:
+    return [
+        block.text
+        for entry in await bus.history(session)
+        if isinstance(entry.message, UserMessage)
+        for block in entry.message.blocks
+        if isinstance(block, TextBlock)
+    ]
+
+
+async def test_r10_1_interrupt_with_the_request_pending_ends_the_turn_with_the_text(workers: WorkerCluster) -> None:
+    session = "interrupt-pending"
+    async with workers.client() as bus:
+        first = await bus.send_prompt_and_wait(session, "go")  # published; no model answers it
+        await bus.interrupt(session)
+
+        async def logged() -> bool:
+            return await user_texts(bus, session) == ["go", INTERRUPT_MESSAGE]
+
+        await eventually(logged, timeout_s=60)
+        history = await bus.history(session)
+        prompt, notice = (entry.message for entry in history)
+        assert isinstance(notice, UserMessage)
+        assert notice.parent_uuid == prompt.uuid  # type: ignore[union-attr]
+        assert notice.message.content == [TextBlock(text=INTERRUPT_MESSAGE)]  # R2.2c: array form, not meta
+        assert notice.is_meta is None
+        # The interrupt closed the turn: no request for it; the next prompt's request carries it (R4.10 merge).
+        assert (await bus.latest_request(session)) == first
+        following = await bus.send_prompt_and_wait(session, "next", timeout_s=60)
+        assert following.request["messages"] == [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "go\n"},
+                    {"type": "text", "text": f"{INTERRUPT_MESSAGE}\n"},
+                    {"type": "text", "text": "next"},
+                ],
+            }
+        ]
+        path = await wait_until_persisted(bus, session, settings=settings_of(workers), timeout_s=60)
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["message"]["content"] for line in lines] == [
+        "go",
+        [{"type": "text", "text": INTERRUPT_MESSAGE}],
+        "next",
+    ]
+    assert lines[1]["parentUuid"] == lines[0]["uuid"]
+
+
+async def test_r10_interrupt_while_idle_after_a_finished_turn_writes_nothing(workers: WorkerCluster) -> None:
+    session = "interrupt-idle"
+    settings = settings_of(workers)
+    async with workers.client() as bus:
+        await bus.send_prompt_and_wait(session, "hi")
+        reply = create_assistant_message("Hello.")
+        reply = reply.model_copy(update={"message": reply.message.model_copy(update={"stop_reason": "end_turn"})})
+        await bus.send_assistant(session, reply)
+        await wait_until_persisted(bus, session, settings=settings, timeout_s=60)
+        before = await bus.history(session)
+        assert len(before) == 2
+        await bus.interrupt(session)
+        await wait_until_persisted(bus, session, settings=settings, timeout_s=60)  # ingestion applied it
+        assert await bus.history(session) == before
+        following = await bus.send_prompt_and_wait(session, "next", timeout_s=60)
+    assert following.request["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
+        {"role": "user", "content": "next"},
+    ]
