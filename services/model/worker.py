@@ -56,7 +56,7 @@ from services.runtime.entries import StreamEntry
 from services.runtime.settings import ModelSettings
 from services.runtime.slots import JobSlots
 from services.runtime.topology import MODEL_GROUP, Topology
-from services.runtime.usage_store import record_usage
+from services.runtime.usage_store import record_priced_usage, record_usage
 from shared.clock import Clock, utc_now
 from shared.events import AssistantReply, AttachmentNotice, RequestReady, StreamFallback
 from shared.factories import create_assistant_api_error_message
@@ -649,17 +649,8 @@ class ModelWorker:
         usage, model, request_id = inflight.get("usage"), inflight.get("usage_model"), inflight.get("request_id")
         if not (isinstance(usage, dict) and isinstance(model, str) and isinstance(request_id, str)):
             return
-        cost = price_call(model, usage, self.prices)
-        recorded = await record_usage(
-            self.redis,
-            self.topology,
-            session,
-            model=model,
-            usage=usage,
-            cost_usd=cost.usd,
-            priced=cost.priced,
-            prices_as_of=cost.as_of.isoformat(),
-            request_id=request_id,
+        recorded = await record_priced_usage(
+            self.redis, self.topology, session, model=model, usage=usage, prices=self.prices, request_id=request_id
         )
         if recorded:
             log.warning("model_usage_recovered", session_id=session, request_id=request_id)
