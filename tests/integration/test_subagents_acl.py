@@ -37,6 +37,7 @@ from services.runtime.topology import Topology
 from shared.agents.background import output_file_path
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.agents.record import ChildRecord
+from shared.agents.results import interrupted_result
 from shared.events import LogEntry
 from shared.model.session_config import SessionModelConfig
 from tests.cli.process import agentbus, cli_env
@@ -365,6 +366,19 @@ async def test_each_worker_user_does_its_part_of_the_subagent_store_and_nothing_
         await tools.restart(again)
         await tools.release(parent, child)
         assert (await tools.record(child) or (None, ""))[1] == "running"
+        # A8.2: a launch that finds its parent interrupted stops the child and answers the call itself.
+        launcher_relay = ChildRelay(users["tools"], TOPOLOGY, internal_key=key)
+        await launcher_relay.stop_child(again)
+        assert await launcher_relay.answer_parent(again, interrupted_result(), "interrupted")
+
+        # ingestion: a background child's end is a task notification to its parent (A5.4).
+        background = child_record(parent, "t_3", deadline_ms=2**40).model_copy(
+            update={"background": True, "output_file": "/agentbus/.agentbus/tasks/x.output"}
+        )
+        assert await tools.reserve(background, 4) == 1
+        assert await tools.register(background)
+        assert await relay.answer_parent(background, interrupted_result(), "interrupted")
+        assert (await relay.store.record(background.session_id) or (None, ""))[1] == "killed"
     finally:
         for client in users.values():
             await client.aclose()
