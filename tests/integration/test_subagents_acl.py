@@ -52,7 +52,7 @@ from tests.integration.model_turns import (
     wait_for,
 )
 from tests.integration.test_ingress_door import AclCluster
-from tests.services.acl_redis import AclRedis, start_acl_redis
+from tests.services.acl_redis import ACL_FILE, AclRedis, start_acl_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -382,3 +382,19 @@ async def test_each_worker_user_does_its_part_of_the_subagent_store_and_nothing_
     finally:
         for client in users.values():
             await client.aclose()
+
+
+def test_no_worker_nor_producer_user_is_granted_every_key_command_or_channel() -> None:
+    """Least privilege (deploy/redis/users.acl): only ``operator`` holds every ``agentbus:`` key and (but the
+    @dangerous ones) every command; no user holds every key or every channel, and every key pattern stays under
+    the ``agentbus:`` prefix."""
+    broad = {"~*", "%R~*", "%W~*", "%RW~*", "allkeys", "+@all", "allcommands", "&*", "allchannels"}
+    for line in ACL_FILE.read_text(encoding="utf-8").splitlines():
+        _, user, *rules = line.replace("(", " ").replace(")", " ").split()
+        granted = broad & set(rules)
+        # The operator (CLI, `streams init`) runs every command but the @dangerous ones, on agentbus keys.
+        assert granted <= ({"+@all"} if user == "operator" else set()), (user, granted)
+        patterns = [rule.split("~", 1)[1] for rule in rules if rule.startswith(("~", "%"))]
+        assert all(pattern.startswith("agentbus:") for pattern in patterns), (user, patterns)
+        if user not in {"operator", "keda"}:  # keda reads lag (XINFO, XLEN, XPENDING) of any stream, writes nothing
+            assert "agentbus:*" not in patterns, user
