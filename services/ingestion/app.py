@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import time
 
+import structlog
+
 from services.agents.ingestion_hooks import IngestionAgentHooks
 from services.agents.relay import ChildRelay
 from services.ingestion.worker import IngestionWorker
@@ -16,6 +18,8 @@ from services.runtime.lane_worker import LaneWorker
 from services.runtime.topology import INGESTION_GROUP
 from services.runtime.worker_app import WorkerContext
 from shared.events import DeadlineSweep, IngressEnvelope
+
+log = structlog.get_logger(__name__)
 
 SWEEP_INTERVAL_S = 1.0
 AGENT_FULL_SWEEP_EVERY = 10
@@ -103,11 +107,15 @@ class IngestionRuntime:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
-            with contextlib.suppress(Exception):
+            try:
                 await self.sweep_once()
+            except Exception:  # the next sweep tries again; a refused command (NOPERM) must still be seen
+                log.exception("deadline_sweep_failed")
             self._sweeps += 1
-            with contextlib.suppress(Exception):
+            try:
                 await self.sweep_agents_once(full=self._sweeps % AGENT_FULL_SWEEP_EVERY == 0)
+            except Exception:
+                log.exception("agent_sweep_failed")
 
 
 def create(context: WorkerContext) -> IngestionRuntime:
