@@ -9,32 +9,54 @@ import sys
 
 import uvicorn
 
-from services.ingestion import app as ingestion_app
 from services.model.api_key import require_api_key
-from services.normalization import app as normalization_app
 from services.observability.wiring import configure_process
 from services.runtime.settings import Settings
 from services.runtime.supervisor import LISTEN_FD_ENV
 from services.runtime.worker_app import WorkerContext, WorkerFactory, WorkerProcess, WorkerRuntime, build_app
-from services.tool_execution import app as tools_app
-from services.transcripts import app as transcripts_app
+
+
+def _ingestion(context: WorkerContext) -> WorkerRuntime:
+    from services.ingestion import app
+
+    return app.create(context)
+
+
+def _tools(context: WorkerContext) -> WorkerRuntime:
+    from services.tool_execution import app
+
+    return app.create(context)
+
+
+def _normalization(context: WorkerContext) -> WorkerRuntime:
+    from services.normalization import app
+
+    return app.create(context)
+
+
+def _transcripts(context: WorkerContext) -> WorkerRuntime:
+    from services.transcripts import app
+
+    return app.create(context)
+
+
+def _model(context: WorkerContext) -> WorkerRuntime:
+    from services.model import app
+
+    return app.create(context)
+
 
 WORKER_FACTORIES: dict[str, WorkerFactory] = {
-    "ingestion": ingestion_app.create,
-    "tools": tools_app.create,
-    "normalization": normalization_app.create,
-    "transcripts": transcripts_app.create,
-    "model": lambda context: _model_runtime(context),
+    "ingestion": _ingestion,
+    "tools": _tools,
+    "normalization": _normalization,
+    "transcripts": _transcripts,
+    "model": _model,
 }
-"""Every worker type by the name ``agentbus worker NAME`` takes."""
-
-
-def _model_runtime(context: WorkerContext) -> WorkerRuntime:
-    """The model worker, imported only by the process that runs it: the ``anthropic`` SDK costs seconds to
-    import, which the other worker types need not pay."""
-    from services.model import app as model_app
-
-    return model_app.create(context)
+"""Every worker type by the name ``agentbus worker NAME`` takes. Each factory imports its worker's module
+when called, so a process imports only the worker it runs (the ``anthropic`` SDK only in the model
+worker, the sub-agent relay only in ingestion): a worker process starts that much sooner, and the
+test suite starts some two hundred of them."""
 
 
 SIGNING_WORKERS = frozenset({"ingestion", "tools", "model"})

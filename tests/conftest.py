@@ -116,20 +116,69 @@ def _with_target(case: Any, target: str, ids: Callable[[Any], str]) -> Any:
     return pytest.param(case, target, id=f"{ids(case)}-{target}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the work-unit marks this adds (loadgroup)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Within each module, every single-Redis test before every cluster test (stable otherwise), so a
-    module-scoped deployment per target is started once, not each time the target alternates."""
+    """Order the tests and cut them into xdist work units (``--dist loadgroup``, see README "Tests").
+
+    - Within each module, every single-Redis test before every cluster test (stable otherwise), so a
+      module-scoped deployment per target is started once, not each time the target alternates.
+    - A test that uses a module-scoped fixture (a worker deployment, the fake model process) is one work
+      unit with the other tests of its module on the same target: the deployment starts once. Any other
+      test is a work unit of its own, so the tests of a long module (crash safety: eight worker
+      processes each) run on both xdist workers at once.
+    - Slow modules first, then the other integration tests, then the rest: the long work units start
+      while the many short ones are still queued to fill the gaps, instead of ending the run alone.
+    """
     modules: dict[str, int] = {}
     for item in items:
-        modules.setdefault(item.module.__name__ if hasattr(item, "module") and item.module else "", len(modules))
+        modules.setdefault(_module_of(item), len(modules))
 
-    def key(item: pytest.Item) -> tuple[int, int]:
-        callspec = getattr(item, "callspec", None)
-        target = callspec.params.get("redis_target", "single") if callspec is not None else "single"
-        module = item.module.__name__ if hasattr(item, "module") and item.module else ""
-        return modules[module], REDIS_TARGETS.index(target)
+    def key(item: pytest.Item) -> tuple[int, int, int]:
+        return _cost_rank(item), modules[_module_of(item)], REDIS_TARGETS.index(_target_of(item))
 
     items.sort(key=key)
+    for item in items:
+        if _uses_module_state(item):
+            item.add_marker(pytest.mark.xdist_group(f"{item.nodeid.split('::')[0]}:{_target_of(item)}"))
+
+
+def _module_of(item: pytest.Item) -> str:
+    module = getattr(item, "module", None)
+    return module.__name__ if module is not None else ""
+
+
+def _target_of(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return str(callspec.params.get("redis_target", "single")) if callspec is not None else "single"
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    """0 for a test marked ``slow``, 1 for another integration test (real Redis, processes), 2 otherwise."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if item.get_closest_marker("integration") is not None or "/integration/" in item.nodeid:
+        return 1
+    return 2
+
+
+MODULE_STATE_SCOPES = frozenset({"module", "class", "package"})
+FREE_MODULE_FIXTURES = frozenset({"redis_target"})
+"""Module-scoped but free to set up again on another xdist worker (a parameter, nothing started); so is
+the value of a direct parameter that ``parametrize(..., scope="module")`` turns into a fixture."""
+
+
+def _uses_module_state(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture set up once per module (or class): its module's tests on the same
+    target then stay on one xdist worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in MODULE_STATE_SCOPES and definition.func.__name__ != "get_direct_param_fixture_func"
+        for name, definitions in info.name2fixturedefs.items()
+        if name not in FREE_MODULE_FIXTURES
+        for definition in definitions
+    )
 
 
 def flushed_target_url(request: pytest.FixtureRequest, target: str) -> str:

@@ -99,7 +99,10 @@ class WorkerCluster:
             self.start(name, instances)
         self.wait_ready()
 
-    def wait_ready(self, timeout_s: float = 60.0) -> None:
+    def wait_ready(self, timeout_s: float = 240.0) -> None:
+        """Until every started worker answers ``/readyz``. The default is generous on purpose: a worker
+        process spends ~2 s of CPU importing and starting, and the full suite under a shared machine's
+        load (other suites beside it) was seen to take over 60 s for that (``ingestion not ready``)."""
         deadline = time.monotonic() + timeout_s
         for worker in self.workers:
             while True:
