@@ -7,6 +7,7 @@ transcript round-trips byte-exact.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,11 @@ def format_timestamp(moment: datetime) -> str:
 def utc_now() -> str:
     """The system clock."""
     return format_timestamp(datetime.now(UTC))
+
+
+def epoch_ms() -> int:
+    """The system clock in epoch milliseconds (deadlines, leases and records on the bus)."""
+    return int(time.time() * 1000)
 
 
 class FixedClock:

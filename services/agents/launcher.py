@@ -14,7 +14,6 @@ job (a context variable: the executor's tasks inherit it).
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from shared.agents.tool import (
     agent_type_of,
     denied_agent_types,
 )
+from shared.clock import epoch_ms
 from shared.events import IngressEnvelope, UserPrompt
 from shared.ledger import tool_result_ids_of
 from shared.messages import ProgressMessage, UserMessage
@@ -131,10 +131,6 @@ class AgentSetup:
     """A1.2/A9: ``run_in_background`` is offered (``CLAUDE_CODE_DISABLE_BACKGROUND_TASKS`` turns it off)."""
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class AgentTool(Tool[AgentInput]):
     """A1: ``Agent`` (alias ``Task``); read-only, concurrency-safe, always allowed unless denied by rule."""
 
@@ -151,7 +147,7 @@ class AgentTool(Tool[AgentInput]):
         permissions: PermissionContext,
         internal_key: bytes,
         tool_names: Callable[[], Awaitable[Sequence[str]]],
-        now_ms: Callable[[], int] = _now_ms,
+        now_ms: Callable[[], int] = epoch_ms,
     ) -> None:
         self.redis = redis
         self.topology = topology

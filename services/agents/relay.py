@@ -15,7 +15,6 @@ child's log is relayed up to its end (the sweep's recovered completions included
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,7 +40,7 @@ from shared.agents.results import (
     wall_time_exceeded,
 )
 from shared.agents.turn import TurnOutcome, may_end_turn, shows_tool_activity, turn_outcome
-from shared.clock import Clock, utc_now
+from shared.clock import Clock, epoch_ms, utc_now
 from shared.content import ToolResultBlock
 from shared.events import (
     IngressEnvelope,
@@ -60,10 +59,6 @@ log = structlog.get_logger(__name__)
 RECORD_CACHE_SIZE = 4096
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class ChildRelay:
     """Publishes what a child owes its parent (see the module docstring)."""
 
@@ -74,7 +69,7 @@ class ChildRelay:
         *,
         internal_key: bytes,
         clock: Clock = utc_now,
-        now_ms: Callable[[], int] = _now_ms,
+        now_ms: Callable[[], int] = epoch_ms,
     ) -> None:
         self.redis = redis
         self.topology = topology

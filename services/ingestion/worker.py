@@ -15,7 +15,6 @@ authenticator (``forged_internal_event``, shared/internal_events.py); each refus
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from services.runtime.consumer import BatchHandler, BatchOutcome, Output, Poison
 from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 from services.runtime.topology import Topology
-from shared.clock import Clock, utc_now
+from shared.clock import Clock, epoch_ms, utc_now
 from shared.events import IngressEnvelope, StreamEvent, parse_ingress
 from shared.ids import IdSource, random_uuid
 from shared.ingress_limits import TOO_LARGE, entry_size_problem
@@ -123,7 +122,7 @@ class IngestionWorker:
         idempotency_ttl_ms: int = 0,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        now_ms: Callable[[], int] = epoch_ms,
     ) -> None:
         self.redis = redis
         self.topology = topology

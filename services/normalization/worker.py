@@ -14,7 +14,6 @@ own event stream, up to the entry being processed; entries apply by ``seq`` so n
 
 from __future__ import annotations
 
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from services.runtime.entries import StreamEntry
 from services.runtime.key_calls import KeyCalls
 from services.runtime.log_batch import decode_log_batch
 from services.runtime.topology import Topology
-from shared.clock import Clock, utc_now
+from shared.clock import Clock, epoch_ms, utc_now
 from shared.errors import AgentbusError
 from shared.events import LogEntry, RequestReady, parse_log_entry
 from shared.ids import IdSource, random_uuid
@@ -100,7 +99,7 @@ class NormalizationWorker:
         options: NormalizeOptions | None = None,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        now_ms: Callable[[], int] = epoch_ms,
         max_sessions: int,
     ) -> None:
         self.redis = redis

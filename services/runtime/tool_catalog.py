@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from services.runtime.key_calls import ServerScript
 from services.runtime.periodic import PeriodicTask
 from services.runtime.topology import Topology
+from shared.clock import epoch_ms
 from shared.tool_catalog import CatalogEntry, merge_catalog
 from shared.tool_definitions import ToolDefinition
 
@@ -47,10 +48,6 @@ return removed
 """
 )
 """ARGV: field, value, field, value, …: each field is deleted only while it still holds that value."""
-
-
-def epoch_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _text(value: bytes | str) -> str:

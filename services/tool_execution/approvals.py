@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -52,7 +51,7 @@ from shared.approvals import (
     permission_suggestions,
     with_session_permissions,
 )
-from shared.clock import Clock, utc_now
+from shared.clock import Clock, epoch_ms, utc_now
 from shared.content import TextBlock, ToolUseBlock
 from shared.events import IngressEnvelope, ToolJob, parse_tool_job
 from shared.ids import IdSource, random_uuid
@@ -118,7 +117,7 @@ class ApprovalGate:
         timeout_s: float,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        now_ms: Callable[[], int] = epoch_ms,
     ) -> None:
         self.redis = redis
         self.topology = topology
