@@ -181,3 +181,11 @@ def test_promtool_unit_tests_pass() -> None:
 @needs_promtool
 def test_promtool_checks_the_config_with_its_rule_files() -> None:
     run_promtool("check", "config", CONFIG.name)
+
+
+def test_deploy_readme_lists_every_alert() -> None:
+    readme = (REPO_ROOT / "deploy" / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Alerts", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`(Agentbus\w+)`", section))
+    listed |= {f"{name}Critical" for name in re.findall(r"`(Agentbus\w+)` / `…Critical`", section)}
+    assert listed == {rule["alert"] for rule in alerting_rules()}
