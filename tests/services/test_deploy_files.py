@@ -50,6 +50,7 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 ACL_FILE = DEPLOY / "redis" / "users.acl"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agentbus.json"
 PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
+ALERT_RULES = DEPLOY / "prometheus" / "alerts.yml"
 K8S_BASE = DEPLOY / "k8s" / "base"
 K8S_DEV = DEPLOY / "k8s" / "overlays" / "dev"
 
@@ -385,6 +386,19 @@ def test_prometheus_scrapes_the_four_workers(compose: dict[str, Any]) -> None:
         assert str(port) == worker_services[name]["environment"]["AGENTBUS_HTTP_PORT"]
 
 
+def test_prometheus_loads_the_alert_rules_in_compose(compose: dict[str, Any]) -> None:
+    """``rule_files`` is relative to the config file, so the rules must sit beside it in the container."""
+    config = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    assert config["rule_files"] == [ALERT_RULES.name]
+    assert (PROMETHEUS.parent / config["rule_files"][0]).resolve() == ALERT_RULES
+    mounts = {
+        v.split(":")[1]: (REPO_ROOT / v.split(":")[0]).resolve() for v in compose["services"]["prometheus"]["volumes"]
+    }
+    config_in_container = next(target for target, source in mounts.items() if source == PROMETHEUS)
+    assert mounts[str(Path(config_in_container).parent / ALERT_RULES.name)] == ALERT_RULES
+    assert yaml.safe_load(ALERT_RULES.read_text(encoding="utf-8"))["groups"]
+
+
 # ---------------------------------------------------------------------------------------------- Grafana
 def test_dashboard_uses_only_exported_metrics() -> None:
     exported = exported_sample_names()
@@ -525,6 +539,18 @@ def test_k8s_scaledobjects_read_the_topology(k8s: list[dict[str, Any]]) -> None:
             assert spec["maxReplicaCount"] <= shards, f"{name}: replicas beyond {shards} shards own nothing"
 
 
+def test_k8s_prometheus_rules_configmap_carries_the_alert_rules(k8s: list[dict[str, Any]]) -> None:
+    """Kustomize cannot read files outside deploy/k8s, so the ConfigMap holds a copy; its header says how
+    to regenerate it."""
+    configmap = by_kind(k8s, "ConfigMap")["agentbus-prometheus-rules"]
+    assert configmap["data"] == {"alerts.yml": ALERT_RULES.read_text(encoding="utf-8")}, (
+        "deploy/k8s/base/prometheus-rules.yaml differs from deploy/prometheus/alerts.yml: regenerate it "
+        "(command in its header)"
+    )
+    # No Prometheus Operator in these manifests (scraping is by pod annotations), hence no PrometheusRule.
+    assert not by_kind(k8s, "PrometheusRule")
+
+
 def test_k8s_keda_user_is_read_only() -> None:
     rules = acl_users()["keda"]
     commands = {rule for rule in rules if rule.startswith(("+", "-"))}
@@ -559,6 +585,7 @@ def test_k8s_dev_overlay_builds() -> None:
         for container in doc["spec"]["template"]["spec"]["containers"]
     }
     assert "agentbus:dev" in images
+    assert "alerts.yml" in by_kind(docs, "ConfigMap")["agentbus-prometheus-rules"]["data"]
     assert_dev_model_calls_the_fake_server(docs)
 
 
