@@ -70,6 +70,9 @@ class IngestionRuntime:
     def consumers(self) -> list[BatchConsumer]:
         return self.lanes.consumers()
 
+    def background_tasks(self) -> dict[str, asyncio.Task[None] | None]:
+        return {**self.lanes.background_tasks(), "deadline_sweeper": self._sweeper}
+
     def groups(self) -> list[tuple[str, str]]:
         return [(stream, INGESTION_GROUP) for stream in self.lanes.streams]
 

@@ -53,7 +53,7 @@ async def test_a_slot_is_refilled_when_its_job_ends_and_the_entry_is_acked_then(
     finished: list[str] = []
     await slots.start(long_entry, gated(long_gate, finished, "long"))
     await slots.start(short_entry, gated(short_gate, finished, "short"))
-    assert slots.holds(long_entry.entry_id)
+    assert slots.holds(long_entry)
     assert slots.busy == 2
     waiting = asyncio.create_task(slots.until_free())
     await asyncio.sleep(0)
