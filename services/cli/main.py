@@ -32,7 +32,7 @@ class CommandSpec(NamedTuple):
 
 
 COMMANDS: dict[str, CommandSpec] = {
-    "up": CommandSpec("services.cli.up", "up_command", "Start every worker (and a private Redis if none answers)."),
+    "up": CommandSpec("services.cli.up", "up_command", "Start every worker (and, without REDIS_URL, a private Redis)."),
     "worker": CommandSpec("services.cli.bus", "worker_command", "Run one worker process."),
     "send": CommandSpec("services.cli.bus", "send_command", "Publish a user prompt to a session."),
     "tail": CommandSpec("services.cli.bus", "tail_command", "Print a session's canonical event log."),

@@ -1,5 +1,12 @@
-"""``agentbus up``: every worker as its own supervised process, a private Redis when none is reachable,
-and the demo session on an empty system.
+"""``agentbus up``: every worker as its own supervised process, a private Redis when no Redis is configured
+and none answers on the default address, and the demo session on an empty system.
+
+Which Redis: the one ``REDIS_URL`` (or ``AGENTBUS_REDIS_URL``, ``--redis-url``, ``.env``) names whenever it is
+set — never replaced: while it does not answer, ``up`` waits for it (``--redis-wait``), then fails with one
+line and exit 1. Only without any configured URL does ``up`` look at 127.0.0.1:``--redis-port`` (6379, the
+default URL every other command uses) and, when nothing answers there, start a private ``redis-server`` on
+it, with an append-only file under the data directory, supervised like a worker: restarted on the same file
+when it dies, or everything stops with exit 1 and one line saying why.
 
 It stops everything on SIGINT, SIGTERM and SIGHUP (a closed terminal) — workers first, gracefully, then
 the private Redis they write to — restarts a worker that dies (``services/runtime/supervisor.py``) and
@@ -13,19 +20,26 @@ import os
 import secrets
 import signal
 import sys
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Final
-from urllib.parse import urlparse
 
 import typer
 
+from services.cli.errors import redacted_url
 from services.cli.up_logs import LogFormat, WorkerLogs, console_wanted, log_file_path
 from services.client import AgentbusClient
 from services.demo import run_demo
 from services.runtime import redis_client
-from services.runtime.local_redis import LocalRedis, RedisServerUnavailable, free_port, is_reachable, start_local_redis
+from services.runtime.local_redis import (
+    LocalRedis,
+    PrivateRedisKeeper,
+    RedisServerUnavailable,
+    is_reachable,
+    start_local_redis,
+)
 from services.runtime.settings import Settings
 from services.runtime.stream_admin import init_streams
 from services.runtime.supervisor import (
@@ -42,6 +56,12 @@ DEMO_PERMISSIONS = '["Read", "Glob", "Grep", "Write", "Bash(ls:*)"]'
 """What `up` lets its tool workers do unless AGENTBUS_TOOLS__ALLOW says otherwise (Bash only `ls …`)."""
 
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+DEFAULT_REDIS_WAIT_S: Final = 30.0
+"""How long ``up`` waits for the Redis the user configured before it gives up."""
+DEFAULT_REDIS_PORT: Final = 6379
+"""The port of the default ``REDIS_URL``: a private Redis there is the one every other command finds."""
+REDIS_WAIT_POLL_S: Final = 0.5
 
 
 def stop_signals() -> list[signal.Signals]:
@@ -83,6 +103,23 @@ def up_command(
         str | None,
         typer.Option("--model", help="Model id the model worker calls (default: AGENTBUS_MODEL__MODEL)."),
     ] = None,
+    redis_wait: Annotated[
+        float,
+        typer.Option(
+            "--redis-wait",
+            min=0,
+            help="Seconds to wait for the Redis REDIS_URL names to answer before giving up (exit 1).",
+        ),
+    ] = DEFAULT_REDIS_WAIT_S,
+    redis_port: Annotated[
+        int,
+        typer.Option(
+            "--redis-port",
+            min=1,
+            max=65535,
+            help="Without REDIS_URL: the loopback port of the Redis used, started privately if none answers.",
+        ),
+    ] = DEFAULT_REDIS_PORT,
 ) -> None:
     """Start the five worker types (tools scaled to --tools), if needed a private Redis, and, without an
     ANTHROPIC_API_KEY, the fake model server (its demo script) for the model worker to call."""
@@ -91,15 +128,22 @@ def up_command(
     redis_server: LocalRedis | None = None
     code = 0
     try:
-        settings, env = _settings_and_env()
-        if not is_reachable(settings.redis_url):
-            redis_server = _start_private_redis(settings)
-            env["REDIS_URL"] = redis_server.url
-            settings = settings.model_copy(update={"redis_url": redis_server.url})
-            typer.echo(
-                f"no Redis reachable: started a private one at {redis_server.url} "
-                f"(pid {redis_server.pid}, AOF in {redis_server.directory})"
-            )
+        settings, env, configured = _settings_and_env()
+        if configured:
+            _wait_for_configured_redis(settings.redis_url, redis_wait)
+        else:
+            url = f"redis://127.0.0.1:{redis_port}/0"
+            if is_reachable(url):
+                typer.echo(f"REDIS_URL is not set: using the Redis answering at {url}")
+            else:
+                redis_server = _start_private_redis(settings, redis_port)
+                url = redis_server.url
+                typer.echo(
+                    f"REDIS_URL is not set and no Redis answers at 127.0.0.1:{redis_port}: started a private one "
+                    f"at {url} (pid {redis_server.pid}, AOF in {redis_server.directory})"
+                )
+            env["REDIS_URL"] = url
+            settings = settings.model_copy(update={"redis_url": url})
         if model is not None:
             env["AGENTBUS_MODEL__MODEL"] = model
         logs = WorkerLogs(
@@ -109,12 +153,14 @@ def up_command(
             policy = RestartPolicy(max_restarts)
             plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
             plan.fake_model = uses_fake_model(settings, env)
+            if redis_server is not None:
+                plan.redis_keeper = PrivateRedisKeeper(redis_server, echo=typer.echo, policy=policy)
             code = asyncio.run(plan.run(logs))
         finally:
             logs.close()
     except StopRequested:
         code = 0
-    except (RedisServerUnavailable, SupervisionFailed) as exc:
+    except (RedisServerUnavailable, SupervisionFailed, ConfiguredRedisUnreachable) as exc:
         typer.echo(f"agentbus up: {exc}", err=True)
         code = 1
     finally:
@@ -131,10 +177,12 @@ def _raise_stop(signum: int, frame: FrameType | None) -> None:
     raise StopRequested(signum)
 
 
-def _settings_and_env() -> tuple[Settings, dict[str, str]]:
+def _settings_and_env() -> tuple[Settings, dict[str, str], bool]:
     """Settings with absolute paths (the workers and printed paths agree wherever they run), the demo
-    workspace under the data directory unless one is configured, and the workers' environment."""
+    workspace under the data directory unless one is configured, the workers' environment, and whether the
+    user configured a Redis URL (environment or ``.env``)."""
     settings = Settings()
+    configured = "redis_url" in settings.model_fields_set
     data_dir = settings.data_dir.resolve()
     tools = settings.tools
     if "workspace" not in tools.model_fields_set:
@@ -145,10 +193,34 @@ def _settings_and_env() -> tuple[Settings, dict[str, str]]:
         "AGENTBUS_DATA_DIR": str(data_dir),
         "AGENTBUS_TOOLS__WORKSPACE": str(tools.workspace.resolve()),
     }
+    if configured:
+        env["REDIS_URL"] = settings.redis_url  # from .env too: the workers must use that one, whatever they read
     env.setdefault("AGENTBUS_TOOLS__ALLOW", DEMO_PERMISSIONS)
     # The worker secret of internal events, shared by the children only (never by producers).
     env.setdefault("AGENTBUS_INTERNAL_KEY", secrets.token_hex(32))
-    return settings, env
+    return settings, env, configured
+
+
+class ConfiguredRedisUnreachable(RuntimeError):
+    """The Redis the user configured does not answer: ``up`` never puts a private one in its place."""
+
+
+def _wait_for_configured_redis(url: str, wait_s: float) -> None:
+    """Return once the configured Redis answers; raise :class:`ConfiguredRedisUnreachable` after ``wait_s``."""
+    if is_reachable(url):
+        return
+    shown = redacted_url(url)
+    typer.echo(f"waiting up to {wait_s:g}s for the Redis at {shown} (REDIS_URL) to answer")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        time.sleep(REDIS_WAIT_POLL_S)
+        if is_reachable(url):
+            return
+    msg = (
+        f"the Redis at {shown} (REDIS_URL) did not answer within {wait_s:g}s; up never replaces a configured "
+        "Redis with a private one: start it, fix REDIS_URL, or unset it for a private Redis"
+    )
+    raise ConfiguredRedisUnreachable(msg)
 
 
 FAKE_MODEL_KEY: Final = "agentbus-fake-model"
@@ -165,12 +237,11 @@ def uses_fake_model(settings: Settings, env: dict[str, str]) -> bool:
     return True
 
 
-def _start_private_redis(settings: Settings) -> LocalRedis:
-    parsed = urlparse(settings.redis_url)
-    local = parsed.hostname in {"127.0.0.1", "localhost", "::1"}
-    port = parsed.port or 6379
+def _start_private_redis(settings: Settings, port: int) -> LocalRedis:
+    """A private Redis on 127.0.0.1:``port`` with its append-only file under the data directory (what the
+    workers write survives its restarts, and the next ``up``)."""
     directory = Path(settings.data_dir) / "redis"
-    return start_local_redis(directory, port=port if local else free_port(), appendonly=True, die_with_parent=True)
+    return start_local_redis(directory, port=port, appendonly=True, die_with_parent=True)
 
 
 class UpPlan:
@@ -197,6 +268,8 @@ class UpPlan:
         names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools + ["model"]
         self.workers = [(name if name != "tools" else f"tools-{i - 2}", name) for i, name in enumerate(names)]
         self.stop = asyncio.Event()
+        self.redis_keeper: PrivateRedisKeeper | None = None
+        """The private Redis ``up`` started, supervised while everything runs (None: the user's Redis)."""
         self.fake_model = False
         """Also supervise ``agentbus fake-model --script demo`` (a child process, not a thread: the supervisor
         forks with ``preexec_fn``, which no thread may share the process with)."""
@@ -205,36 +278,44 @@ class UpPlan:
         loop = asyncio.get_running_loop()
         for sig in self.signals:
             loop.add_signal_handler(sig, self.stop.set)
-        await _init(self.settings)
+        watches: list[asyncio.Task[None]] = []
+        if self.redis_keeper is not None:  # from the start: Redis may die while the workers start
+            watches.append(asyncio.create_task(self.redis_keeper.watch(), name="private-redis"))
         supervisor = Supervisor(
             self._children(), on_line=lambda c, line: logs.line(c.label, line), echo=typer.echo, policy=self.policy
         )
         code = 0
+        problems: list[str] = []
         try:
+            await _init(self.settings)
             await supervisor.start()
-            if await self._until_stop(supervisor.wait_ready()):
+            if await self._until_stop(supervisor.wait_ready(), *watches):
                 self._announce(supervisor, logs)
-                code = await self._serve(supervisor)
+                code = await self._serve(supervisor, watches)
         except SupervisionFailed as exc:
             typer.echo(f"agentbus up: {exc}", err=True)
             code = 1
         finally:
+            for watch in watches:  # nothing is restarted while everything stops
+                watch.cancel()
+            await asyncio.gather(*watches, return_exceptions=True)
             problems = await supervisor.stop()
-            for problem in problems:
-                typer.echo(f"agentbus up: {problem}", err=True)
+            if code == 0:  # after a failure its reason is the line that matters: the workers' exits follow from it
+                for problem in problems:
+                    typer.echo(f"agentbus up: {problem}", err=True)
             for sig in self.signals:
                 loop.remove_signal_handler(sig)  # which restores the default action: ignore until up is done
                 signal.signal(sig, signal.SIG_IGN)
         return 1 if problems else code
 
-    async def _serve(self, supervisor: Supervisor) -> int:
+    async def _serve(self, supervisor: Supervisor, watches: list[asyncio.Task[None]]) -> int:
         """The demo, then (unless --exit-after-demo) wait for a stop signal, all while the supervisor
-        restarts dead workers; 1 when the demo failed."""
+        restarts dead workers (and the keeper the private Redis); 1 when the demo failed."""
         watch = asyncio.create_task(supervisor.watch())
         try:
             if self.demo:
                 try:
-                    if not await self._until_stop(_maybe_demo(self.settings), watch):
+                    if not await self._until_stop(_maybe_demo(self.settings), watch, *watches):
                         return 0
                 except SupervisionFailed:
                     raise
@@ -242,7 +323,7 @@ class UpPlan:
                     typer.echo(f"agentbus up: demo failed: {exc}", err=True)
                     return 1
             if not self.exit_after_demo:
-                await self._until_stop(asyncio.Event().wait(), watch)
+                await self._until_stop(asyncio.Event().wait(), watch, *watches)
             return 0
         finally:
             watch.cancel()
@@ -274,16 +355,17 @@ class UpPlan:
         typer.echo(f"worker logs: {logs.path}")
         typer.echo("agentbus is up; Ctrl-C stops it")
 
-    async def _until_stop(self, work: Awaitable[object], watch: asyncio.Task[None] | None = None) -> bool:
+    async def _until_stop(self, work: Awaitable[object], *watches: asyncio.Task[None]) -> bool:
         """Run ``work``; True once it is done, False when a stop signal came first (``work`` is cancelled).
-        A ``watch`` that ends first raises its failure (:class:`SupervisionFailed`)."""
+        A watch that ends first raises its failure (:class:`SupervisionFailed`)."""
         task = asyncio.ensure_future(work)
         stopped = asyncio.create_task(self.stop.wait())
-        await asyncio.wait({task, stopped} | ({watch} if watch else set()), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({task, stopped, *watches}, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
-        if watch is not None and watch.done():
-            task.cancel()
-            watch.result()
+        for watch in watches:
+            if watch.done():
+                task.cancel()
+                watch.result()
         if not task.done():
             task.cancel()
             return False

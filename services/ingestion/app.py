@@ -15,6 +15,7 @@ from services.observability.metrics import instrument_handler
 from services.runtime.codec import signed_entry_fields
 from services.runtime.consumer import BatchConsumer
 from services.runtime.lane_worker import LaneWorker
+from services.runtime.redis_client import TRANSIENT_ERRORS
 from services.runtime.topology import INGESTION_GROUP
 from services.runtime.worker_app import WorkerContext
 from shared.events import DeadlineSweep, IngressEnvelope
@@ -70,6 +71,9 @@ class IngestionRuntime:
     def consumers(self) -> list[BatchConsumer]:
         return self.lanes.consumers()
 
+    def background_tasks(self) -> dict[str, asyncio.Task[None] | None]:
+        return {**self.lanes.background_tasks(), "deadline_sweeper": self._sweeper}
+
     def groups(self) -> list[tuple[str, str]]:
         return [(stream, INGESTION_GROUP) for stream in self.lanes.streams]
 
@@ -105,15 +109,22 @@ class IngestionRuntime:
         return ended
 
     async def _sweep_forever(self) -> None:
+        """Both sweeps every second for as long as the worker lives: a failed one is tried again at the next
+        pass (Redis down or restarting: a warning; anything else, e.g. a refused command (NOPERM), with its
+        traceback, so it is seen)."""
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
                 await self.sweep_once()
-            except Exception:  # the next sweep tries again; a refused command (NOPERM) must still be seen
+            except TRANSIENT_ERRORS as error:
+                log.warning("deadline_sweep_failed", error=repr(error))
+            except Exception:
                 log.exception("deadline_sweep_failed")
             self._sweeps += 1
             try:
                 await self.sweep_agents_once(full=self._sweeps % AGENT_FULL_SWEEP_EVERY == 0)
+            except TRANSIENT_ERRORS as error:
+                log.warning("agent_sweep_failed", error=repr(error))
             except Exception:
                 log.exception("agent_sweep_failed")
 

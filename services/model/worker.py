@@ -253,7 +253,7 @@ class ModelWorker:
         """Start each notice's call in a slot and return once a slot is free (the calls ack their own entries)."""
         poison: dict[str, Poison] = {}
         for entry in entries:
-            if self.slots.holds(entry.entry_id):
+            if self.slots.holds(entry):
                 continue
             notice = decode_entry(entry, parse_request_notice)
             if isinstance(notice, Poison):

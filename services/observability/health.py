@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +66,9 @@ RedisSource = Callable[[], "aioredis.Redis | None"]
 """Returns the worker's client (None before startup): read per request because it is built at startup."""
 
 
+TaskSource = Callable[[], Mapping[str, "asyncio.Task[Any] | None"]]
+"""Returns the background tasks that must run as long as the worker does, by name (None: not started yet)."""
+
 StartupSource = Callable[[], "asyncio.Task[Any] | None"]
 """Returns the task that starts the worker's runtime once Redis answers (None: nothing to wait for)."""
 
@@ -98,6 +101,7 @@ class Health:
     _loops: dict[str, ProgressSource] = field(default_factory=dict)
     _consumers: dict[str, ConsumerProvider] = field(default_factory=dict)
     _tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    _task_sources: list[TaskSource] = field(default_factory=list)
     _draining: bool = False
 
     def register_loop(self, name: str, last_progress: ProgressSource) -> None:
@@ -111,6 +115,10 @@ class Health:
     def register_task(self, name: str, task: asyncio.Task[Any]) -> None:
         """A background task (lease renewal, stream stats, …) that must not end while the worker runs."""
         self._tasks[name] = task
+
+    def register_task_source(self, source: TaskSource) -> None:
+        """Background tasks read per check (a runtime's renew loops: they exist once it started)."""
+        self._task_sources.append(source)
 
     @property
     def draining(self) -> bool:
@@ -138,6 +146,10 @@ class Health:
                     checks.append(self._progress_check(check_name, now - consumer.last_progress_monotonic))
         for name, task in self._tasks.items():
             checks.append(self._task_check(name, task))
+        for task_source in self._task_sources:
+            for name, sourced in task_source().items():
+                if sourced is not None:
+                    checks.append(self._task_check(name, sourced))
         return HealthReport(tuple(checks))
 
     def _progress_check(self, name: str, age_s: float) -> Check:

@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 
 from services.observability.consumer_metrics import ConsumerProvider, register_consumer_collector
 from services.observability.endpoints import observability_routes
-from services.observability.health import GroupSource, Health, RedisSource, StartupSource
+from services.observability.health import GroupSource, Health, RedisSource, StartupSource, TaskSource
 from services.observability.labels import WORKER_TYPES, WorkerType
 from services.observability.logging import configure_logging
 from services.observability.metrics import record_traceparent_invalid, recording, set_recording
@@ -93,6 +93,20 @@ def leases_of(runtime: object) -> ShardLeases | None:
     return candidate if isinstance(candidate, ShardLeases) else None
 
 
+def background_tasks_of(process: object) -> dict[str, asyncio.Task[Any] | None]:
+    """The background tasks of a worker process that must run as long as it does: its runtime's
+    (``runtime.background_tasks()``, else its lane worker's: the lease loop) and the stream trimmer's."""
+    runtime = getattr(process, "runtime", None)
+    provider = getattr(runtime, "background_tasks", None) or getattr(
+        getattr(runtime, "lanes", None), "background_tasks", None
+    )
+    tasks: dict[str, asyncio.Task[Any] | None] = dict(provider()) if callable(provider) else {}
+    trimmer = getattr(process, "trimmer", None)
+    if trimmer is not None:
+        tasks["stream_trimmer"] = trimmer.task
+    return tasks
+
+
 def configure_process(settings: Settings, worker: str) -> None:
     """Logging (``LOG_LEVEL``; JSON off a TTY) and, when ``OTEL_TRACES_EXPORTER`` asks, an OTel provider.
 
@@ -117,6 +131,7 @@ class WorkerObservability:
         draining: Callable[[], bool] | None = None,
         startup: StartupSource | None = None,
         leases: Callable[[], ShardLeases | None] | None = None,
+        tasks: TaskSource | None = None,
         progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
         stream_stats_interval_s: float = 15.0,
     ) -> None:
@@ -135,6 +150,8 @@ class WorkerObservability:
             self.health.draining_source = draining
         if startup is not None:
             self.health.startup = startup
+        if tasks is not None:
+            self.health.register_task_source(tasks)
         self.health.register_consumers(self.worker, consumers)
         self.consumer_stats = register_consumer_collector()
         self.consumer_stats.track(self.worker, consumers)
@@ -163,6 +180,7 @@ class WorkerObservability:
             draining=lambda: process.draining,
             startup=lambda: getattr(process, "starting", None),
             leases=lambda: leases_of(process.runtime),
+            tasks=lambda: background_tasks_of(process),
             **options,
         )
 

@@ -15,6 +15,10 @@ import orjson
 RawEntry = tuple[bytes, Mapping[bytes, bytes] | None]
 """One entry as redis-py returns it: ``(id, fields)``; fields are empty/None when the entry was deleted."""
 
+EntryKey = tuple[str, str]
+"""``(stream, entry id)``: what names an entry across streams. An id alone names it only within its stream:
+two shards' streams hand out the same id to entries written in the same millisecond."""
+
 
 class EntryDecodeError(ValueError):
     """A field of a stream entry is missing or is not valid JSON."""
@@ -54,6 +58,11 @@ class StreamEntry:
     entry_id: str
     fields: dict[str, bytes]
     delivery_count: int = 1
+
+    @property
+    def key(self) -> EntryKey:
+        """``(stream, entry id)``: key anything that tracks entries of more than one stream by this."""
+        return (self.stream, self.entry_id)
 
     def json(self, field: str = "data") -> Any:
         """The JSON value of ``field``; raises ``EntryDecodeError`` with the entry id when it is bad."""

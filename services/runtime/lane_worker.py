@@ -83,6 +83,10 @@ class LaneWorker:
     def consumers(self) -> list[BatchConsumer]:
         return list(self.lanes.consumers.values())
 
+    def background_tasks(self) -> dict[str, asyncio.Task[None] | None]:
+        """The lease loop: it must run as long as the worker does (``/healthz`` fails when it ended)."""
+        return {f"leases:{self.group}": self._task}
+
     def owned_shards(self) -> list[int]:
         return sorted(self.leases.owned)
 

@@ -223,17 +223,28 @@ class ShardLeases:
                 await self._try_acquire(shard, started)
 
     async def run(self) -> None:
-        """Tick every renew interval until ``stop``; on Redis errors keep only leases still surely valid."""
+        """Tick every renew interval until ``stop``, for as long as the worker lives: a tick that fails (Redis
+        down, a refused command, a listener that raised) never ends the loop; the leases still surely valid
+        are kept, the others given up (self-fencing), and the next tick renews or takes them again."""
         while not self._stop.is_set():
             raise_if_cancelling()
             try:
                 await self.tick()
             except _TRANSIENT as exc:
                 self._log.warning("lease_redis_unavailable", error=repr(exc))
-                async with self._lock:
-                    await self._drop_expired()
+                await self._after_failed_tick()
+            except Exception:
+                self._log.exception("lease_tick_failed")
+                await self._after_failed_tick()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.config.interval_s)
+
+    async def _after_failed_tick(self) -> None:
+        try:
+            async with self._lock:
+                await self._drop_expired()
+        except Exception:  # a listener that cannot stop a shard's consumer: the next tick tries again
+            self._log.exception("lease_drop_expired_failed")
 
     async def stop(self) -> None:
         """Stop ticking, hand every shard back (listener first, then compare-and-del) and leave the lane.

@@ -7,20 +7,22 @@ data and clean up by killing the process).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+import redis.asyncio as aioredis
 
 from services.runtime.redis_client import cluster_node_url, is_cluster_url
-from services.runtime.supervisor import die_with_parent
+from services.runtime.supervisor import RestartPolicy, SupervisionFailed, die_with_parent
 
 
 class RedisServerUnavailable(RuntimeError):
@@ -68,6 +70,20 @@ class LocalRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, *, timeout_s: float = 10.0) -> LocalRedis:
+        self.spawn()
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._raise_if_exited()
+            if is_reachable(self.url, timeout_s=0.2):
+                return self
+            time.sleep(0.02)
+        self.stop()
+        msg = f"redis-server on port {self.port} did not answer within {timeout_s}s"
+        raise RedisServerUnavailable(msg)
+
+    def spawn(self) -> None:
+        """Start the ``redis-server`` process (without waiting for it to answer: :meth:`until_answering`)."""
         binary = shutil.which("redis-server")
         if binary is None:
             msg = "redis-server is not installed (apt-get install redis-server) and no Redis is reachable"
@@ -84,17 +100,35 @@ class LocalRedis:
             start_new_session=True,
             preexec_fn=die_with_parent() if self.die_with_parent else None,  # before any thread exists (fork-safe)
         )
+
+    async def until_answering(self, timeout_s: float) -> None:
+        """Wait (without blocking the event loop) until the spawned server answers ``PING`` (it may be loading
+        its append-only file); raises :class:`RedisServerUnavailable` when it exits first, or does not answer
+        within ``timeout_s`` (then it is killed)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                msg = f"redis-server exited with {self.process.returncode}; see {self.directory / 'redis.log'}"
-                raise RedisServerUnavailable(msg)
-            if is_reachable(self.url, timeout_s=0.2):
-                return self
-            time.sleep(0.02)
-        self.stop()
-        msg = f"redis-server on port {self.port} did not answer within {timeout_s}s"
-        raise RedisServerUnavailable(msg)
+        client = aioredis.Redis.from_url(self.url, socket_connect_timeout=0.5, socket_timeout=0.5)
+        try:
+            while True:
+                self._raise_if_exited()
+                with contextlib.suppress(redis.RedisError, OSError):
+                    if await client.ping():
+                        return
+                if time.monotonic() > deadline:
+                    self.stop(kill=True)
+                    msg = f"redis-server on port {self.port} did not answer within {timeout_s:g}s"
+                    raise RedisServerUnavailable(msg)
+                await asyncio.sleep(0.05)
+        finally:
+            await client.aclose()
+
+    def _raise_if_exited(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            msg = f"redis-server exited with {self.process.returncode}; see {self.log_path}"
+            raise RedisServerUnavailable(msg)
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "redis.log"
 
     def stop(self, *, kill: bool = False) -> None:
         stop_process(self.process, kill=kill)
@@ -154,3 +188,67 @@ def start_local_redis(
         port=port or free_port(), directory=root, appendonly=appendonly, die_with_parent=die_with_parent
     )
     return server.start()
+
+
+KEEPER_POLL_INTERVAL_S = 0.2
+KEEPER_START_TIMEOUT_S = 60.0
+"""How long a restarted private Redis may take to answer (it replays its append-only file first)."""
+
+
+class PrivateRedisKeeper:
+    """Supervises the private Redis ``agentbus up`` started, as the workers are: one that dies is started again
+    on the same port, directory and append-only file (so what was written survives; the workers reconnect
+    by themselves), with the workers' backoff; one that keeps dying, or does not answer after a restart,
+    makes :meth:`watch` raise :class:`SupervisionFailed` (``up`` then stops everything and exits 1)."""
+
+    def __init__(
+        self,
+        server: LocalRedis,
+        *,
+        echo: Callable[[str], None],
+        policy: RestartPolicy,
+        start_timeout_s: float = KEEPER_START_TIMEOUT_S,
+    ) -> None:
+        self.server = server
+        self.echo = echo
+        self.policy = policy
+        self.start_timeout_s = start_timeout_s
+        self.failures = 0
+        """Consecutive runs that ended before :attr:`RestartPolicy.stable_after_s`."""
+        self.restarts = 0
+        self._started_at = time.monotonic()
+
+    async def watch(self) -> None:
+        """Until cancelled: restart the server whenever it dies; raises when it keeps dying."""
+        while True:
+            process = self.server.process
+            if process is not None and process.poll() is None:
+                if time.monotonic() - self._started_at >= self.policy.stable_after_s:
+                    self.failures = 0
+                await asyncio.sleep(KEEPER_POLL_INTERVAL_S)
+                continue
+            await self._restart(process.pid if process is not None else 0, process.returncode if process else None)
+
+    async def _restart(self, pid: int, code: int | None) -> None:
+        self.failures += 1
+        if self.policy.gives_up(self.failures):
+            msg = (
+                f"the private Redis at {self.server.url} (pid {pid}) died {self.failures} times in a row "
+                f"(last exit code {code}; see {self.server.log_path}): giving up"
+            )
+            raise SupervisionFailed(msg)
+        delay = self.policy.delay_s(self.failures)
+        self.echo(
+            f"the private Redis (pid {pid}) exited with code {code}; restarting it in {delay:g}s on the same "
+            f"append-only file (failure {self.failures} of at most {self.policy.max_restarts})"
+        )
+        await asyncio.sleep(delay)
+        self.server.spawn()
+        self._started_at = time.monotonic()
+        try:
+            await self.server.until_answering(self.start_timeout_s)
+        except RedisServerUnavailable as error:
+            self.echo(f"the private Redis did not come back: {error}")
+            return  # dead (or killed): the next pass counts it
+        self.restarts += 1
+        self.echo(f"the private Redis restarted: pid {self.server.pid}, {self.server.url}")

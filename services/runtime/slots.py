@@ -12,6 +12,10 @@ Still at-least-once: a job writes its effects (idempotently) before its entry is
 or is cancelled at shutdown, leaves its entry pending, for the consumer's recovery path (XAUTOCLAIM after
 the idle time, delivery counts, dead letter after ``max_deliveries``). An entry re-read while its job runs
 (a consumer re-reads its own pending list after a reconnect) is not started twice (:meth:`JobSlots.holds`).
+
+One worker's slots serve the consumers of every shard's stream: a job is known by its entry's stream and
+id together (:attr:`StreamEntry.key`), since two shards' streams give entries written in the same
+millisecond the same id.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from services.runtime.batch import ConsumerStats
-from services.runtime.entries import StreamEntry
+from services.runtime.entries import EntryKey, StreamEntry
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +47,7 @@ class JobSlots:
         self.size = size
         self.stats = ConsumerStats()
         """Acks and job failures are counted here: give it the consumer's stats so its metrics include them."""
-        self._running: dict[str, asyncio.Task[None]] = {}
+        self._running: dict[EntryKey, asyncio.Task[None]] = {}
         self._freed = asyncio.Event()
         self._closing = False
 
@@ -51,9 +55,9 @@ class JobSlots:
     def busy(self) -> int:
         return len(self._running)
 
-    def holds(self, entry_id: str) -> bool:
-        """Whether ``entry_id``'s job is running in a slot now."""
-        return entry_id in self._running
+    def holds(self, entry: StreamEntry) -> bool:
+        """Whether ``entry``'s job (this entry of this stream) is running in a slot now."""
+        return entry.key in self._running
 
     async def until_free(self) -> None:
         """Return once a slot is free (at once while closing: nothing more will be started)."""
@@ -67,7 +71,7 @@ class JobSlots:
         while len(self._running) >= self.size:
             self._freed.clear()
             await self._freed.wait()
-        self._running[entry.entry_id] = asyncio.create_task(
+        self._running[entry.key] = asyncio.create_task(
             self._run(entry, job), name=f"slot:{entry.stream}:{entry.entry_id}"
         )
 
@@ -81,7 +85,7 @@ class JobSlots:
                 return  # stays pending: reclaimed after the idle time, dead-lettered after max_deliveries
             await self._ack(entry)
         finally:
-            self._running.pop(entry.entry_id, None)
+            self._running.pop(entry.key, None)
             self._freed.set()
 
     async def _ack(self, entry: StreamEntry) -> None:

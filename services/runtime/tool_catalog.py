@@ -14,6 +14,7 @@ clock skew between hosts (NTP keeps it to milliseconds; the default TTL is 30 s)
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -149,8 +150,10 @@ class ToolCatalogCache:
 
 
 class ToolCatalogPublisher(PeriodicTask):
-    """A tool worker's entry in the catalog: :meth:`publish` once at start, refreshed every ``refresh_s`` by the
-    periodic loop (:meth:`start`), removed by :meth:`withdraw` on a graceful stop."""
+    """A tool worker's entry in the catalog: :meth:`publish` once at start, then rewritten every ``refresh_s``
+    by the periodic loop (:meth:`start_refreshing`) for as long as the worker lives — through Redis errors and
+    restarts (an entry a restarted Redis lost is written again at the next pass), never stopping on a failed
+    pass — and removed by :meth:`withdraw` on a graceful stop."""
 
     task_name = "tool_catalog"
     failure_event = "tool_catalog_refresh_failed"
@@ -188,6 +191,10 @@ class ToolCatalogPublisher(PeriodicTask):
 
     async def tick(self) -> None:
         await self.publish()
+
+    def start_refreshing(self) -> asyncio.Task[None]:
+        """Start the refresh loop; its first pass one ``refresh_s`` after the :meth:`publish` of the start."""
+        return self.start(first_after_s=self.interval_s)
 
     async def withdraw(self) -> None:
         """Stop refreshing and remove this worker's entry (a Redis error is logged: the entry then expires)."""

@@ -184,9 +184,19 @@ class WorkerProcess:
             await self.trimmer.stop()
         if self.runtime is not None:
             await self.runtime.stop()
-        await self.broker.stop()
+        try:
+            await self.broker.stop()
+        except Exception as error:  # Redis is away: the subscriptions ended with their connection anyway
+            log.warning("pubsub_stop_failed", worker=self.name, error=_one_line(error))
         if self.redis is not None:
             await self.redis.aclose()
+
+
+def _one_line(error: BaseException) -> str:
+    """An error (an exception group: its first leaf) as one line, for a warning without a traceback."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}"[:300]
 
 
 async def flush_spans() -> None:

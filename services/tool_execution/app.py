@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import replace
 
 from services.agents.launcher import AgentTool
@@ -17,6 +16,7 @@ from services.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poiso
 from services.runtime.deadletter import DeadLetter
 from services.runtime.entries import StreamEntry, field_bytes
 from services.runtime.lane_worker import ensure_groups
+from services.runtime.periodic import PeriodicTask
 from services.runtime.slots import JobSlots
 from services.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
 from services.runtime.tool_catalog import ToolCatalogPublisher, read_tool_catalog
@@ -118,7 +118,7 @@ class ToolRuntime:
             for jobs in self.jobs
         ]
         context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
-        self._approvals_gauge: asyncio.Task[None] | None = None
+        self.approvals_gauge = PendingApprovalsGauge(self.approvals)
 
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
@@ -147,22 +147,14 @@ class ToolRuntime:
         await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
-        self._approvals_gauge = asyncio.create_task(self._refresh_approvals_gauge(), name="approvals-gauge")
-
-    async def _refresh_approvals_gauge(self) -> None:
-        """agentbus_approvals_pending: the store's count, read every few seconds (people answer anywhere)."""
-        while True:
-            with contextlib.suppress(Exception):
-                await self.approvals.refresh_pending()
-            await asyncio.sleep(APPROVALS_GAUGE_INTERVAL_S)
-        self.catalog.start()
+        self.catalog.start_refreshing()  # and for as long as this worker lives: the entry expires otherwise
+        self.approvals_gauge.start()
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
         entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
-        if self._approvals_gauge is not None:
-            self._approvals_gauge.cancel()
+        await self.approvals_gauge.stop()
         await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
@@ -173,10 +165,28 @@ class ToolRuntime:
     def consumers(self) -> list[BatchConsumer]:
         return [*self.jobs, *self.abandoned]
 
+    def background_tasks(self) -> dict[str, asyncio.Task[None] | None]:
+        """The loops that must run as long as the worker does (``/healthz`` fails when one ended)."""
+        return {"tool_catalog": self.catalog.task, "approvals_gauge": self.approvals_gauge.task}
+
     def groups(self) -> list[tuple[str, str]]:
         return [(jobs.stream, TOOLS_GROUP) for jobs in self.jobs] + [
             (abandoned.stream, ABANDONED_GROUP) for abandoned in self.abandoned
         ]
+
+
+class PendingApprovalsGauge(PeriodicTask):
+    """agentbus_approvals_pending: the store's count, read every few seconds (people answer anywhere)."""
+
+    task_name = "approvals-gauge"
+    failure_event = "approvals_gauge_refresh_failed"
+
+    def __init__(self, approvals: ApprovalGate) -> None:
+        super().__init__(APPROVALS_GAUGE_INTERVAL_S)
+        self.approvals = approvals
+
+    async def tick(self) -> None:
+        await self.approvals.refresh_pending()
 
 
 async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:

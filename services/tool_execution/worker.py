@@ -34,7 +34,7 @@ from services.observability.metrics import record_traceparent_invalid
 from services.observability.tracing import WorkerTracer, continue_trace
 from services.runtime.codec import decode_entry, signed_entry_fields
 from services.runtime.consumer import BatchHandler, BatchOutcome, Poison
-from services.runtime.entries import StreamEntry
+from services.runtime.entries import EntryKey, StreamEntry
 from services.runtime.slots import JobSlots
 from services.runtime.topology import TOOLS_GROUP, Topology
 from services.tool_execution.approvals import AnyJob, ApprovalGate, JobPlan, carries_decision
@@ -115,7 +115,8 @@ class ToolWorker:
         self.stats = ToolWorkerStats()
         self.approvals = approvals
         """Parks calls that ask for a person and runs their decisions (agent-loop.md §H)."""
-        self._running: dict[str, _Running] = {}
+        self._running: dict[EntryKey, _Running] = {}
+        """Running jobs by their entry's (stream, id): every shard's job stream feeds this worker."""
         self.session_permissions: Callable[[str], Awaitable[PermissionContext]] | None = None
         """Sub-agents (services/agents/permissions.py): a child session's calls are decided in its own mode."""
 
@@ -133,7 +134,7 @@ class ToolWorker:
         when they end (only poison is settled by the consumer)."""
         poison: dict[str, Poison] = {}
         for entry in entries:
-            if self.slots.holds(entry.entry_id):
+            if self.slots.holds(entry):
                 continue  # re-read (our pending list after a reconnect) while its job runs
             job = self.approvals.decode(entry) if self.approvals else decode_entry(entry, parse_tool_job)
             if isinstance(job, Poison):
@@ -175,7 +176,7 @@ class ToolWorker:
         running = _Running(job.session_id, job.dispatched_ms)
         if interrupted_at is not None and int(interrupted_at) >= job.dispatched_ms:
             running.interrupt.set()
-        self._running[entry.entry_id] = running
+        self._running[entry.key] = running
         keepalive = asyncio.create_task(self._keep_claimed(entry))
         ingress = self.topology.ingress_for(job.session_id)
         agent_job = enter_agent_job(job)  # an Agent call starts a child and answers later (services/agents)
@@ -206,7 +207,7 @@ class ToolWorker:
             keepalive.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
-            self._running.pop(entry.entry_id, None)
+            self._running.pop(entry.key, None)
 
     async def _claim_run(self, session_id: str, attempt: str, call: ToolUseBlock) -> bool:
         """Claim ``call`` for this attempt of its job; False when an earlier attempt started it."""

@@ -1,5 +1,8 @@
-"""``agentbus up``, the README's first command, on a machine where no Redis is reachable: it starts a
-private Redis (AOF, under the default relative data dir), every worker type as its own process, runs
+"""``agentbus up``, the README's first command, on a machine where no Redis is configured or reachable: it
+starts a private Redis (AOF, under the default relative data dir; on the port ``--redis-port`` names, so tests
+never meet a Redis on 6379), supervised like a worker (issue 25: a SIGKILLed one is restarted on its
+append-only file, one that keeps dying makes `up` exit 1 with one line), while a ``REDIS_URL`` the user set
+is never replaced by a private one; every worker type as its own process, runs
 the demo session (real tool calls, a transcript, API requests), and supervises what it started
 (issue 16): a Ctrl-C or a closed terminal (SIGHUP) stops everything — workers first (graceful SIGTERM),
 then the Redis they were writing to — and so does a SIGKILL of `up` itself (the kernel's parent-death
@@ -18,12 +21,15 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
 import orjson
 import pytest
+import redis
 
 from services.runtime.local_redis import free_port, is_reachable
 
@@ -37,21 +43,28 @@ StartUp = Callable[..., "subprocess.Popen[str]"]
 
 @pytest.fixture
 def start_up(tmp_path: Path) -> Iterator[StartUp]:
-    """Starts ``agentbus up --tools 1`` in ``tmp_path`` against a Redis port nobody answers on (so it starts
-    its private one); any `up` still running at the end is stopped (SIGTERM: it stops what it started)."""
+    """Starts ``agentbus up --tools 1`` in ``tmp_path`` without REDIS_URL and with ``--redis-port`` a port
+    nobody answers on (so it starts its private one there), or with ``redis_url`` set; any `up` still running
+    at the end is stopped (SIGTERM: it stops what it started)."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(redis_port: int, *args: str, base_port: int | None = None) -> subprocess.Popen[str]:
+    def start(
+        redis_port: int, *args: str, base_port: int | None = None, redis_url: str | None = None
+    ) -> subprocess.Popen[str]:
         env = {
             **os.environ,
-            "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
             "AGENTBUS_DATA_DIR": "data",  # the default, relative to where `up` runs
             "PYTHONPATH": str(REPO),
         }
+        env.pop("REDIS_URL", None)
+        env.pop("AGENTBUS_REDIS_URL", None)
+        if redis_url is not None:
+            env["REDIS_URL"] = redis_url
         env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
         env.pop("ANTHROPIC_API_KEY", None)  # the demo's model is the fake server
         port = free_port() if base_port is None else base_port
-        command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port), *args]
+        command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port)]
+        command += ["--redis-port", str(redis_port), *args]
         # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
         up = subprocess.Popen(
             command,
@@ -252,3 +265,88 @@ def test_leftovers_on_a_port_do_not_fool_readiness_and_console_logs_stay_short(
         "fake-model",
     }
     assert sum(record["event"] == "Application shutdown complete." for record in records) == 5
+
+
+def _metrics_ports(lines: list[str]) -> dict[str, int]:
+    """Each child's HTTP port from `up`'s table (``tools-1        pid 1234    http://127.0.0.1:9401/metrics``)."""
+    ports: dict[str, int] = {}
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] == "pid" and fields[3].endswith("/metrics"):
+            ports[fields[0]] = int(fields[3].rsplit(":", 1)[1].split("/")[0])
+    return ports
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _poll(check: Callable[[], bool], what: str, timeout_s: float = 90) -> None:
+    """Until ``check()`` holds; a generous bound only, so a loaded machine does not fail the test."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened: {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_private_redis_is_restarted_on_its_append_only_file_and_one_that_keeps_dying_fails_up(
+    tmp_path: Path, start_up: StartUp
+) -> None:
+    """Issue 25: `up` ran on, silent, with its Redis dead and every worker unready. Now the private Redis is a
+    supervised child: SIGKILLed, it comes back on the same port and AOF (the data is still there, the
+    workers ready again); when it cannot come back (its AOF manifest broken), `up` exits 1 with one line."""
+    redis_port = free_port()
+    url = f"redis://127.0.0.1:{redis_port}/0"
+    up = start_up(redis_port, "--no-demo", "--max-restarts", "2")
+    lines: list[str] = []
+    _read_until(up, "agentbus is up", lines)
+    pids = _pids(lines)
+    ports = _metrics_ports(lines)
+    with redis.Redis.from_url(url) as client:
+        client.set("written-before-the-kill", "still here")
+
+    os.kill(pids["redis"], signal.SIGKILL)
+    restarted = _read_until(up, "the private Redis restarted", lines)
+    assert f"pid {pids['redis']}" not in restarted
+    with redis.Redis.from_url(url) as client:
+        assert client.get("written-before-the-kill") == b"still here"
+        assert client.exists("agentbus:tools:catalog")  # what the workers wrote: the append-only file replayed
+    _poll(lambda: all(_ready(port) for port in ports.values()), "every worker ready again on the restarted Redis")
+
+    new_pid = int(restarted.split("pid ")[1].split(",")[0])
+    manifest = next((tmp_path / "data" / "redis").rglob("*.manifest"))
+    manifest.write_text("this is not an AOF manifest\n")  # read only when redis-server starts: every restart fails
+    os.kill(new_pid, signal.SIGKILL)
+    rest, _ = up.communicate(timeout=150)
+    output = "".join(lines) + rest
+    assert up.returncode == 1, output[-4000:]
+    failures = [line for line in output.splitlines() if line.startswith("agentbus up:")]
+    assert len(failures) == 1, output[-4000:]
+    assert "the private Redis at" in failures[0]
+    assert failures[0].endswith("giving up")
+    tracebacks = [(line[:200], line[-1500:]) for line in output.splitlines() if "Traceback" in line]
+    assert not tracebacks
+    assert _wait_gone(pids) == {}
+
+
+@pytest.mark.timeout(120)
+def test_an_unreachable_redis_url_is_never_replaced_by_a_private_redis(tmp_path: Path, start_up: StartUp) -> None:
+    """Issue 25: a mistyped REDIS_URL used to be replaced silently by a throwaway private Redis (and `up`
+    exited 0). Now `up` waits for it (``--redis-wait``), then exits 1 with one line and starts nothing."""
+    port = free_port()
+    up = start_up(free_port(), "--no-demo", "--redis-wait", "1", redis_url=f"redis://:hunter2@127.0.0.1:{port}/0")
+    output, _ = up.communicate(timeout=90)
+    assert up.returncode == 1, output
+    failures = [line for line in output.splitlines() if line.startswith("agentbus up:")]
+    assert len(failures) == 1, output
+    assert f"the Redis at redis://:***@127.0.0.1:{port}/0 (REDIS_URL) did not answer within 1s" in failures[0]
+    assert "hunter2" not in output
+    assert "private one at" not in output
+    assert not (tmp_path / "data" / "redis").exists()
+    assert "Traceback" not in output

@@ -53,7 +53,7 @@ async def test_a_slot_is_refilled_when_its_job_ends_and_the_entry_is_acked_then(
     finished: list[str] = []
     await slots.start(long_entry, gated(long_gate, finished, "long"))
     await slots.start(short_entry, gated(short_gate, finished, "short"))
-    assert slots.holds(long_entry.entry_id)
+    assert slots.holds(long_entry)
     assert slots.busy == 2
     waiting = asyncio.create_task(slots.until_free())
     await asyncio.sleep(0)
@@ -111,3 +111,31 @@ async def test_finish_cancels_jobs_past_the_timeout_and_leaves_them_pending(ared
 async def test_a_slot_count_below_one_is_refused(aredis: aioredis.Redis) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         JobSlots(aredis, group=GROUP, size=0)
+
+
+async def test_entries_of_two_streams_with_the_same_id_run_in_two_slots(aredis: aioredis.Redis) -> None:
+    """One worker's slots serve every shard's stream, and two shards hand out the same id to entries written
+    in the same millisecond (issue 25): a job is known by its entry's stream and id together."""
+    streams = [f"{STREAM}:{{s00}}", f"{STREAM}:{{s01}}"]
+    entries = []
+    for stream in streams:
+        await aredis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+        await aredis.xadd(stream, {"data": "job"}, id="1700000000000-0")
+        reply = await aredis.xreadgroup(GROUP, "worker-1", {stream: ">"}, count=1)
+        [(raw_id, fields)] = reply[0][1]
+        entries.append(StreamEntry(stream, raw_id.decode(), dict(fields)))
+    first, second = entries
+    assert first.entry_id == second.entry_id
+    slots = JobSlots(aredis, group=GROUP, size=2)
+    gate = asyncio.Event()
+    finished: list[str] = []
+    await slots.start(first, gated(gate, finished, "first"))
+    assert slots.holds(first)
+    assert not slots.holds(second)  # the same id on the other shard is another job
+    await slots.start(second, gated(gate, finished, "second"))
+    assert slots.busy == 2
+    gate.set()
+    await slots.finish(timeout_s=None)
+    assert sorted(finished) == ["first", "second"]
+    for stream in streams:
+        assert await aredis.xpending_range(stream, GROUP, "-", "+", 10) == []  # both acked

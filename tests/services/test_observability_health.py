@@ -89,6 +89,24 @@ async def test_healthz_fails_when_a_background_task_dies_but_not_while_draining(
     assert (await call(make_app(quiet), "/healthz"))[0] == 200
 
 
+async def test_healthz_fails_when_a_runtime_renew_loop_ended() -> None:
+    """Issue 25: a runtime's renew loops (the tool catalog refresh, the lease loop) exist once it started; they are
+    read per check, and one that ended fails /healthz (one not started yet is not checked)."""
+    tasks: dict[str, asyncio.Task[None] | None] = {"tool_catalog": None}
+    health = Health()
+    health.register_task_source(lambda: tasks)
+    assert (await call(make_app(health), "/healthz"))[0] == 200
+    running = asyncio.create_task(asyncio.Event().wait())
+    tasks["tool_catalog"] = running
+    assert (await call(make_app(health), "/healthz"))[0] == 200
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    status, body, _ = await call(make_app(health), "/healthz")
+    assert status == 503
+    assert isinstance(body, dict)
+    assert body["checks"]["task:tool_catalog"]["ok"] is False
+
+
 class Loop:
     """Stands for a ``BatchConsumer`` as the health checks see it."""
 

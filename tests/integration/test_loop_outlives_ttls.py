@@ -1,0 +1,212 @@
+"""Issue 25, "tests that outlive what expires": a real bus (every worker a process, a real Redis, the fake model
+over HTTP) with every expiring thing set short — the tool catalog TTL 1 s, shard leases 1 s, the model's session
+lease 0.6 s, the claim idle time 1.5 s — left running for many of those periods, still offers the model every
+tool on every request, keeps its shard leases (same epochs: renewed, never lapsed), and runs a model call and a
+tool call each longer than several lease and claim periods exactly once. And entries of two shards with the
+same id (two streams hand out the same id in the same millisecond) run at once, neither waiting for the other.
+
+No wall-clock assertion: the test runs until it has seen the catalog entry refreshed many times, and polls
+every outcome with a generous bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.runtime.codec import entry_fields
+from services.runtime.deadletter import list_dead_letters
+from services.runtime.tool_catalog import read_catalog_snapshot
+from services.runtime.topology import INGESTION_GROUP, TOOLS_GROUP, Topology
+from shared.content import ToolUseBlock
+from shared.events import ToolJob, ToolResultReport, parse_ingress
+from tests.integration.cluster import WorkerCluster, eventually
+from tests.integration.fake_model import FakeModelProcess
+from tests.integration.model_turns import (
+    assert_every_tool_use_answered_once,
+    ended_with,
+    reply,
+    text,
+    tool_use,
+    turn_ended,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+
+CATALOG_TTL_S = 1.0
+RENEWALS = 10
+"""The catalog test runs until the tool worker's entry was seen refreshed this many times (10 TTLs at least)."""
+BUILTIN = ["Agent", "Bash", "Edit", "Glob", "Grep", "Read", "SendMessage", "Write"]
+
+
+@pytest.fixture(scope="module")
+def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
+    module_cluster.extra_env.update(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "AGENTBUS_MODEL__BASE_URL": fake.base_url,
+            "AGENTBUS_TOOLS__CATALOG_REFRESH_S": "0.3",
+            "AGENTBUS_TOOLS__CATALOG_TTL_S": str(CATALOG_TTL_S),
+            "AGENTBUS_LANE__LEASE_TTL_MS": "1000",
+            "AGENTBUS_LANE__RENEW_INTERVAL_MS": "250",
+            "AGENTBUS_MODEL__SESSION_LEASE_MS": "600",
+            "AGENTBUS_TOOLS__TIMEOUT_S": "30",
+        }
+    )
+    for name in ("ingestion", "normalization", "transcripts", "tools", "model"):
+        module_cluster.start(name)
+    module_cluster.wait_ready(timeout_s=240)
+    (module_cluster.workspace / "README.md").write_text("# demo\n", encoding="utf-8")
+    return module_cluster
+
+
+def new_session() -> str:
+    return f"ttl-{uuid.uuid4().hex[:12]}"
+
+
+def offered(request: dict[str, object]) -> list[str]:
+    body = request["body"]
+    assert isinstance(body, dict)
+    return sorted(tool["name"] for tool in body.get("tools") or [])
+
+
+async def lease_epochs(redis: aioredis.Redis, cluster: WorkerCluster, lane: str) -> dict[int, tuple[bytes, bytes]]:
+    """Each shard's (lease holder, epoch) of ``lane``."""
+    names = cluster.names
+    held = {}
+    for shard in range(names.shards):
+        holder = await redis.get(names.lease_key(lane, shard))
+        epoch = await redis.get(names.lease_epoch_key(lane, shard))
+        held[shard] = (holder, epoch)
+    return held
+
+
+def tools_ls(cluster: WorkerCluster) -> str:
+    env = {**os.environ, "REDIS_URL": cluster.redis_url, "AGENTBUS_SHARDS": str(cluster.names.shards)}
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "tools", "ls", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    topology = Topology(deployment.names)
+    async with deployment.client() as client:
+        redis = client.redis
+        before = await lease_epochs(redis, deployment, INGESTION_GROUP)
+        assert all(holder is not None for holder, _ in before.values()), before
+        refreshes: set[int] = set()
+        started = time.monotonic()
+        turns = 0
+        while len(refreshes) < RENEWALS or time.monotonic() - started < RENEWALS * CATALOG_TTL_S:
+            snapshot = await read_catalog_snapshot(redis, topology)
+            assert [entry.worker for entry in snapshot.live], "no live tool worker in the catalog"
+            refreshes.update(entry.refreshed_ms for entry in snapshot.live)
+            session = new_session()
+            await client.send_prompt(session, f"turn {turns}")
+            await wait_for(client, session, turn_ended)
+            turns += 1
+            (request,) = fake.requests(session)
+            assert offered(request) == BUILTIN, f"turn {turns}: the model was offered {offered(request)}"
+            await asyncio.sleep(CATALOG_TTL_S / 2)
+        listing = json.loads(tools_ls(deployment))
+        assert [worker["worker"].split("-")[0] for worker in listing["workers"]] == ["tools"], listing
+        assert [tool["name"] for tool in listing["tools"]] == BUILTIN
+        # The shard leases (TTL 1 s) were renewed all along: the same holders at the same epochs.
+        assert await lease_epochs(redis, deployment, INGESTION_GROUP) == before
+
+
+async def test_a_model_call_and_a_tool_call_longer_than_their_leases_run_once(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """The reply starts after 4 s (the session lease is 0.6 s, the claim idle 1.5 s), then a Bash call sleeps
+    4 s: both are renewed and kept claimed all along, so each runs once and nothing is dead-lettered."""
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(text("Let me wait."), tool_use("toolu_sleep", "Bash", command="sleep 4"), first_chunk_delay_ms=4000),
+            reply(text("Waited.")),
+        ],
+    )
+    topology = Topology(deployment.names)
+    async with deployment.client() as client:
+        await client.send_prompt(session, "Wait a little.")
+        history = await wait_for(client, session, ended_with("Waited."), timeout_s=120)
+        assert_every_tool_use_answered_once(history)
+        assert len(fake.requests(session)) == 2  # no call lost its lease and ran again
+        for stream in (
+            topology.tool_jobs_for(session),
+            topology.requests_for(session),
+        ):
+            assert await list_dead_letters(client.redis, topology.names.dead_letter_stream(stream)) == []
+
+
+async def test_jobs_with_the_same_entry_id_on_two_shards_run_at_once(deployment: WorkerCluster) -> None:
+    """The tool worker's slots serve every shard's job stream: a quick job on one shard whose entry id equals a
+    running long job's on another is not taken for it (issue 25: it was skipped until reclaimed, and after
+    repeated skips dead-lettered); it is answered while the long job still runs."""
+    topology = Topology(deployment.names)
+    long_session = new_session()
+    quick_session = next(
+        session
+        for session in (new_session() for _ in range(1000))
+        if topology.tool_jobs_for(session) != topology.tool_jobs_for(long_session)
+    )
+    now_ms = int(time.time() * 1000)
+    entry_id = f"{now_ms}-0"
+    (deployment.workspace / "quick.txt").write_text("quick\n", encoding="utf-8")
+
+    def job(session: str, call: ToolUseBlock) -> ToolJob:
+        return ToolJob(
+            session_id=session,
+            assistant_uuid=f"assistant-{session}",
+            tool_uses=[call],
+            dispatched_ms=now_ms,
+            deadline_ms=now_ms + 120_000,
+        )
+
+    async with aioredis.Redis.from_url(deployment.redis_url) as redis:
+
+        async def answered(session: str) -> bool:
+            entries = await redis.xrange(topology.ingress_for(session))
+            return any(isinstance(parse_ingress(fields[b"data"]).payload, ToolResultReport) for _, fields in entries)
+
+        long_job = job(long_session, ToolUseBlock(id="toolu_long", name="Bash", input={"command": "sleep 6"}))
+        await redis.xadd(topology.tool_jobs_for(long_session), entry_fields(long_job), id=entry_id)  # type: ignore[arg-type]
+
+        async def long_running() -> bool:
+            """The long job's entry was read (a worker reads an entry only to start its job in a slot)."""
+            pending = await redis.xpending_range(topology.tool_jobs_for(long_session), TOOLS_GROUP, "-", "+", 10)
+            return any(row["message_id"].decode() == entry_id for row in pending)
+
+        await eventually(long_running, timeout_s=60)
+        quick_call = ToolUseBlock(
+            id="toolu_quick", name="Read", input={"file_path": str(deployment.workspace / "quick.txt")}
+        )
+        await redis.xadd(
+            topology.tool_jobs_for(quick_session), entry_fields(job(quick_session, quick_call)), id=entry_id
+        )  # type: ignore[arg-type]
+
+        await eventually(lambda: answered(quick_session), timeout_s=60)
+        assert not await answered(long_session), "the quick job waited for the long job with the same entry id"
+        await eventually(lambda: answered(long_session), timeout_s=60)
+        for session in (long_session, quick_session):
+            dead = topology.names.dead_letter_stream(topology.tool_jobs_for(session))
+            assert await list_dead_letters(redis, dead) == []
