@@ -23,7 +23,8 @@ What is counted, at the source where it can be:
 - side effects twice: a Bash `echo MARKER >> effects.log` whose marker is in the file more than once;
 - usage mismatch: a session tree whose `agentbus usage --tree` call count differs from the calls the two
   model servers answered completely for it (their own request journals, keyed by `metadata.user_id`);
-- ConnectionErrors: a connection error that reached the caller of `converse()`;
+- ConnectionErrors: a connection error that reached the caller of `converse()` (and, apart, any other
+  exception that did: a failover's `UNBLOCKED`, a `ConversationTimeout`);
 - requests without tools: requests the model servers received with no `tools` (the catalog had expired).
 
 Exit status 1 when any of them is not zero. The working directory (logs, transcripts, report.json) is
@@ -279,7 +280,8 @@ async def run_session(run: Run, bus: AgentbusClient, session: str, stop_at: floa
                 await conversation.aclose()
         # A turn converse() did not see end may still end on the bus: wait for it before the next prompt
         # (which would queue behind it); a hung session takes no more prompts.
-        if not record.ended_by_converse and not await wait_turn_end(bus, record, run.args.hang_bound_s):
+        unseen_end = record.published and not record.ended_by_converse
+        if unseen_end and not await wait_turn_end(bus, record, run.args.hang_bound_s):
             return
 
 
@@ -425,12 +427,18 @@ def answered_calls(run: Run) -> tuple[Counter[str], int, Counter[str]]:
     answered: Counter[str] = Counter()
     seen: Counter[str] = Counter()
     without_tools = 0
+    calls: list[dict[str, Any]] = []  # kept in the working directory, to trace a mismatch
     for record in run.servers.fake.admin.requests(settled=True):
         seen[f"fake-model {record.step_kind} {record.ended}"] += 1
         body = record.body if isinstance(record.body, dict) else {}
         without_tools += not body.get("tools")
-        if record.ended == "answered" and record.step_kind not in ("http_error", "hang") and record.session_id:
+        complete = record.ended == "answered" and record.step_kind not in ("http_error", "hang")
+        if complete and record.session_id:
             answered[record.session_id] += 1
+        calls.append(
+            {"server": "fake-model", "session": record.session_id, "at_ms": record.at_ms, "complete": complete}
+            | {"outcome": f"{record.step_kind} {record.ended}", "tools": bool(body.get("tools"))}
+        )
     if run.servers.llmock_url is not None:
         for row in llmock_journal(run.servers.llmock_url):
             if not str(row.get("path", "")).endswith("/v1/messages"):
@@ -439,8 +447,15 @@ def answered_calls(run: Run) -> tuple[Counter[str], int, Counter[str]]:
             body = row.get("body") if isinstance(row.get("body"), dict) else {}
             without_tools += not body.get("tools")
             session = session_of_body(body)
-            if row.get("status") == 200 and row.get("completed") and session:
+            complete = row.get("status") == 200 and bool(row.get("completed"))
+            if complete and session:
                 answered[session] += 1
+            calls.append(
+                {"server": "llmock", "session": session, "seq": row.get("seq"), "complete": complete}
+                | {"outcome": f"{row.get('status')} {row.get('fault') or 'clean'}", "tools": bool(body.get("tools"))}
+            )
+    with (run.root / "model-calls.jsonl").open("w") as out:
+        out.writelines(json.dumps(call) + "\n" for call in calls)
     return answered, without_tools, seen
 
 
@@ -469,7 +484,7 @@ async def judge(run: Run, bus: AgentbusClient) -> dict[str, Any]:
     bound = run.args.hang_bound_s
     # Every turn must end: those not seen ending get the bound, counted from when the faults stopped.
     deadline = time.monotonic() + bound
-    open_turns = [t for t in run.turns if t.published or t.connection_error]
+    open_turns = [t for t in run.turns if t.published]
     while time.monotonic() < deadline:
         pending = []
         for turn in open_turns:
@@ -557,6 +572,7 @@ async def judge(run: Run, bus: AgentbusClient) -> dict[str, Any]:
             "side effects run twice": len(twice),
             "usage mismatch": usage_mismatches,
             "ConnectionError to caller": len(connection_errors),
+            "other errors to caller": sum(1 for t in run.turns if t.other_error),
             "requests without tools": without_tools,
         },
         "context": {
@@ -565,7 +581,6 @@ async def judge(run: Run, bus: AgentbusClient) -> dict[str, Any]:
             "side effects scripted": len(set(run.markers)),
             "calls recorded (usage, all trees)": recorded_total,
             "calls answered (servers)": answered_total,
-            "other errors to caller": sum(1 for t in run.turns if t.other_error),
             "faults": dict(run.faults),
             "model server outcomes": dict(sorted(seen.items())),
         },
@@ -581,6 +596,7 @@ FAILING_ROWS = (
     "side effects run twice",
     "usage mismatch",
     "ConnectionError to caller",
+    "other errors to caller",
     "requests without tools",
 )
 
