@@ -628,6 +628,8 @@ def deploy(args: argparse.Namespace, root: Path) -> tuple[RedisTarget, ModelServ
     workers.extra_env.update(
         {**SHORT_TIMINGS, "ANTHROPIC_API_KEY": "sk-ant-soak", "AGENTBUS_TOOLS__ALLOW": json.dumps(allow)}
     )
+    if args.catalog_ttl_s is not None:  # e.g. to see the rest of the run with tools offered despite issue 25.1
+        workers.extra_env["AGENTBUS_TOOLS__CATALOG_TTL_S"] = str(args.catalog_ttl_s)
     workers.role_env = {"model": {"AGENTBUS_MODEL__BASE_URL": fake.base_url}}
     if llmock_url is not None:
         workers.role_env["model-llmock"] = {"AGENTBUS_MODEL__BASE_URL": llmock_url + "/anthropic"}
@@ -678,6 +680,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-share", type=float, default=0.6, help="part of the run with faults (then quiet)")
     parser.add_argument("--hang-bound-s", type=float, default=90.0, help="a turn not ended this long is hung")
     parser.add_argument("--llmock-workers", type=int, default=2, help="model workers on llmock (0: none)")
+    parser.add_argument("--catalog-ttl-s", type=float, default=None, help="override the tool catalog TTL (3 s)")
     parser.add_argument("--root", type=Path, default=None, help="working directory (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
     parser.add_argument("--show", type=int, default=40, help="detail lines printed")
