@@ -643,6 +643,10 @@ def deploy(args: argparse.Namespace, root: Path) -> tuple[RedisTarget, ModelServ
 
 
 async def soak(args: argparse.Namespace, root: Path) -> int:
+    # SIGTERM as Ctrl-C: the run is cancelled and its finally blocks stop every process it started.
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     target, servers, workers = await asyncio.to_thread(deploy, args, root)
     run = Run(args, root, workers, target, servers)
     try:
@@ -689,17 +693,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def interrupted(signum: int, frame: object) -> None:
-    """SIGTERM as Ctrl-C: the run's finally blocks stop every process it started."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     root = args.root or Path(tempfile.mkdtemp(prefix="agentbus-soak-"))
     root.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("LOG_LEVEL", "WARNING")
-    signal.signal(signal.SIGTERM, interrupted)
     print(f"soak: {args.minutes:g} min on {'a Redis Cluster' if args.cluster else 'one Redis'}; working dir {root}")
     code = asyncio.run(soak(args, root))
     if code == 0 and not args.keep and args.root is None:
