@@ -85,6 +85,10 @@ log = structlog.get_logger(__name__)
 
 LEASE_POLL_INITIAL_S = 0.02
 LEASE_POLL_MAX_S = 0.5
+USAGE_RETRY_S = 300.0
+"""How long the usage of an abandoned call's complete replies is retried (Redis restarting) before it is logged lost."""
+USAGE_RETRY_INITIAL_S = 0.1
+USAGE_RETRY_MAX_S = 2.0
 DEFAULT_TENANT = "default"
 FINAL_STATES = frozenset({"answered", "interrupted"})
 """In-flight record states that mean the request needs no call any more."""
@@ -237,6 +241,7 @@ class ModelWorker:
         self.ids = ids
         self.stats = ModelWorkerStats()
         self._running: dict[str, _Running] = {}
+        self._usage_writes: set[asyncio.Task[None]] = set()
 
     # -- interrupts -------------------------------------------------------------------------------------
 
@@ -571,13 +576,15 @@ class ModelWorker:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if running.interrupted_at is None or (current is not None and current.cancelling()):
+                self._record_billed(session, call)
                 span.end(None)
-                raise  # shutdown: the notice stays pending and is served again
+                raise  # shutdown or a lost lease: the notice stays pending and is served again
             await self._aborted(session, notice, publisher, call, running.interrupted_at)
             span.set_attribute("error.type", "interrupted")
             span.end(None)
             return
         except BaseException as error:
+            self._record_billed(session, call)
             span.set_attribute("error.type", type(error).__name__)
             span.end(error)
             raise
@@ -622,6 +629,36 @@ class ModelWorker:
                 actual += total_tokens(response.usage)
         if self.bucket is not None:
             await self.bucket.settle(tenant, estimated=estimate, actual=actual)
+
+    def _record_billed(self, session: str, call: ModelCall) -> None:
+        """The call was abandoned (its writes never landed, its lease was lost) after the API sent complete
+        replies: the API billed them, and the request is called again by whoever serves its notice next, so
+        their usage is recorded now — once (the usage store deduplicates by request id). Redis may be the
+        reason the call failed: the records are written in the background until they land."""
+        billed = [response for response in [*call.superseded, *call.received] if response.usage is not None]
+        if billed:
+            task = asyncio.create_task(self._record_until_written(session, billed), name=f"usage:{session}")
+            self._usage_writes.add(task)
+            task.add_done_callback(self._usage_writes.discard)
+
+    async def _record_until_written(self, session: str, responses: list[CallResult]) -> None:
+        delay = USAGE_RETRY_INITIAL_S
+        deadline = time.monotonic() + USAGE_RETRY_S
+        pending = list(responses)
+        while pending:
+            response = pending[0]
+            try:
+                assert response.usage is not None
+                await self._record_response_usage(session, response, response.usage)
+                log.warning("model_usage_of_abandoned_call", session_id=session, request_id=response.request_id)
+                pending.pop(0)
+                continue
+            except (aioredis.RedisError, OSError) as error:
+                if time.monotonic() + delay > deadline:
+                    log.error("model_usage_lost", session_id=session, request_id=response.request_id, error=repr(error))
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, USAGE_RETRY_MAX_S)
 
     async def _record_response_usage(self, session: str, response: CallResult, usage: JsonObject) -> None:
         billed_model = response.response_model or response.model
