@@ -44,7 +44,7 @@ from services.observability import model_metrics
 from services.runtime.settings import ModelSettings
 from shared.clock import Clock, utc_now
 from shared.content_from_api import normalize_content_from_api
-from shared.events import AssistantReply, StreamFallback, SystemNotice, UserPrompt
+from shared.events import AssistantReply, IngressPayload, StreamFallback, SystemNotice, UserPrompt
 from shared.factories import create_assistant_api_error_message, create_informational_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
@@ -565,6 +565,23 @@ class ModelCall:
             attempts=self.attempts,
             time_to_first_chunk_s=self.first_chunk_s,
         )
+
+    async def end_abandoned(self, error: BaseException) -> None:
+        """The call was abandoned on its notice's last delivery (its writes never landed, or a bug raised): no
+        one would serve the request again, so this ends the turn as Claude Code's loop does when an exception
+        escapes the model call (M7.4): an assistant error whose text is the raw error message. What the call
+        streamed is tombstoned first (R6.1), so no partial block or tool_use stays live."""
+        publisher = self.publisher.fresh()
+        entries: list[tuple[str, IngressPayload]] = []
+        if self.request_id is not None:
+            entries.append((f"model:{self.request_id}:fallback", StreamFallback(request_id=self.request_id)))
+        message = create_assistant_api_error_message(str(error), clock=self.clock, ids=self.ids)
+        entries.append(
+            (f"model:{self.call_id}:abandoned", AssistantReply(message=message, request_seq=publisher.request_seq))
+        )
+        publisher.record(self._inflight(self.request_id or self.call_id, "answered"))
+        await publisher.publish(entries)
+        log.error("model_call_abandoned", request_id=self.request_id, error=repr(error)[:200])
 
     # -- helpers -----------------------------------------------------------------------------------------
 

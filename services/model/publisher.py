@@ -46,8 +46,9 @@ PUBLISH_BACKOFF_INITIAL_S = 0.05
 PUBLISH_BACKOFF_MAX_S = 1.0
 
 
-class PublishFailed(ConnectionError):
-    """A write of the call's entries did not land within the bound: the call is abandoned (module docstring)."""
+class PublishFailed(Exception):
+    """A write of the call's entries did not land within the bound: the call is abandoned (module docstring). Not an
+    ``OSError``: the retry loop of the model call (M4) must never take it for a failure of the API."""
 
     def __init__(self, session_id: str, error: BaseException) -> None:
         super().__init__(f"session {session_id}: entries could not be written: {error!r}")
@@ -98,6 +99,22 @@ class SessionPublisher:
         self._failure: BaseException | None = None
         self._record: bytes | None = None
         self.published = 0
+
+    def fresh(self) -> SessionPublisher:
+        """A publisher of the same call (session, request, fence) that has written nothing and failed nothing:
+        what ends the turn after this one gave up (``ModelCall.end_abandoned``)."""
+        return SessionPublisher(
+            self.redis,
+            self.topology,
+            session_id=self.session_id,
+            request_seq=self.request_seq,
+            internal_key=self.internal_key,
+            traceparent=self.traceparent,
+            request_digest=self.request_digest,
+            fence=self.fence,
+            retry_s=self.retry_s,
+            sleep=self.sleep,
+        )
 
     # -- stream events: written behind the stream -------------------------------------------------
 

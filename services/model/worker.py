@@ -220,6 +220,7 @@ class ModelWorker:
         slots: JobSlots,
         keepalive_s: float,
         bucket: Bucket | None = None,
+        max_deliveries: int = 5,
         tracer: WorkerTracer | None = None,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
@@ -236,6 +237,8 @@ class ModelWorker:
         self.slots = slots
         self.keepalive_s = keepalive_s
         self.bucket = bucket
+        self.max_deliveries = max_deliveries
+        """The consumers' ``max_deliveries``: a notice delivered that often is dead-lettered if its call fails."""
         self.tracer = tracer if tracer is not None else WorkerTracer("model")
         self.clock = clock
         self.ids = ids
@@ -406,6 +409,7 @@ class ModelWorker:
             traceparent=notice.traceparent,
             request_digest=digest,
             fence=(lease.key, lease.owner),
+            retry_s=self.settings.publish_retry_s,
         )
         if interrupted_at is not None and int(interrupted_at) >= entry_time_ms(entry.entry_id):
             # Interrupted after the request was published: the turn is over before the call began.
@@ -458,6 +462,7 @@ class ModelWorker:
             switched=switched,
             limits=limits,
             estimated=estimated,
+            last_delivery=entry.delivery_count >= self.max_deliveries,
         )
 
     async def _blocked(
@@ -542,6 +547,7 @@ class ModelWorker:
         switched: str | None,
         limits: TurnOutputLimits,
         estimated: int,
+        last_delivery: bool = False,
     ) -> None:
         max_tokens = request_body(params).get("max_tokens")
         # The token bucket is charged the prompt's estimate (M8.1's) and the most the reply may add.
@@ -587,7 +593,12 @@ class ModelWorker:
             self._record_billed(session, call)
             span.set_attribute("error.type", type(error).__name__)
             span.end(error)
-            raise
+            if not (last_delivery and isinstance(error, Exception) and not isinstance(error, SessionLeaseLost)):
+                raise  # the notice stays pending: reclaimed, served again whole (a lost lease: by its holder)
+            # The notice's last delivery: dead-lettered, nobody would end the turn. End it here (M7.4).
+            await call.end_abandoned(error)
+            model_metrics.record_call(call.model, "abandoned")
+            return
         finally:
             model_metrics.call_ended()
             self._running.pop(session, None)

@@ -22,7 +22,8 @@ import pytest
 
 from services.runtime.local_redis import free_port
 from shared.content import ToolResultBlock
-from shared.messages import AssistantMessage, SystemMessage, UserMessage
+from shared.messages import AssistantMessage, UserMessage
+from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
 from tests.integration.cluster import WorkerCluster
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
@@ -139,8 +140,8 @@ def replies(history: list[Any]) -> list[AssistantMessage]:
     return [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
 
 
-def api_error_notices(history: list[Any]) -> list[SystemMessage]:
-    return [m for m in live_messages(history) if isinstance(m, SystemMessage) and m.subtype == "api_error"]
+def api_error_notices(history: list[Any]) -> list[ApiErrorSystemMessage]:
+    return [m for m in live_messages(history) if isinstance(m, ApiErrorSystemMessage)]
 
 
 def new_session(name: str) -> str:
@@ -188,10 +189,8 @@ async def test_outage_switches_to_the_fallback_model_then_gives_up(
     rows = llmock.requests_of(session)
     llmock.script()
     assert len(rows) <= 2 * (MAX_RETRIES + 1)
-    notices = [text_of(m) for m in live_messages(history) if isinstance(m, SystemMessage) and m.subtype != "api_error"]
-    assert "Switched to Haiku 4.5 due to high demand for Sonnet 4.6" in " ".join(
-        getattr(m, "content", "") or "" for m in live_messages(history) if isinstance(m, SystemMessage)
-    ), notices
+    notices = [m.content for m in live_messages(history) if isinstance(m, InformationalSystemMessage)]
+    assert notices == ["Switched to Haiku 4.5 due to high demand for Sonnet 4.6"]  # M6.3
     (last,) = replies(history)
     assert last.is_api_error_message
     assert text_of(last) == "API Error: Repeated 529 Overloaded errors"
@@ -313,7 +312,8 @@ async def test_a_broken_tool_call_is_answered_with_an_error_and_the_loop_goes_on
     ]
     assert [block.is_error for block in results] == [True]
     last = replies(history)[-1]
-    assert not last.is_api_error_message and text_of(last)
+    assert not last.is_api_error_message
+    assert text_of(last)
     assert len(llmock.requests_of(session)) == 2
 
 
@@ -325,4 +325,3 @@ def test_every_llmock_fault_kind_is_covered() -> None:
     assert set(scenarios.ToolFaultKind.__args__) == {"malformed_arguments", "unknown_tool"}  # type: ignore[attr-defined]
     behaviors = {"Fail", "Delay", "SlowFirstToken", "StreamFault", "Reply", "ToolFault"}
     assert {cls.__name__ for cls in scenarios.Behavior.__args__} == behaviors  # type: ignore[attr-defined]
-
