@@ -70,7 +70,7 @@ class LLMockProcess:
 
 
 @pytest.fixture(scope="module")
-def llmock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMockProcess]:
+def llmock_proc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMockProcess]:
     port = free_port()
     log = (tmp_path_factory.mktemp("llmock") / "llmock.log").open("wb")
     # --tool-mode off: a request offering tools is answered in text unless a case scripts a tool call.
@@ -99,11 +99,11 @@ def llmock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LLMockProcess]:
 
 
 @pytest.fixture(scope="module")
-def deployment(module_cluster: WorkerCluster, llmock: LLMockProcess) -> WorkerCluster:
+def deployment(module_cluster: WorkerCluster, llmock_proc: LLMockProcess) -> WorkerCluster:
     module_cluster.extra_env.update(
         {
             "ANTHROPIC_API_KEY": "sk-ant-test",
-            "AGENTBUS_MODEL__BASE_URL": f"{llmock.url}/anthropic",
+            "AGENTBUS_MODEL__BASE_URL": f"{llmock_proc.url}/anthropic",
             "AGENTBUS_MODEL__MODEL": MODEL,
             "AGENTBUS_MODEL__FALLBACK_MODEL": FALLBACK,
             "AGENTBUS_MODEL__MAX_RETRIES": str(MAX_RETRIES),
@@ -165,55 +165,57 @@ def assert_answered_once(history: list[Any], text: str) -> None:
 # -- HTTP errors ---------------------------------------------------------------------------------------
 
 
-async def test_fail_500_twice_is_retried_then_answered(deployment: WorkerCluster, llmock: LLMockProcess) -> None:
+async def test_fail_500_twice_is_retried_then_answered(deployment: WorkerCluster, llmock_proc: LLMockProcess) -> None:
     session = new_session("fail")
-    llmock.script({"type": "fail", "status": 500, "times": 2}, {"type": "reply", "text": "after two 500s"})
+    llmock_proc.script({"type": "fail", "status": 500, "times": 2}, {"type": "reply", "text": "after two 500s"})
     history = await run_turn(deployment, session)
     assert_answered_once(history, "after two 500s")
-    assert llmock.verdict_errors() == set()
-    assert len(llmock.requests_of(session)) == 3
+    assert llmock_proc.verdict_errors() == set()
+    assert len(llmock_proc.requests_of(session)) == 3
     assert [n.retry_attempt for n in api_error_notices(history)] == [1, 2]  # M4.4
 
 
-async def test_rate_limit_honours_retry_after(deployment: WorkerCluster, llmock: LLMockProcess) -> None:
+async def test_rate_limit_honours_retry_after(deployment: WorkerCluster, llmock_proc: LLMockProcess) -> None:
     session = new_session("ratelimit")
-    llmock.script({"type": "fail", "status": 429, "retry_after": 1, "times": 1}, {"type": "reply", "text": "waited"})
+    llmock_proc.script(
+        {"type": "fail", "status": 429, "retry_after": 1, "times": 1}, {"type": "reply", "text": "waited"}
+    )
     history = await run_turn(deployment, session)
     assert_answered_once(history, "waited")
-    assert llmock.verdict_errors() == set()  # no retry_after_ignored
-    first, second = llmock.requests_of(session)
+    assert llmock_proc.verdict_errors() == set()  # no retry_after_ignored
+    first, second = llmock_proc.requests_of(session)
     assert first["status"] == 429
     assert second["started_at"] - first["ended_at"] >= 1.0  # M4.3: retry-after wins over the backoff
     assert [n.retry_in_ms for n in api_error_notices(history)] == [1000]
 
 
 async def test_three_529s_switch_to_the_fallback_model_which_answers(
-    deployment: WorkerCluster, llmock: LLMockProcess
+    deployment: WorkerCluster, llmock_proc: LLMockProcess
 ) -> None:
     """M6.2/M6.3: three overloads in a row on the main model; the warning with the display names, then the same
     request on the fallback model."""
     session = new_session("overloaded")
-    llmock.script({"type": "fail", "status": 529, "times": 3}, {"type": "reply", "text": "from the fallback"})
+    llmock_proc.script({"type": "fail", "status": 529, "times": 3}, {"type": "reply", "text": "from the fallback"})
     history = await run_turn(deployment, session)
     assert_answered_once(history, "from the fallback")
     notices = [m.content for m in live_messages(history) if isinstance(m, InformationalSystemMessage)]
     assert notices == ["Switched to Haiku 4.5 due to high demand for Sonnet 4.6"]
-    assert [row["model"] for row in llmock.requests_of(session)] == [MODEL] * 3 + [FALLBACK]
-    assert llmock.verdict_errors() == set()
+    assert [row["model"] for row in llmock_proc.requests_of(session)] == [MODEL] * 3 + [FALLBACK]
+    assert llmock_proc.verdict_errors() == set()
 
 
 async def test_outage_switches_to_the_fallback_model_then_gives_up(
-    deployment: WorkerCluster, llmock: LLMockProcess
+    deployment: WorkerCluster, llmock_proc: LLMockProcess
 ) -> None:
     """llmock's ``outage()`` is a permanent 503 whose body is Anthropic's ``overloaded_error``: three in a row
     switch to the fallback model with the M6.3 notice; there, three more give up (M6.4) with Claude Code's
     ``Repeated 529 Overloaded errors`` text."""
     session = new_session("outage")
-    llmock.script({"type": "fail", "status": 503, "times": None})
+    llmock_proc.script({"type": "fail", "status": 503, "times": None})
     history = await run_turn(deployment, session)
-    rows = llmock.requests_of(session)
-    assert llmock.verdict_errors() == set()  # no retry_storm
-    llmock.script()
+    rows = llmock_proc.requests_of(session)
+    assert llmock_proc.verdict_errors() == set()  # no retry_storm
+    llmock_proc.script()
     assert len(rows) <= 2 * (MAX_RETRIES + 1)
     notices = [m.content for m in live_messages(history) if isinstance(m, InformationalSystemMessage)]
     assert notices == ["Switched to Haiku 4.5 due to high demand for Sonnet 4.6"]  # M6.3
@@ -224,10 +226,10 @@ async def test_outage_switches_to_the_fallback_model_then_gives_up(
 
 
 async def test_context_overflow_gives_up_at_once_with_its_text(
-    deployment: WorkerCluster, llmock: LLMockProcess
+    deployment: WorkerCluster, llmock_proc: LLMockProcess
 ) -> None:
     session = new_session("overflow")
-    llmock.script(
+    llmock_proc.script(
         {
             "type": "fail",
             "status": 400,
@@ -242,8 +244,8 @@ async def test_context_overflow_gives_up_at_once_with_its_text(
         'API Error: 400 {"type":"error","error":{"type":"context_length_exceeded",'
         '"message":"This model\'s maximum context length was exceeded."}}'
     )
-    assert len(llmock.requests_of(session)) == 1  # M4.6: a 400 is not retried
-    assert llmock.verdict_errors() == set()  # no retried_non_retryable
+    assert len(llmock_proc.requests_of(session)) == 1  # M4.6: a 400 is not retried
+    assert llmock_proc.verdict_errors() == set()  # no retried_non_retryable
 
 
 # -- slow answers --------------------------------------------------------------------------------------
@@ -251,13 +253,13 @@ async def test_context_overflow_gives_up_at_once_with_its_text(
 
 @pytest.mark.parametrize("behavior", [{"type": "delay", "seconds": 1}, {"type": "slow_first_token", "seconds": 1}])
 async def test_slow_answers_are_waited_for(
-    deployment: WorkerCluster, llmock: LLMockProcess, behavior: dict[str, Any]
+    deployment: WorkerCluster, llmock_proc: LLMockProcess, behavior: dict[str, Any]
 ) -> None:
     session = new_session(behavior["type"])
-    llmock.script(behavior, {"type": "reply", "text": "slow but here"})
+    llmock_proc.script(behavior, {"type": "reply", "text": "slow but here"})
     history = await run_turn(deployment, session)
     assert_answered_once(history, "slow but here")
-    assert len(llmock.requests_of(session)) == 1
+    assert len(llmock_proc.requests_of(session)) == 1
 
 
 # -- stream faults ---------------------------------------------------------------------------------------
@@ -276,52 +278,52 @@ async def test_slow_answers_are_waited_for(
     ids=["disconnect", "malformed", "stall", "truncate-before-any-block"],
 )
 async def test_a_broken_stream_is_tombstoned_and_answered_without_streaming(
-    deployment: WorkerCluster, llmock: LLMockProcess, fault: dict[str, Any]
+    deployment: WorkerCluster, llmock_proc: LLMockProcess, fault: dict[str, Any]
 ) -> None:
     """M5.1 (a) an error while iterating (a dropped connection, a chunk that is not JSON, the M2.8 idle
     watchdog) or (b) the M2.5 incomplete check: the non-streaming fallback answers, once."""
     session = new_session(fault["kind"])
-    llmock.script(fault, {"type": "reply", "text": "ok", "times": 2})
+    llmock_proc.script(fault, {"type": "reply", "text": "ok", "times": 2})
     history = await run_turn(deployment, session)
     assert_answered_once(history, "ok")
-    rows = llmock.requests_of(session)
+    rows = llmock_proc.requests_of(session)
     assert [row["stream"] for row in rows] == [True, False]
     # llmock groups a call's attempts by request body: the M5.2 retry (no ``stream``, M1.7 ``max_tokens``) is
     # another body to it, so it grades the truncated stream as kept although the non-streaming call replaced it.
     allowed = {"truncated_stream_accepted"} if fault["kind"] == "truncate" else set()
-    assert llmock.verdict_errors() <= allowed
+    assert llmock_proc.verdict_errors() <= allowed
 
 
 async def test_a_clean_cut_before_the_stop_reason_keeps_the_reply_and_ends_the_turn(
-    deployment: WorkerCluster, llmock: LLMockProcess
+    deployment: WorkerCluster, llmock_proc: LLMockProcess
 ) -> None:
     """M2.5: "no `message_start` at all, or `message_start` but no completed block **and** no stop reason →
     treated as a failed stream" — a finished block makes the stream a reply; R10.6: "Loop continues only if
     any tool_use block was streamed (stop_reason is not trusted)": no tool_use, the turn ends."""
     session = new_session("cut-before-delta")
-    llmock.script({"type": "stream_fault", "kind": "truncate", "after_chunks": 5}, {"type": "reply", "text": "ok"})
+    llmock_proc.script({"type": "stream_fault", "kind": "truncate", "after_chunks": 5}, {"type": "reply", "text": "ok"})
     history = await run_turn(deployment, session)
     assert_answered_once(history, "ok")
     assert not tombstones(history)
-    assert len(llmock.requests_of(session)) == 1
+    assert len(llmock_proc.requests_of(session)) == 1
     assert replies(history)[-1].message.stop_reason == "end_turn"
     # llmock grades keeping a stream without a finish reason as a failure; agent-loop.md M2.5 (Claude Code)
     # keeps it when a block finished, so that is the one finding expected here.
-    assert llmock.verdict_errors() <= {"truncated_stream_accepted"}
+    assert llmock_proc.verdict_errors() <= {"truncated_stream_accepted"}
 
 
 async def test_a_cut_inside_a_tool_call_after_a_text_block_keeps_the_text_and_ends_the_turn(
-    deployment: WorkerCluster, llmock: LLMockProcess
+    deployment: WorkerCluster, llmock_proc: LLMockProcess
 ) -> None:
     """The text block finished, the tool_use block did not (M2.4: a block is yielded at its
     ``content_block_stop``): Claude Code keeps the text; no tool_use was streamed, so its loop ends (R10.6)."""
     session = new_session("cut-in-tool")
     reply = {"type": "reply", "text": "ok", "tool_calls": [{"name": "Bash", "arguments": {"command": "true"}}]}
     # message_start, text start, ping, delta, text stop, tool_use start | cut
-    llmock.script({"type": "stream_fault", "kind": "truncate", "after_chunks": 6}, reply)
+    llmock_proc.script({"type": "stream_fault", "kind": "truncate", "after_chunks": 6}, reply)
     history = await run_turn(deployment, session)
     assert_answered_once(history, "ok")
-    assert len(llmock.requests_of(session)) == 1
+    assert len(llmock_proc.requests_of(session)) == 1
 
 
 # -- tool faults -------------------------------------------------------------------------------------------
@@ -329,14 +331,14 @@ async def test_a_cut_inside_a_tool_call_after_a_text_block_keeps_the_text_and_en
 
 @pytest.mark.parametrize("kind", ["malformed_arguments", "unknown_tool"])
 async def test_a_broken_tool_call_is_answered_with_an_error_and_the_loop_goes_on(
-    deployment: WorkerCluster, llmock: LLMockProcess, kind: str
+    deployment: WorkerCluster, llmock_proc: LLMockProcess, kind: str
 ) -> None:
     """The tool worker answers the broken call with an error result (R8: unknown tool / input validation);
     the loop calls again and llmock answers in text."""
     session = new_session(kind)
-    llmock.script({"type": "tool_fault", "kind": kind})
+    llmock_proc.script({"type": "tool_fault", "kind": kind})
     history = await run_turn(deployment, session)
-    first = llmock.requests_of(session)[0]
+    first = llmock_proc.requests_of(session)[0]
     assert first["body"].get("tools"), "the request offered no tools: llmock's tool fault never applied"
     assert_every_tool_use_answered_once(history)
     results = [
@@ -350,7 +352,7 @@ async def test_a_broken_tool_call_is_answered_with_an_error_and_the_loop_goes_on
     last = replies(history)[-1]
     assert not last.is_api_error_message
     assert text_of(last)
-    assert len(llmock.requests_of(session)) == 2
+    assert len(llmock_proc.requests_of(session)) == 2
 
 
 def test_every_llmock_fault_kind_is_covered() -> None:
