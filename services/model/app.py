@@ -82,6 +82,7 @@ class ModelRuntime:
             slots=self.slots,
             keepalive_s=keepalive_s,
             bucket=TokenBucket(context.redis, context.topology.names, settings.rate_limit),
+            max_deliveries=settings.consumer.max_deliveries,
         )
         base = context.consumer_config()
         handler = instrument_handler("model", self.worker.handle)

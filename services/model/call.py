@@ -38,13 +38,13 @@ import structlog
 from anthropic import AsyncAnthropic
 
 from services.model.failures import error_type_label, failure_of
-from services.model.publisher import SessionPublisher
+from services.model.publisher import PublishFailed, SessionPublisher
 from services.model.session_lease import SessionLeaseLost
 from services.observability import model_metrics
 from services.runtime.settings import ModelSettings
 from shared.clock import Clock, utc_now
 from shared.content_from_api import normalize_content_from_api
-from shared.events import AssistantReply, StreamFallback, SystemNotice, UserPrompt
+from shared.events import AssistantReply, IngressPayload, StreamFallback, SystemNotice, UserPrompt
 from shared.factories import create_assistant_api_error_message, create_informational_message
 from shared.ids import IdSource, random_uuid
 from shared.json_types import JsonObject
@@ -70,6 +70,7 @@ from shared.model.retry import (
     SwitchModel,
     decide,
 )
+from shared.model.stream_end import closing_events
 from shared.model.thinking import thinking_budget
 from shared.system_messages import ApiErrorSystemMessage
 from shared.usage import EMPTY_USAGE, update_usage
@@ -116,6 +117,9 @@ class _StreamProgress:
     message_id: str | None = None
     model: str | None = None
     tool_use: bool = False
+    finished_tool_use: bool = False
+    """A tool_use block reached its ``content_block_stop`` (R10.6: the loop goes on only from a finished one)."""
+    open_blocks: dict[int, str] = field(default_factory=dict)
     usage: JsonObject = field(default_factory=lambda: dict(EMPTY_USAGE))
     output_limit: OutputLimitDecision | None = None
     """M8.5: the decision about a cut reply, made at the ``message_delta`` that brought the stop reason."""
@@ -124,9 +128,16 @@ class _StreamProgress:
         kind = event.get("type")
         if kind == "content_block_stop":
             self.blocks_done += 1
+            index = event.get("index")
+            if isinstance(index, int) and self.open_blocks.pop(index, None) == "tool_use":
+                self.finished_tool_use = True
         elif kind == "content_block_start":
             block = event.get("content_block")
             self.tool_use = self.tool_use or (isinstance(block, dict) and block.get("type") == "tool_use")
+            index = event.get("index")
+            block_type = block.get("type") if isinstance(block, dict) else None
+            if isinstance(index, int) and isinstance(block_type, str):
+                self.open_blocks[index] = block_type
         elif kind == "message_start":
             self.started = True
             message = event.get("message")
@@ -171,8 +182,6 @@ def _with_client_request_id(params: JsonObject, client_request_id: str) -> JsonO
     return {**params, "extra_headers": merged}
 
 
-MESSAGE_STOP: Mapping[str, Any] = {"type": "message_stop"}
-"""What closes a reply on the bus; the worker adds it to a stream that ended complete but without one (M2.5)."""
 INCOMPLETE_STREAM = ApiFailure(status=None, message="Stream ended without receiving any events", connection=True)
 
 
@@ -231,6 +240,9 @@ class ModelCall:
         self.explicit_max_tokens = explicit_max_tokens
         self.escalated_max_tokens = escalated_max_tokens
         self.superseded: list[CallResult] = []
+        self.received: list[CallResult] = []
+        """Complete replies the API sent whose publishing is under way: when it fails (the call is abandoned and
+        called again), their usage is still recorded by the worker — the API billed them (issue 25)."""
         self.on_retry = on_retry
         """Told (failure, attempt, delay in ms) before each backoff sleep: the span's retry events (M11.4)."""
         """The fallback model this call (or an earlier call of its turn) switched to (M6)."""
@@ -263,6 +275,9 @@ class ModelCall:
             await self._read_stream(stream, request_id, progress)
         except _StreamBroke as broke:
             return await self._stream_fallback(request_id, broke.failure)
+        return self._answer(request_id, progress)
+
+    def _answer(self, request_id: str, progress: _StreamProgress) -> CallResult:
         return CallResult(
             outcome="ok",
             model=self.model,
@@ -309,9 +324,9 @@ class ModelCall:
                         publisher.record(self._inflight(request_id, "streaming"))
                     self._publish_event(request_id, index, event, progress, max_tokens if index == 0 else None)
                     index += 1
-        except (asyncio.CancelledError, SessionLeaseLost):
-            # An interrupt (M2.9), or the session's lease lost: close the connection now; what was published
-            # stays (R10.1; the lease's next holder tombstones it).
+        except (asyncio.CancelledError, SessionLeaseLost, PublishFailed):
+            # An interrupt (M2.9), the session's lease lost, or a write that never landed: close the connection
+            # now; what was published stays (R10.1; the lease's next holder tombstones it and calls again).
             await stream.close()
             raise
         except Exception as error:  # API error events, httpx transport errors, the idle watchdog, bad SSE
@@ -323,12 +338,20 @@ class ModelCall:
             await self._abandon_stream(stream, request_id, index)
             raise _StreamBroke(INCOMPLETE_STREAM)
         if not progress.stopped:
-            # Complete by M2.5 but unterminated: the bus closes a reply (and ingestion logs its last block) on
-            # ``message_stop``, so the worker closes it as Claude Code's accumulator would have ended it.
-            log.warning("stream_ended_without_message_stop", request_id=request_id, events=index)
-            self._publish_event(request_id, index, dict(MESSAGE_STOP), progress, None)
-            self.events_published += 1
+            # Complete by M2.5 but unterminated (issue 25: a clean cut before the stop reason, or inside a
+            # block after a finished one): closed as Claude Code's loop reads it (shared/model/stream_end.py).
+            log.warning(
+                "stream_ended_without_message_stop", request_id=request_id, events=index, stop=progress.stop_reason
+            )
+            for closing in closing_events(
+                stop_reason=progress.stop_reason, finished_tool_use=progress.finished_tool_use
+            ):
+                self._publish_event(request_id, index, closing, progress, None)
+                index += 1
+                self.events_published += 1
+        self.received.append(self._answer(request_id, progress))
         await publisher.drain()
+        self.received.pop()
 
     def _publish_event(
         self, request_id: str, index: int, event: JsonObject, progress: _StreamProgress, max_tokens: int | None
@@ -423,10 +446,7 @@ class ModelCall:
         usage_model = response.get("model") if isinstance(response.get("model"), str) else self.model
         answered = self._inflight(request_id, "answered", usage if isinstance(usage, dict) else None, str(usage_model))
         self.publisher.record(answered)
-        await self.publisher.publish(
-            [(f"model:{request_id}:reply", AssistantReply(message=message, request_seq=self.publisher.request_seq))]
-        )
-        return CallResult(
+        result = CallResult(
             outcome="ok",
             model=self.model,
             request_id=request_id,
@@ -438,6 +458,12 @@ class ModelCall:
             time_to_first_chunk_s=self.first_chunk_s,
             tool_use=any(block.type == "tool_use" for block in message.blocks),
         )
+        self.received.append(result)
+        await self.publisher.publish(
+            [(f"model:{request_id}:reply", AssistantReply(message=message, request_seq=self.publisher.request_seq))]
+        )
+        self.received.pop()
+        return result
 
     async def _create_nonstreaming(self) -> JsonObject:
         params = non_streaming_fallback_params(self._params(), timeout_s=self.settings.nonstreaming_timeout_s)
@@ -539,6 +565,23 @@ class ModelCall:
             attempts=self.attempts,
             time_to_first_chunk_s=self.first_chunk_s,
         )
+
+    async def end_abandoned(self, error: BaseException) -> None:
+        """The call was abandoned on its notice's last delivery (its writes never landed, or a bug raised): no
+        one would serve the request again, so this ends the turn as Claude Code's loop does when an exception
+        escapes the model call (M7.4): an assistant error whose text is the raw error message. What the call
+        streamed is tombstoned first (R6.1), so no partial block or tool_use stays live."""
+        publisher = self.publisher.fresh()
+        entries: list[tuple[str, IngressPayload]] = []
+        if self.request_id is not None:
+            entries.append((f"model:{self.request_id}:fallback", StreamFallback(request_id=self.request_id)))
+        message = create_assistant_api_error_message(str(error), clock=self.clock, ids=self.ids)
+        entries.append(
+            (f"model:{self.call_id}:abandoned", AssistantReply(message=message, request_seq=publisher.request_seq))
+        )
+        publisher.record(self._inflight(self.request_id or self.call_id, "answered"))
+        await publisher.publish(entries)
+        log.error("model_call_abandoned", request_id=self.request_id, error=repr(error)[:200])
 
     # -- helpers -----------------------------------------------------------------------------------------
 

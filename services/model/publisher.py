@@ -8,15 +8,25 @@ knows not to call again). Every entry is signed with the worker secret (``shared
 has a deterministic idempotency key, so a republished entry is applied once. With a fence (the session's
 call lease and its token) every write runs only while the lease holds the token; a refused write raises
 :class:`~services.model.session_lease.SessionLeaseLost` (nothing of it was written).
+
+A reply reaches the log complete and in order, or the call is abandoned whole (agent-loop.md M5, issue 25):
+a write that fails (a connection that died with a restarting Redis) is written again, the same entries with
+the same idempotency keys (ingestion applies an entry once, so a write that landed before its reply was lost
+is harmless), with a backoff, until it lands or ``retry_s`` has passed. Nothing queued after it is written
+before it. A write that never lands fails the publisher for good (:class:`PublishFailed`): every later
+``add_event``/``publish`` raises, so the call stops and its notice stays pending; the in-flight record still
+says "streaming", and whoever serves the notice next tombstones what landed and calls the model again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import orjson
 import redis.asyncio as aioredis
+import structlog
 
 from services.model.session_lease import SessionLeaseLost
 from services.runtime.codec import DATA_FIELD, signed_entry_fields
@@ -26,7 +36,29 @@ from shared.events import SCHEMA_VERSION, IngressEnvelope, IngressPayload
 from shared.internal_events import AUTH_FIELD, internal_event_proof
 from shared.json_types import JsonObject
 
+log = structlog.get_logger(__name__)
+
 Fields = dict[str, bytes]
+
+PUBLISH_RETRY_S = 30.0
+"""How long a failed write is retried before the call is abandoned (a Redis restart takes seconds)."""
+PUBLISH_BACKOFF_INITIAL_S = 0.05
+PUBLISH_BACKOFF_MAX_S = 1.0
+
+
+class PublishFailed(Exception):
+    """A write of the call's entries did not land within the bound: the call is abandoned (module docstring). Not an
+    ``OSError``: the retry loop of the model call (M4) must never take it for a failure of the API."""
+
+    def __init__(self, session_id: str, error: BaseException) -> None:
+        super().__init__(f"session {session_id}: entries could not be written: {error!r}")
+        self.session_id = session_id
+        self.error = error
+
+
+TRANSIENT_WRITE_ERRORS: tuple[type[BaseException], ...] = (aioredis.ConnectionError, aioredis.TimeoutError, OSError)
+"""A write that failed with one of these may land when written again (redis-py's ``BusyLoadingError``, the
+server loading its AOF after a restart, is a ``ConnectionError``; a ``ReadOnlyError`` during a failover too)."""
 
 
 class SessionPublisher:
@@ -43,6 +75,8 @@ class SessionPublisher:
         traceparent: str | None,
         request_digest: str | None = None,
         fence: tuple[str, str] | None = None,
+        retry_s: float = PUBLISH_RETRY_S,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.redis = redis
         self.topology = topology
@@ -56,11 +90,31 @@ class SessionPublisher:
         """(lease key, token): every write runs only while the key holds the token (module docstring)."""
         self.ingress = topology.ingress_for(session_id)
         self.inflight_key = topology.model_inflight(session_id)
+        self.retry_s = retry_s
+        self.sleep = sleep
+        self.write_retries = 0
+        """Writes that failed and were written again (each counted once per failed attempt)."""
         self._pending: list[Fields] = []
         self._writer: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._record: bytes | None = None
         self.published = 0
+
+    def fresh(self) -> SessionPublisher:
+        """A publisher of the same call (session, request, fence) that has written nothing and failed nothing:
+        what ends the turn after this one gave up (``ModelCall.end_abandoned``)."""
+        return SessionPublisher(
+            self.redis,
+            self.topology,
+            session_id=self.session_id,
+            request_seq=self.request_seq,
+            internal_key=self.internal_key,
+            traceparent=self.traceparent,
+            request_digest=self.request_digest,
+            fence=self.fence,
+            retry_s=self.retry_s,
+            sleep=self.sleep,
+        )
 
     # -- stream events: written behind the stream -------------------------------------------------
 
@@ -89,9 +143,14 @@ class SessionPublisher:
         when no write is in flight in between (e.g. the M8.5 resumption with its reply's ``message_stop``)."""
         self._queue(self._fields(key, payload))
 
+    @property
+    def failed(self) -> BaseException | None:
+        """What stopped this publisher for good (a lost lease, or :class:`PublishFailed`), if anything."""
+        return self._failure
+
     def _queue(self, fields: Fields) -> None:
-        if isinstance(self._failure, SessionLeaseLost):
-            raise self._failure  # stop reading a stream whose events can no longer be written
+        if self._failure is not None:
+            raise self._failure  # stop reading a stream whose events can no longer be written (never a gap)
         self._pending.append(fields)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
@@ -178,10 +237,32 @@ class SessionPublisher:
             calls.add("SET", self.inflight_key, self._record)
             self._record = None
         if len(calls):
-            await self._write(calls)
+            try:
+                await self._write(calls)
+            except BaseException as error:
+                self._failure = error
+                raise
         self.published += len(entries)
 
     async def _write(self, calls: KeyCalls) -> None:
+        """Write ``calls`` once, again after a transient failure, until they land or ``retry_s`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.retry_s
+        delay = PUBLISH_BACKOFF_INITIAL_S
+        while True:
+            try:
+                await self._write_once(calls)
+                return
+            except TRANSIENT_WRITE_ERRORS as error:
+                if loop.time() + delay > deadline:
+                    log.error("model_publish_failed", session_id=self.session_id, error=repr(error))
+                    raise PublishFailed(self.session_id, error) from error
+                self.write_retries += 1
+                log.warning("model_publish_retry", session_id=self.session_id, error=repr(error), delay_s=delay)
+            await self.sleep(delay)
+            delay = min(delay * 2, PUBLISH_BACKOFF_MAX_S)
+
+    async def _write_once(self, calls: KeyCalls) -> None:
         if self.fence is None:
             await calls.write(self.redis)
             return

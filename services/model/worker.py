@@ -85,6 +85,10 @@ log = structlog.get_logger(__name__)
 
 LEASE_POLL_INITIAL_S = 0.02
 LEASE_POLL_MAX_S = 0.5
+USAGE_RETRY_S = 300.0
+"""How long the usage of an abandoned call's complete replies is retried (Redis restarting) before it is logged lost."""
+USAGE_RETRY_INITIAL_S = 0.1
+USAGE_RETRY_MAX_S = 2.0
 DEFAULT_TENANT = "default"
 FINAL_STATES = frozenset({"answered", "interrupted"})
 """In-flight record states that mean the request needs no call any more."""
@@ -216,6 +220,7 @@ class ModelWorker:
         slots: JobSlots,
         keepalive_s: float,
         bucket: Bucket | None = None,
+        max_deliveries: int = 5,
         tracer: WorkerTracer | None = None,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
@@ -232,11 +237,14 @@ class ModelWorker:
         self.slots = slots
         self.keepalive_s = keepalive_s
         self.bucket = bucket
+        self.max_deliveries = max_deliveries
+        """The consumers' ``max_deliveries``: a notice delivered that often is dead-lettered if its call fails."""
         self.tracer = tracer if tracer is not None else WorkerTracer("model")
         self.clock = clock
         self.ids = ids
         self.stats = ModelWorkerStats()
         self._running: dict[str, _Running] = {}
+        self._usage_writes: set[asyncio.Task[None]] = set()
 
     # -- interrupts -------------------------------------------------------------------------------------
 
@@ -401,6 +409,7 @@ class ModelWorker:
             traceparent=notice.traceparent,
             request_digest=digest,
             fence=(lease.key, lease.owner),
+            retry_s=self.settings.publish_retry_s,
         )
         if interrupted_at is not None and int(interrupted_at) >= entry_time_ms(entry.entry_id):
             # Interrupted after the request was published: the turn is over before the call began.
@@ -453,6 +462,7 @@ class ModelWorker:
             switched=switched,
             limits=limits,
             estimated=estimated,
+            last_delivery=entry.delivery_count >= self.max_deliveries,
         )
 
     async def _blocked(
@@ -537,6 +547,7 @@ class ModelWorker:
         switched: str | None,
         limits: TurnOutputLimits,
         estimated: int,
+        last_delivery: bool = False,
     ) -> None:
         max_tokens = request_body(params).get("max_tokens")
         # The token bucket is charged the prompt's estimate (M8.1's) and the most the reply may add.
@@ -571,16 +582,23 @@ class ModelWorker:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if running.interrupted_at is None or (current is not None and current.cancelling()):
+                self._record_billed(session, call)
                 span.end(None)
-                raise  # shutdown: the notice stays pending and is served again
+                raise  # shutdown or a lost lease: the notice stays pending and is served again
             await self._aborted(session, notice, publisher, call, running.interrupted_at)
             span.set_attribute("error.type", "interrupted")
             span.end(None)
             return
         except BaseException as error:
+            self._record_billed(session, call)
             span.set_attribute("error.type", type(error).__name__)
             span.end(error)
-            raise
+            if not (last_delivery and isinstance(error, Exception) and not isinstance(error, SessionLeaseLost)):
+                raise  # the notice stays pending: reclaimed, served again whole (a lost lease: by its holder)
+            # The notice's last delivery: dead-lettered, nobody would end the turn. End it here (M7.4).
+            await call.end_abandoned(error)
+            model_metrics.record_call(call.model, "abandoned")
+            return
         finally:
             model_metrics.call_ended()
             self._running.pop(session, None)
@@ -622,6 +640,36 @@ class ModelWorker:
                 actual += total_tokens(response.usage)
         if self.bucket is not None:
             await self.bucket.settle(tenant, estimated=estimate, actual=actual)
+
+    def _record_billed(self, session: str, call: ModelCall) -> None:
+        """The call was abandoned (its writes never landed, its lease was lost) after the API sent complete
+        replies: the API billed them, and the request is called again by whoever serves its notice next, so
+        their usage is recorded now — once (the usage store deduplicates by request id). Redis may be the
+        reason the call failed: the records are written in the background until they land."""
+        billed = [response for response in [*call.superseded, *call.received] if response.usage is not None]
+        if billed:
+            task = asyncio.create_task(self._record_until_written(session, billed), name=f"usage:{session}")
+            self._usage_writes.add(task)
+            task.add_done_callback(self._usage_writes.discard)
+
+    async def _record_until_written(self, session: str, responses: list[CallResult]) -> None:
+        delay = USAGE_RETRY_INITIAL_S
+        deadline = time.monotonic() + USAGE_RETRY_S
+        pending = list(responses)
+        while pending:
+            response = pending[0]
+            try:
+                assert response.usage is not None
+                await self._record_response_usage(session, response, response.usage)
+                log.warning("model_usage_of_abandoned_call", session_id=session, request_id=response.request_id)
+                pending.pop(0)
+                continue
+            except (aioredis.RedisError, OSError) as error:
+                if time.monotonic() + delay > deadline:
+                    log.error("model_usage_lost", session_id=session, request_id=response.request_id, error=repr(error))
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, USAGE_RETRY_MAX_S)
 
     async def _record_response_usage(self, session: str, response: CallResult, usage: JsonObject) -> None:
         billed_model = response.response_model or response.model

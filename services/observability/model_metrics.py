@@ -83,7 +83,15 @@ DEFINED: Final = (
 """Every metric of this module (``metrics.metric_families`` lists them with the rest)."""
 
 CallOutcome = Literal[
-    "ok", "api_error", "interrupted", "superseded", "already_answered", "blocked", "lease_lost", "max_turns"
+    "ok",
+    "api_error",
+    "interrupted",
+    "superseded",
+    "already_answered",
+    "blocked",
+    "lease_lost",
+    "max_turns",
+    "abandoned",
 ]
 
 

@@ -152,6 +152,12 @@ class ModelSettings(BaseModel):
         True, description="count 529s for every primary model, not only Opus (FALLBACK_FOR_ALL_PRIMARY_MODELS, M4.5)"
     )
     session_lease_ms: int = Field(10_000, ge=200, description="a session's call lease (renewed while streaming)")
+    publish_retry_s: float = Field(
+        30.0,
+        gt=0,
+        description="a reply's write that failed (Redis restarting) is retried this long, then the call is "
+        "abandoned and its request called again whole",
+    )
 
 
 class PricingSettings(BaseModel):

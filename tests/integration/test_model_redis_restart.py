@@ -1,0 +1,98 @@
+"""Issue 25: Redis restarted (on its append-only file) while model replies stream. A write that failed with
+the old connection is written again, whole and in order, or the call is abandoned and called again whole —
+never a reply with a hole: every turn ends with its one complete reply, nothing is dead-lettered, and the
+usage recorded equals the calls the model server answered."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.runtime.local_redis import LocalRedis, start_local_redis
+from services.runtime.usage_store import read_usage
+from shared.messages import AssistantMessage
+from tests.integration.cluster import WorkerCluster
+from tests.integration.fake_model import FakeModelProcess
+from tests.integration.model_turns import (
+    assert_every_tool_use_answered_once,
+    live_messages,
+    reply,
+    text,
+    text_of,
+    turn_ended,
+    wait_for,
+)
+from tests.integration.test_crash_safety import dead_letters
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]
+
+SESSIONS = 6
+BLOCKS = 6
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[LocalRedis]:
+    server = start_local_redis(tmp_path / "redis", appendonly=True)
+    try:
+        yield server
+    finally:
+        server.stop(kill=True)
+
+
+@pytest.fixture
+def workers(aof_redis: LocalRedis, fake: FakeModelProcess, tmp_path: Path) -> Iterator[WorkerCluster]:
+    cluster = WorkerCluster(redis_url=aof_redis.url, root=tmp_path / "cluster")
+    cluster.extra_env.update(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "AGENTBUS_MODEL__BASE_URL": fake.base_url,
+            "AGENTBUS_MODEL__SESSION_LEASE_MS": "3000",
+            "LOG_LEVEL": "INFO",
+        }
+    )
+    try:
+        for name in ("ingestion", "normalization", "model"):
+            cluster.start(name)
+        cluster.wait_ready(timeout_s=240)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def answer(session: str) -> list[str]:
+    return [f"{session} block {n}." for n in range(BLOCKS)]
+
+
+async def test_a_redis_restart_while_replies_stream_leaves_no_hole_and_ends_every_turn(
+    workers: WorkerCluster, fake: FakeModelProcess, aof_redis: LocalRedis
+) -> None:
+    sessions = [f"restart-{uuid.uuid4().hex[:10]}" for _ in range(SESSIONS)]
+    for session in sessions:
+        # Slow streams (a block every ~0.2 s): the restart falls in the middle of them.
+        slow = [text(block) for block in answer(session)]
+        fake.script(session, [reply(*slow, chunk_delay_ms=200, chunk_chars=1000), reply(*slow)])
+    async with workers.client() as client:
+        for session in sessions:
+            await client.send_prompt(session, "tell me slowly")
+        while not all(fake.requests(session) for session in sessions):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.4)
+    await asyncio.to_thread(aof_redis.restart)
+
+    async with workers.client() as client:
+        histories = await asyncio.gather(*(wait_for(client, s, turn_ended, timeout_s=180) for s in sessions))
+        # No reply with a hole: ingestion dead-letters nothing. (The requests streams are left out: a notice
+        # skipped because another shard's notice has the same entry id is issue 25 item 2, fixed elsewhere.)
+        assert [letter for letter in await dead_letters(client) if ":requests:" not in letter] == []
+        usages = [await read_usage(client.redis, client.topology, s) for s in sessions]
+    for session, history, usage in zip(sessions, histories, usages, strict=True):
+        live = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
+        assert [text_of(m) for m in live] == answer(session), f"{session}: a reply with a hole or a duplicate"
+        assert live[-1].message.stop_reason == "end_turn"
+        assert_every_tool_use_answered_once(history)
+        # Every call the server answered was billed once, however often it was answered (issue 25, item 7).
+        assert usage.total.requests == len(fake.requests(session)), session

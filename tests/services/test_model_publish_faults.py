@@ -1,0 +1,126 @@
+"""Issue 25: a reply's events reach the log complete and in order, or the call is abandoned whole — never a
+gap (services/model/publisher.py). Against a private redis-server that is stopped and started again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+import redis.asyncio as aioredis
+from anthropic import AsyncAnthropic
+
+from services.model.call import ModelCall
+from services.model.publisher import PublishFailed, SessionPublisher
+from services.runtime.local_redis import LocalRedis, start_local_redis
+from services.runtime.settings import ModelSettings
+from services.runtime.streams import StreamNames
+from services.runtime.topology import Topology
+from shared.events import AssistantReply, StreamEvent, StreamFallback, parse_ingress
+from shared.json_types import JsonObject
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+KEY = b"k" * 32
+SESSION = "publish-faults"
+TOPOLOGY = Topology(StreamNames(prefix="agentbus:", shards=4))
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[LocalRedis]:
+    server = start_local_redis(tmp_path / "redis", appendonly=True)
+    try:
+        yield server
+    finally:
+        server.stop(kill=True)
+
+
+@pytest.fixture
+async def redis(private_redis: LocalRedis) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(private_redis.url, socket_connect_timeout=1)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def publisher(redis: aioredis.Redis, *, retry_s: float) -> SessionPublisher:
+    return SessionPublisher(
+        redis, TOPOLOGY, session_id=SESSION, request_seq=3, internal_key=KEY, traceparent=None, retry_s=retry_s
+    )
+
+
+def event(index: int) -> JsonObject:
+    return {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"part {index}"}}
+
+
+async def ingress(redis: aioredis.Redis) -> list[object]:
+    rows = await redis.xrange(TOPOLOGY.ingress_for(SESSION))
+    return [parse_ingress(fields[b"data"]).payload for _, fields in rows or [] if fields is not None]
+
+
+async def test_a_write_that_fails_while_redis_restarts_lands_whole_and_in_order(
+    redis: aioredis.Redis, private_redis: LocalRedis
+) -> None:
+    out = publisher(redis, retry_s=60)
+    out.add_event("req_1", 0, event(0))
+    await out.drain()
+    private_redis.stop()
+    out.record({"request_id": "req_1", "seq": 3, "state": "streaming"})
+    for index in range(1, 6):
+        out.add_event("req_1", index, event(index))  # queued behind the failing write, none dropped
+    await asyncio.sleep(0.3)
+    await asyncio.to_thread(private_redis.start)
+    await out.drain()
+    payloads = await ingress(redis)
+    assert [p.event for p in payloads if isinstance(p, StreamEvent)] == [event(i) for i in range(6)]
+    assert out.write_retries >= 1
+    inflight = await redis.get(TOPOLOGY.model_inflight(SESSION))
+    assert inflight is not None
+    assert orjson.loads(inflight)["state"] == "streaming"
+
+
+async def test_a_write_that_never_lands_abandons_the_call_and_nothing_after_it_is_written(
+    redis: aioredis.Redis, private_redis: LocalRedis
+) -> None:
+    out = publisher(redis, retry_s=0.3)
+    private_redis.stop()
+    out.add_event("req_1", 0, event(0))
+    with pytest.raises(PublishFailed):
+        await out.drain()
+    await asyncio.to_thread(private_redis.start)
+    with pytest.raises(PublishFailed):
+        out.add_event("req_1", 1, event(1))  # never a later event without the earlier one: no gap
+    with pytest.raises(PublishFailed):
+        await out.publish([])
+    assert await ingress(redis) == []
+
+
+async def test_an_abandoned_call_on_its_last_delivery_ends_the_turn_with_the_raw_error(
+    redis: aioredis.Redis,
+) -> None:
+    """M7.4: "An exception that escapes the model call (bug path) produces: ... an assistant error whose text
+    is the raw error message (no `API Error:` prefix)". What the call streamed is tombstoned first (R6.1)."""
+    out = publisher(redis, retry_s=1)
+    call = ModelCall(
+        AsyncAnthropic(api_key="unused", base_url="http://127.0.0.1:9", max_retries=0),
+        out,
+        settings=ModelSettings(),
+        params={"model": "claude-sonnet-4-6", "max_tokens": 10, "messages": []},
+        model="claude-sonnet-4-6",
+        fallback_model=None,
+        owner="test",
+    )
+    call.request_id = "req_7"
+    error = PublishFailed(SESSION, ConnectionError("Connection closed by server."))
+    await call.end_abandoned(error)
+    fallback, reply = await ingress(redis)
+    assert fallback == StreamFallback(request_id="req_7")
+    assert isinstance(reply, AssistantReply)
+    assert reply.message.is_api_error_message
+    assert [block.text for block in reply.message.blocks] == [str(error)]  # type: ignore[union-attr]
+    inflight = await redis.get(TOPOLOGY.model_inflight(SESSION))
+    assert inflight is not None
+    assert orjson.loads(inflight)["state"] == "answered"
