@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shared.api_request_view import SERVER_TOOL_USE_TYPES
-from shared.api_types import MessageParam, MessagesRequest
+from shared.api_types import MessageParam, MessagesRequest, SystemMessageParam
 from shared.api_validation import MAX_MEDIA_ITEMS, ApiViolation
 from shared.clock import Clock, utc_now
 from shared.constants import NO_CONTENT_MESSAGE
@@ -104,7 +104,7 @@ class _Prefix:
     (a human prompt)."""
     anchor: Message
     """``H[cut - 1]``: the history must still hold this very object there."""
-    params: list[MessageParam]
+    params: list[MessageParam | SystemMessageParam]
     repairs: tuple[Repair, ...]
     whitespace_pass_fired: bool
     uuids: frozenset[str]
@@ -371,12 +371,12 @@ def _tombstone_targets(messages: Sequence[Message]) -> frozenset[str] | None:
     return frozenset(retracted_uuids(tombstones))
 
 
-def _blocks(param: MessageParam) -> list[Mapping[str, object]]:
+def _blocks(param: MessageParam | SystemMessageParam) -> list[Mapping[str, object]]:
     content = param["content"]
     return [block for block in content if isinstance(block, Mapping)] if isinstance(content, list) else []
 
 
-def _request_tool_ids(params: Iterable[MessageParam]) -> set[str]:
+def _request_tool_ids(params: Iterable[MessageParam | SystemMessageParam]) -> set[str]:
     return {
         block_id
         for param in params
@@ -386,7 +386,7 @@ def _request_tool_ids(params: Iterable[MessageParam]) -> set[str]:
     }
 
 
-def _media_count(param: MessageParam) -> int:
+def _media_count(param: MessageParam | SystemMessageParam) -> int:
     """Images and documents, top level and inside tool_result content (R4.23's count)."""
     count = 0
     for block in _blocks(param):

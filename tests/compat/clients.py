@@ -44,6 +44,9 @@ class ClientRun:
     main_requests: list[RecordedRequest]
     """The main conversation's Messages requests (no sub-agent, no side requests)."""
 
+    def requests_of(self, lane: str) -> list[RecordedRequest]:
+        return [request for request in self.requests if request.lane == lane]
+
     def events(self) -> list[JsonObject]:
         """stdout parsed as JSON lines (``--output-format stream-json`` / ``--mode json``)."""
         parsed: list[JsonObject] = []

@@ -1,14 +1,17 @@
-"""Fresh files written by the real clients, each with the last request the client sent for it.
+"""Fresh files written by the real clients, each with the request the client itself sent for it.
 
-Every helper runs its client once against the capture server with a scripted conversation and returns a
-:class:`FreshFile`: the file the client wrote, the client's own last main-conversation request, and the
-file's leaf that request was built from (the parent of the reply's first line), so a test can rebuild the
-same request from the file and compare. The compat conftest generates each once per test session.
+Every helper runs its client against the capture server with a scripted conversation. A Claude Code
+file is snapshotted when its run ends, then resumed by the client (``claude -p PROMPT --resume ID``): the
+first request of that run is what Claude Code sends for the file, and ``agentbus normalize SNAPSHOT
+--prompt PROMPT`` must build the same. A sub-agent's file cannot be resumed from the command line, so it
+is compared with the sub-agent's own last request, built up to the line before its last reply. The compat
+conftest generates each once per test session.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,16 +31,23 @@ from tests.compat.clients import ClaudeCodeHome, ClientFailed, ClientRun, PiHome
 HomeFactory = Callable[[str], ClaudeCodeHome]
 """Makes a fresh :class:`ClaudeCodeHome` by name (the conftest binds the binary, the server and tmp)."""
 
+RESUME_PROMPT = "one more thing"
+
 
 @dataclass(frozen=True)
 class FreshFile:
+    """A client's file and the request the client sent for it.
+
+    ``prompt`` set: ``path`` is the file as its run left it and ``request`` the client's first request on
+    resuming it with ``prompt``. ``leaf`` set: ``request`` is the client's last request, built from the
+    chain ending at ``leaf``."""
+
     name: str
     path: Path
     request: JsonObject
-    """The body of the client's last main-conversation request for this file."""
-    leaf: str
-    """The uuid (pi: entry id) of the file's line that request ended at."""
     run: ClientRun
+    prompt: str | None = None
+    leaf: str | None = None
 
 
 def _lines(path: Path) -> list[JsonObject]:
@@ -60,25 +70,54 @@ def pi_request_leaf(path: Path, request: RecordedRequest) -> str:
         message = entry.get("message")
         if isinstance(message, dict) and message.get("responseId") == request.reply_id:
             return str(entry["parentId"])
-    # pi versions without responseId: the reply is the last assistant entry whose parent exists.
     replies = [e for e in entries if isinstance(e.get("message"), dict) and e["message"].get("role") == "assistant"]
     if not replies:
         raise ClientFailed(f"{path.name} holds no assistant entry")
     return str(replies[-1]["parentId"])
 
 
-def _claude_fresh(name: str, home: ClaudeCodeHome, run: ClientRun) -> FreshFile:
-    last = last_main_request(run)
-    path = home.transcript(run.session_id())
-    assert last.body is not None
-    return FreshFile(name, path, last.body, request_leaf(path, last), run)
+@dataclass(frozen=True)
+class ClaudeRun:
+    """A finished Claude Code run and a snapshot of the file it left."""
+
+    home: ClaudeCodeHome
+    run: ClientRun
+    snapshot: Path
+
+    @property
+    def session_id(self) -> str:
+        return self.run.session_id()
+
+
+def finished(home: ClaudeCodeHome, name: str, run: ClientRun) -> ClaudeRun:
+    """Snapshot the run's transcript (later runs append to it) next to the home."""
+    snapshots = home.root / "snapshots"
+    snapshots.mkdir(exist_ok=True)
+    snapshot = snapshots / f"{name}.jsonl"
+    shutil.copyfile(home.transcript(run.session_id()), snapshot)
+    return ClaudeRun(home, run, snapshot)
+
+
+def resumed_by(name: str, earlier: ClaudeRun, resume: ClientRun, prompt: str) -> FreshFile:
+    """``earlier``'s file with the first request of ``resume``, the run that resumed it with ``prompt``."""
+    if not resume.main_requests:
+        raise ClientFailed(f"resuming {name} sent no request")
+    first = resume.main_requests[0].body
+    assert first is not None
+    return FreshFile(name, earlier.snapshot, first, earlier.run, prompt=prompt)
+
+
+def probe_resume(name: str, earlier: ClaudeRun) -> FreshFile:
+    """Resume ``earlier``'s session once more only to record the request Claude Code sends for its file."""
+    run = earlier.home.run(RESUME_PROMPT, Script(main=[reply(Text("Noted."))]), "--resume", earlier.session_id)
+    return resumed_by(name, earlier, run, RESUME_PROMPT)
 
 
 def bash(tool_id: str, command: str) -> ToolUse:
     return ToolUse(tool_id, "Bash", {"command": command, "description": f"run {command}"})
 
 
-def claude_parallel_tools(home: ClaudeCodeHome) -> FreshFile:
+def claude_parallel_tools(home: ClaudeCodeHome) -> ClaudeRun:
     """Thinking with a signature, text, two parallel Bash calls of which one fails, then the answer."""
     script = Script(
         main=[
@@ -91,33 +130,38 @@ def claude_parallel_tools(home: ClaudeCodeHome) -> FreshFile:
             reply(Thinking("One failed with exit 3.", "sig-parallel-2"), Text("One succeeded, one failed.")),
         ]
     )
-    return _claude_fresh("parallel-tools", home, home.run("run two commands at once", script))
+    return finished(home, "parallel-tools", home.run("run two commands at once", script))
 
 
-def claude_resumed(home: ClaudeCodeHome, session_id: str) -> FreshFile:
+RESUMED_PROMPT = "and once more"
+CONTINUED_PROMPT = "continue please"
+FORKED_PROMPT = "in a fork now"
+
+
+def claude_resumed(home: ClaudeCodeHome, session_id: str) -> ClaudeRun:
     """``--resume <id>`` with a new prompt: the whole history plus a new turn with a tool."""
     script = Script(
         main=[reply(Text("Checking again."), bash("toolu_resume_1", "echo resumed")), reply(Text("Resumed fine."))]
     )
-    return _claude_fresh("resume", home, home.run("and once more", script, "--resume", session_id))
+    return finished(home, "resume", home.run(RESUMED_PROMPT, script, "--resume", session_id))
 
 
-def claude_continued(home: ClaudeCodeHome) -> FreshFile:
+def claude_continued(home: ClaudeCodeHome) -> ClaudeRun:
     """``--continue``: the most recent session in the project directory, one more turn."""
     script = Script(main=[reply(Text("Continuing."))])
-    return _claude_fresh("continue", home, home.run("continue please", script, "--continue"))
+    return finished(home, "continue", home.run(CONTINUED_PROMPT, script, "--continue"))
 
 
-def claude_forked(home: ClaudeCodeHome, session_id: str) -> FreshFile:
+def claude_forked(home: ClaudeCodeHome, session_id: str) -> ClaudeRun:
     """``--resume <id> --fork-session``: a new session id holding a copy of the history, one more turn."""
     script = Script(main=[reply(Thinking("A fork.", "sig-fork-1"), Text("Forked."))])
-    run = home.run("in a fork now", script, "--resume", session_id, "--fork-session")
+    run = home.run(FORKED_PROMPT, script, "--resume", session_id, "--fork-session")
     if run.session_id() == session_id:
         raise ClientFailed("--fork-session kept the session id")
-    return _claude_fresh("fork", home, run)
+    return finished(home, "fork", run)
 
 
-def claude_permission_denied(home: ClaudeCodeHome) -> FreshFile:
+def claude_permission_denied(home: ClaudeCodeHome) -> ClaudeRun:
     """Default permission mode in print mode: a Bash call the user never allowed is denied."""
     script = Script(
         main=[
@@ -126,11 +170,12 @@ def claude_permission_denied(home: ClaudeCodeHome) -> FreshFile:
         ]
     )
     run = home.run("create a marker file", script, "--permission-mode", "default", skip_permissions=False)
-    return _claude_fresh("permission-denied", home, run)
+    return finished(home, "permission-denied", run)
 
 
-def claude_subagent(home: ClaudeCodeHome) -> FreshFile:
-    """The Agent tool: a sub-agent runs a Bash call and answers; the main agent reads its result."""
+def claude_subagent(home: ClaudeCodeHome) -> ClaudeRun:
+    """The Agent tool: a sub-agent (run in the background) runs a Bash call and answers; its
+    task notification starts the main agent's next turn."""
     script = Script(
         main=[
             reply(
@@ -145,6 +190,7 @@ def claude_subagent(home: ClaudeCodeHome) -> FreshFile:
                     },
                 ),
             ),
+            reply(Text("Waiting for the sub-agent.")),
             reply(Text("The sub-agent reported from-subagent.")),
         ],
         subagent=[
@@ -152,19 +198,39 @@ def claude_subagent(home: ClaudeCodeHome) -> FreshFile:
             reply(Text("The output was: from-subagent")),
         ],
     )
-    return _claude_fresh("subagent", home, home.run("use a sub-agent to echo", script))
+    return finished(home, "subagent", home.run("use a sub-agent to echo", script))
+
+
+def subagent_file(parent: ClaudeRun) -> FreshFile:
+    """The sub-agent's own transcript with its last request (built up to the line before its reply)."""
+    files = parent.home.subagent_transcripts(parent.session_id)
+    requests = parent.run.requests_of("subagent")
+    if len(files) != 1 or not requests:
+        raise ClientFailed(f"expected one sub-agent transcript and its requests, got {files} / {len(requests)}")
+    last = requests[-1]
+    assert last.body is not None
+    return FreshFile("subagent-file", files[0], last.body, parent.run, leaf=request_leaf(files[0], last))
 
 
 def claude_fresh_files(make_home: HomeFactory) -> list[FreshFile]:
-    """Every Claude Code scenario of the suite, in as few client homes as their continuity needs."""
+    """Every Claude Code scenario of the suite, in as few client homes (and client runs) as possible:
+    the runs that resume a session record the request for the file the previous run left."""
     base = make_home("base")
     first = claude_parallel_tools(base)
-    resumed = claude_resumed(base, first.run.session_id())
+    resumed = claude_resumed(base, first.session_id)
     continued = claude_continued(base)
-    forked = claude_forked(base, first.run.session_id())
+    forked = claude_forked(base, first.session_id)
     denied = claude_permission_denied(make_home("denied"))
     subagent = claude_subagent(make_home("subagent"))
-    return [first, resumed, continued, forked, denied, subagent]
+    return [
+        resumed_by("parallel-tools", first, resumed.run, RESUMED_PROMPT),
+        resumed_by("resume", resumed, continued.run, CONTINUED_PROMPT),
+        resumed_by("continue", continued, forked.run, FORKED_PROMPT),
+        probe_resume("fork", forked),
+        probe_resume("permission-denied", denied),
+        probe_resume("subagent", subagent),
+        subagent_file(subagent),
+    ]
 
 
 def pi_fresh_files(home: PiHome) -> list[FreshFile]:
@@ -187,11 +253,11 @@ def pi_fresh_files(home: PiHome) -> list[FreshFile]:
     path = files[0]
     first_last = last_main_request(first_run)
     assert first_last.body is not None
-    first = FreshFile("pi-tools-thinking", path, first_last.body, pi_request_leaf(path, first_last), first_run)
+    first = FreshFile("pi-tools-thinking", path, first_last.body, first_run, leaf=pi_request_leaf(path, first_last))
     second_run = home.run(
         "again", Script(main=[reply(Thinking("Again.", "sig-pi-3"), Text("Again done."))]), "--continue"
     )
     second_last = last_main_request(second_run)
     assert second_last.body is not None
-    second = FreshFile("pi-continue", path, second_last.body, pi_request_leaf(path, second_last), second_run)
+    second = FreshFile("pi-continue", path, second_last.body, second_run, leaf=pi_request_leaf(path, second_last))
     return [first, second]

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 def test_claude_code_writes_every_scenario(claude_code_files: list[FreshFile]) -> None:
     names = [fresh.name for fresh in claude_code_files]
-    assert names == ["parallel-tools", "resume", "continue", "fork", "permission-denied", "subagent"]
+    assert names == ["parallel-tools", "resume", "continue", "fork", "permission-denied", "subagent", "subagent-file"]
     for fresh in claude_code_files:
         assert fresh.path.is_file(), fresh.name
         assert fresh.request["messages"], fresh.name
