@@ -65,7 +65,8 @@ def _check_messages_present(request: RequestView) -> Iterator[ApiViolation]:
 
 
 def _check_message_shape(request: RequestView) -> Iterator[ApiViolation]:
-    """Each message is an object with role user/assistant and string or list content."""
+    """Each message is an object with role user/assistant (system: ``_check_system_messages``) and string
+    or list content."""
     for message in request.messages:
         if not isinstance(message.raw, Mapping):
             yield violation(
@@ -73,7 +74,7 @@ def _check_message_shape(request: RequestView) -> Iterator[ApiViolation]:
             )
             continue
         if message.role is None:
-            detail = f"{location(message)}.role: Input should be 'user' or 'assistant'"
+            detail = f"{location(message)}.role: Input should be 'user', 'assistant' or 'system'"
             yield violation("invalid_role", message, None, detail)
         if not isinstance(message.raw.get("content"), str | list):
             detail = f"{location(message)}.content: Input should be a valid string or a valid list"

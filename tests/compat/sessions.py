@@ -83,19 +83,21 @@ class ClaudeRun:
     home: ClaudeCodeHome
     run: ClientRun
     snapshot: Path
+    permission_args: tuple[str, ...] = ()
+    """How the run was permitted (a resume in another permission mode adds a mode reminder)."""
 
     @property
     def session_id(self) -> str:
         return self.run.session_id()
 
 
-def finished(home: ClaudeCodeHome, name: str, run: ClientRun) -> ClaudeRun:
+def finished(home: ClaudeCodeHome, name: str, run: ClientRun, permission_args: tuple[str, ...] = ()) -> ClaudeRun:
     """Snapshot the run's transcript (later runs append to it) next to the home."""
     snapshots = home.root / "snapshots"
     snapshots.mkdir(exist_ok=True)
     snapshot = snapshots / f"{name}.jsonl"
     shutil.copyfile(home.transcript(run.session_id()), snapshot)
-    return ClaudeRun(home, run, snapshot)
+    return ClaudeRun(home, run, snapshot, permission_args)
 
 
 def resumed_by(name: str, earlier: ClaudeRun, resume: ClientRun, prompt: str) -> FreshFile:
@@ -109,7 +111,9 @@ def resumed_by(name: str, earlier: ClaudeRun, resume: ClientRun, prompt: str) ->
 
 def probe_resume(name: str, earlier: ClaudeRun) -> FreshFile:
     """Resume ``earlier``'s session once more only to record the request Claude Code sends for its file."""
-    run = earlier.home.run(RESUME_PROMPT, Script(main=[reply(Text("Noted."))]), "--resume", earlier.session_id)
+    script = Script(main=[reply(Text("Noted."))])
+    args = ("--resume", earlier.session_id, *earlier.permission_args)
+    run = earlier.home.run(RESUME_PROMPT, script, *args, skip_permissions=not earlier.permission_args)
     return resumed_by(name, earlier, run, RESUME_PROMPT)
 
 
@@ -169,8 +173,9 @@ def claude_permission_denied(home: ClaudeCodeHome) -> ClaudeRun:
             reply(Text("The command was not allowed.")),
         ]
     )
-    run = home.run("create a marker file", script, "--permission-mode", "default", skip_permissions=False)
-    return finished(home, "permission-denied", run)
+    mode = ("--permission-mode", "default")
+    run = home.run("create a marker file", script, *mode, skip_permissions=False)
+    return finished(home, "permission-denied", run, mode)
 
 
 def claude_subagent(home: ClaudeCodeHome) -> ClaudeRun:
