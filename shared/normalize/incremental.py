@@ -58,6 +58,7 @@ from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMes
 from shared.normalize.api_client_steps import MEDIA_TYPES
 from shared.normalize.options import NormalizeOptions
 from shared.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
+from shared.normalize.rendered import has_system_role_attachments
 from shared.normalize.report import NormalizationReport, Repair, RepairKind
 from shared.pairing import tool_result_ids, tool_use_ids
 from shared.system_messages import CompactBoundarySystemMessage
@@ -144,7 +145,9 @@ class RequestBuilder:
 
     def build(self, history: Sequence[Message]) -> BuiltRequest:
         """The request for ``history`` and its violations. Raises what ``to_api_request`` raises."""
-        if len(history) < self.incremental_from:
+        if len(history) < self.incremental_from or has_system_role_attachments(history):
+            # role "system" messages are placed over the whole history (per-turn output_config compares
+            # each turn with the one before): no prefix/suffix split for such a history.
             return self._full(history)
         prefix = self._current_prefix(history)
         if prefix is not None:
