@@ -26,6 +26,17 @@ def _installed(client: NpmClient) -> Path:
         pytest.skip(f"{client.spec}: {unreachable}")
 
 
+COMPAT_GROUP = "compat"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every compat test on one xdist worker (``--dist loadgroup``): the session-scoped fresh files are
+    then generated once per run, not once per worker."""
+    for item in items:
+        if item.nodeid.startswith("tests/compat/"):
+            item.add_marker(pytest.mark.xdist_group(COMPAT_GROUP))
+
+
 @pytest.fixture(scope="session")
 def claude_code_binary() -> Path:
     """Claude Code 2.1.332 from npm (cached outside the repo)."""

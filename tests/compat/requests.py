@@ -10,6 +10,7 @@ the same content.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,13 @@ def run_agentbus(*args: str, cwd: Path) -> Outcome:
 
 
 def normalize(path: Path, *args: str, cwd: Path) -> tuple[list[JsonObject], Outcome]:
-    """``agentbus normalize PATH ARGS``: the printed messages and the outcome."""
-    outcome = run_agentbus("normalize", str(path), *args, cwd=cwd)
+    """``agentbus normalize PATH ARGS``: the printed messages and the outcome. Run once per file and
+    arguments in a test session (the files are fixed once made; several tests read the same request)."""
+    outcome = _normalize_once(str(path), args, str(cwd.parent))
     assert outcome.code == 0, f"{' '.join(AGENTBUS)} normalize {path} {args}: {outcome.stderr}"
     return list(json.loads(outcome.stdout)["messages"]), outcome
+
+
+@functools.cache
+def _normalize_once(path: str, args: tuple[str, ...], cwd: str) -> Outcome:
+    return run_agentbus("normalize", path, *args, cwd=Path(cwd))
