@@ -234,6 +234,12 @@ class Settings(BaseSettings):
         description="how long a client (SDK, CLI, the Agent tool's launch) retries a publish or a read while Redis "
         "is unavailable (a restart, a failover) before it raises RedisUnavailable",
     )
+    stuck_turn_s: float = Field(
+        900.0,
+        gt=0,
+        description="how long a session's wait (model reply, tool result, child agent, approval) may make no "
+        "progress past its owner's own deadline before ingestion's sweep ends it (agentbus_sessions_stuck_ended_total)",
+    )
     data_dir: Path = Field(Path("data"), description="transcript root (Claude Code layout below projects/)")
     prefix: str = Field("agentbus:", description="prefix of every stream and key")
     shards: int = Field(8, ge=1, description="session shards of the ordered lanes; fixed at install time")
