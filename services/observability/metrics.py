@@ -89,6 +89,8 @@ SESSIONS_STUCK_ENDED = Counter(
     "the session waited for (model_reply, tool_result, child_agent, approval).",
     ["waiting_for"],
 )
+for _waiting_for in ("model_reply", "tool_result", "child_agent", "approval"):
+    SESSIONS_STUCK_ENDED.labels(_waiting_for)  # shown as 0 before the first: an alert can watch its increase
 BATCH_DURATION = Histogram(
     "agentbus_batch_duration_seconds",
     "Time a worker's batch handler took for one batch.",
