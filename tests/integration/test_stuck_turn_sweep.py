@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import re
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 
@@ -31,7 +30,7 @@ BOUND_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def workers(module_cluster: WorkerCluster) -> Iterator[WorkerCluster]:
+def workers(module_cluster: WorkerCluster) -> WorkerCluster:
     module_cluster.extra_env.update({**APPROVE_ENV, "AGENTBUS_STUCK_TURN_S": str(BOUND_S)})
     for name in ("ingestion", "normalization", "tools"):
         module_cluster.start(name)
