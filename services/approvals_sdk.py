@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from services.runtime.approval_store import ApprovalStore, StoredApproval
@@ -97,14 +98,17 @@ async def follow_approvals(
     """Yield every pending approval (of one session and its sub-agents' child sessions, or all), then each new
     one as it is requested. Never ends by itself: ``break``, or bound it with ``asyncio.timeout``."""
     store = ApprovalStore(bus.redis, bus.topology)
-    last: Any = await bus.redis.xrevrange(store.events_stream, count=1)
+    stream = store.events_stream
+    last: Any = await bus.ride(lambda: bus.redis.xrevrange(stream, count=1), f"read {stream}")
     cursor: bytes | str = last[0][0] if last else "0-0"
     seen: set[str] = set()
-    for request in await store.pending(session_id):
+    for request in await bus.ride(lambda: store.pending(session_id), "read the pending approvals"):
         seen.add(request.approval_id)
         yield PendingApproval(request, bus)
     while True:
-        rows: Any = await bus.redis.xread({store.events_stream: cursor}, block=block_ms, count=100)
+        rows: Any = await bus.ride(
+            partial(bus.redis.xread, {stream: cursor}, block=block_ms, count=100), f"follow {stream}"
+        )
         for _, entries in rows:
             for entry_id, fields in entries:
                 cursor = entry_id
@@ -113,7 +117,7 @@ async def follow_approvals(
                 approval_id, owner = fields[b"approval_id"].decode(), fields[b"session_id"].decode()
                 if approval_id in seen:
                     continue
-                stored = await store.get(owner, approval_id)
+                stored = await bus.ride(partial(store.get, owner, approval_id), f"read approval {approval_id}")
                 mine = session_id is None or (
                     stored is not None and session_id in (owner, stored.request.parent_session_id)
                 )

@@ -4,6 +4,10 @@
         request = await bus.send_prompt_and_wait("s1", "list the files", timeout_s=30)
 
 Every publish carries an idempotency key (a fresh one unless given), so a producer may retry safely.
+Riding out a Redis restart or a cluster failover: a publish is retried with its idempotency key, and
+every read (``follow``, ``converse``, ``next_request``, ``approvals``) is retried from the stream position
+it had, while Redis stays unavailable for up to ``ride_out_s`` seconds (``AGENTBUS_REDIS_RIDE_OUT_S``,
+default 60); after that one :class:`~services.runtime.ride_out.RedisUnavailable` is raised.
 Nothing is sent for an invalid session id (:class:`InvalidSessionId`) or an entry over the ingress size
 limit (:class:`IngressEntryTooLarge`); ingestion would dead-letter either.
 """
@@ -15,8 +19,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
 import redis.asyncio as aioredis
@@ -25,6 +30,7 @@ from services.conversation import Conversation
 from services.runtime import redis_client
 from services.runtime.codec import DATA_FIELD, entry_fields
 from services.runtime.entries import id_text
+from services.runtime.ride_out import DEFAULT_RIDE_OUT_S, RIDE_OUT_ERRORS, RedisUnavailable, ride_out
 from services.runtime.settings import Settings
 from services.runtime.streams import StreamNames
 from services.runtime.topology import Topology
@@ -55,7 +61,13 @@ from shared.pi.messages import PI_MESSAGE_ADAPTER, PiMessage
 from shared.session_ids import check_session_id
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from services.approvals_sdk import PendingApproval
+
+T = TypeVar("T")
+
+__all__ = ["AgentbusClient", "NotReplicated", "PublishedRequest", "RedisUnavailable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +100,7 @@ class AgentbusClient:
         max_entry_bytes: int = DEFAULT_MAX_INGRESS_ENTRY_BYTES,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        ride_out_s: float = DEFAULT_RIDE_OUT_S,
     ) -> None:
         self.redis = redis
         self.topology = topology
@@ -95,6 +108,8 @@ class AgentbusClient:
         self.wait_replicas = wait_replicas
         """Publishes return once this many replicas hold the entries (``WAIT``), else raise :class:`NotReplicated`."""
         self.wait_timeout_ms = wait_timeout_ms
+        self.ride_out_s = ride_out_s
+        """How long a publish or a read is retried while Redis is unavailable (module docstring)."""
         self._ingress_clients: dict[str, aioredis.Redis] = {}
 
     @classmethod
@@ -108,6 +123,7 @@ class AgentbusClient:
             max_entry_bytes=settings.max_ingress_entry_bytes,
             wait_replicas=settings.redis_wait_replicas,
             wait_timeout_ms=settings.redis_wait_timeout_ms,
+            ride_out_s=settings.redis_ride_out_s,
         )
 
     async def __aenter__(self) -> AgentbusClient:
@@ -124,6 +140,11 @@ class AgentbusClient:
                 await client.aclose()
         await self.redis.aclose()
 
+    async def ride(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``await call()`` (idempotent: a read from a kept position, a keyed publish), riding out a Redis that
+        is unavailable for up to :attr:`ride_out_s` seconds; then :class:`RedisUnavailable`."""
+        return await ride_out(call, bound_s=self.ride_out_s, what=what)
+
     # -- publishing --------------------------------------------------------------------------
 
     async def publish(
@@ -134,18 +155,26 @@ class AgentbusClient:
         idempotency_key: str | None = None,
         traceparent: str | None = None,
     ) -> str:
-        """XADD one ingress entry; returns its entry id."""
-        fields = self._ingress_fields(
-            session_id, idempotency_key or f"{payload.type}:{uuid.uuid4()}", payload, traceparent=traceparent
-        )
-        (entry_id,) = await self._append(self.topology.ingress_for(session_id), [fields])
+        """XADD one ingress entry; returns its entry id. While Redis is unavailable the XADD is retried with
+        the same idempotency key (a copy that did land first is dropped by ingestion as a duplicate), so the
+        entry is applied once; after :attr:`ride_out_s` seconds, :class:`RedisUnavailable`."""
+        key = idempotency_key or f"{payload.type}:{uuid.uuid4()}"
+        fields = self._ingress_fields(session_id, key, payload, traceparent=traceparent)
+        stream = self.topology.ingress_for(session_id)
+        (entry_id,) = await self._append_landed(stream, [fields], f"publish {payload.type} (key {key}) to {session_id}")
         return entry_id
 
     async def publish_many(self, session_id: str, payloads: Sequence[tuple[str, IngressPayload]]) -> list[str]:
         """XADD many ingress entries in one pipeline, in order: ``(idempotency_key, payload)`` pairs; returns
         their entry ids."""
         stream = self.topology.ingress_for(check_session_id(session_id))
-        return await self._append(stream, [self._ingress_fields(session_id, key, payload) for key, payload in payloads])
+        entries = [self._ingress_fields(session_id, key, payload) for key, payload in payloads]
+        return await self._append_landed(stream, entries, f"publish {len(entries)} entries to {session_id}")
+
+    async def _append_landed(self, stream: str, entries: list[dict[str, bytes]], what: str) -> list[str]:
+        """:meth:`_append`, retried until it lands (their idempotency keys keep a repeat applied once)."""
+        errors = (*RIDE_OUT_ERRORS, NotReplicated)
+        return await ride_out(lambda: self._append(stream, entries), bound_s=self.ride_out_s, what=what, errors=errors)
 
     async def _append(self, stream: str, entries: list[dict[str, bytes]]) -> list[str]:
         """XADD ``entries`` to ``stream`` in one pipeline; with ``wait_replicas``, then ``WAIT`` on the same
@@ -234,7 +263,8 @@ class AgentbusClient:
     # -- observing ---------------------------------------------------------------------------
 
     async def latest_request(self, session_id: str) -> PublishedRequest | None:
-        raw = await self.redis.get(self.topology.request(session_id))
+        key = self.topology.request(session_id)
+        raw = await self.ride(lambda: self.redis.get(key), f"read the request of {session_id}")
         if raw is None:
             return None
         body = orjson.loads(raw)
@@ -255,7 +285,7 @@ class AgentbusClient:
         after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         requests = self.topology.requests_for(session_id)
-        last: Any = await self.redis.xrevrange(requests, count=1)
+        last: Any = await self.ride(lambda: self.redis.xrevrange(requests, count=1), f"read {requests}")
         cursor: bytes = last[0][0] if last else b"0-0"
         if after_seq is None:
             before = await self.latest_request(session_id)
@@ -268,7 +298,8 @@ class AgentbusClient:
             if remaining_ms <= 0:
                 msg = f"no request for session {session_id} after seq {after_seq} within {timeout_s}s"
                 raise TimeoutError(msg)
-            rows: Any = await self.redis.xread({requests: cursor}, block=min(remaining_ms, 1000), count=100)
+            read = partial(self.redis.xread, {requests: cursor}, block=min(remaining_ms, 1000), count=100)
+            rows: Any = await self.ride(read, f"read {requests}")
             for _, entries in rows:
                 if entries:
                     cursor = entries[-1][0]
@@ -298,7 +329,8 @@ class AgentbusClient:
 
     async def history(self, session_id: str) -> list[LogEntry]:
         """Every log entry of the session so far."""
-        rows: Any = await self.redis.xrange(self.topology.session_events(session_id))
+        stream = self.topology.session_events(session_id)
+        rows: Any = await self.ride(lambda: self.redis.xrange(stream), f"read {stream}")
         return [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
 
     async def usage(self, session_id: str) -> SessionUsage:
@@ -345,11 +377,14 @@ class AgentbusClient:
     ) -> AsyncIterator[LogEntry]:
         """Yield the session's log entries as they are written. It never ends by itself, even when the
         session is idle: ``break`` out of the loop, or bound it with ``asyncio.timeout(...)``
-        (``TimeoutError``) or by cancelling the task that iterates."""
+        (``TimeoutError``) or by cancelling the task that iterates. A Redis restart or failover is ridden out:
+        the read resumes from the last entry yielded, so none is repeated or skipped (up to :attr:`ride_out_s`
+        seconds, then :class:`RedisUnavailable`)."""
         cursor: bytes | str = "0-0" if from_start else "$"
         stream = self.topology.session_events(session_id)
         while True:
-            rows: Any = await self.redis.xread({stream: cursor}, block=block_ms, count=500)
+            read = partial(self.redis.xread, {stream: cursor}, block=block_ms, count=500)
+            rows: Any = await self.ride(read, f"follow {stream}")
             for _, entries in rows:
                 for entry_id, fields in entries:
                     cursor = entry_id

@@ -15,6 +15,12 @@ No race with a fast pipeline: the positions of both streams are read *before* th
 ``AgentbusClient.send_prompt_and_wait`` does), and everything logged before the prompt's own log entry
 is ignored.
 
+Rides out a Redis restart or a cluster failover: the prompt is published with one idempotency key and a
+message uuid minted here (so the turn's start is recognised by the uuid even when the publish that landed
+was not the one whose entry id came back), and every read is retried from the cursors kept here (a read
+that failed moved no cursor), so no event is repeated or skipped; a Redis unavailable for longer than the
+client's ``ride_out_s`` raises :class:`~services.runtime.ride_out.RedisUnavailable`.
+
 Never hangs: ``timeout_s`` bounds the wait for the next sign of progress (a delta or a log entry). While
 tool calls run, the wait also lasts until the session's tool deadline (after which ingestion answers an
 overdue call with the placeholder), so a long quiet command is not mistaken for a dead bus.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -147,8 +154,9 @@ class Conversation:
         log_key = bus.topology.session_events(session_id)
         live_key = bus.topology.live_reply(session_id)
         cursors: dict[Any, Any] = {log_key: await _last_id(bus, log_key), live_key: await _last_id(bus, live_key)}
+        options = {**options, "uuid": options.get("uuid") or str(uuid.uuid4())}
         self._sending = asyncio.ensure_future(bus.send_prompt(session_id, prompt, **options))
-        tracker = TurnTracker(await self._sending)
+        tracker = TurnTracker(await self._sending, prompt_uuid=options["uuid"])
         deadline = time.monotonic() + timeout_s
         interrupt_applied = False
         while tracker.end is None:
@@ -159,7 +167,7 @@ class Conversation:
                     raise ConversationTimeout(session_id, timeout_s, tracker.waiting_for)
             watching = self._interrupt_id is not None and not interrupt_applied
             block_ms = min(remaining_ms, INTERRUPT_POLL_MS if watching else POLL_MS)
-            rows: Any = await bus.redis.xread(cursors, block=block_ms, count=READ_COUNT)
+            rows: Any = await _read(bus, cursors, block_ms)
             if rows:
                 deadline = time.monotonic() + timeout_s
                 for event in _feed(tracker, _merged(_entries(rows, cursors, log_key, live_key))):
@@ -168,13 +176,13 @@ class Conversation:
                 interrupt_applied = await _applied(bus, session_id, self._interrupt_id)
             if interrupt_applied and tracker.end is None:
                 # What ingestion wrote with the interrupt (R10.1's texts) is read first.
-                rows = await bus.redis.xread(cursors, count=READ_COUNT)
+                rows = await _read(bus, cursors)
                 for event in _feed(tracker, _merged(_entries(rows or [], cursors, log_key, live_key))):
                     yield event
                 if tracker.end is None and not tracker.pending:
                     tracker.close_interrupted()
         # What was written together with the end (R9.5: a cut-off reply's API error comes with it) is read.
-        rows = await bus.redis.xread(cursors, count=READ_COUNT)
+        rows = await _read(bus, cursors)
         if rows:
             for event in _feed(tracker, _merged(_entries(rows, cursors, log_key, live_key))):
                 yield event
@@ -197,7 +205,17 @@ def converse(
     return Conversation(bus, session_id, prompt, timeout_s=timeout_s, **prompt_options)
 
 
+async def _read(bus: AgentbusClient, cursors: dict[Any, Any], block_ms: int | None = None) -> Any:
+    """One ``XREAD`` of both streams from ``cursors`` (moved only by what a read returned: a retry repeats
+    nothing)."""
+    return await bus.ride(lambda: bus.redis.xread(cursors, block=block_ms, count=READ_COUNT), f"read {list(cursors)}")
+
+
 async def _applied(bus: AgentbusClient, session_id: str, entry_id: str) -> bool:
+    return await bus.ride(lambda: _applied_now(bus, session_id, entry_id), f"check the interrupt {entry_id}")
+
+
+async def _applied_now(bus: AgentbusClient, session_id: str, entry_id: str) -> bool:
     """Whether ingestion has applied (or dead-lettered) ingress entry ``entry_id`` of the session: its group
     has delivered that far and the entry is not pending."""
     stream = bus.topology.ingress_for(session_id)
@@ -219,7 +237,7 @@ def _id_key(entry_id: str) -> tuple[int, int]:
 
 
 async def _last_id(bus: AgentbusClient, stream: str) -> bytes | str:
-    last: Any = await bus.redis.xrevrange(stream, count=1)
+    last: Any = await bus.ride(lambda: bus.redis.xrevrange(stream, count=1), f"read {stream}")
     return last[0][0] if last else "0-0"
 
 
@@ -229,7 +247,8 @@ async def _tool_deadline_ms(bus: AgentbusClient, session_id: str, tracker: TurnT
     if not tracker.pending:
         return 0
     shard = bus.topology.names.shard_of(session_id)
-    deadline_ms = await bus.redis.zscore(bus.topology.deadlines(shard), session_id)
+    deadlines = bus.topology.deadlines(shard)
+    deadline_ms = await bus.ride(lambda: bus.redis.zscore(deadlines, session_id), f"read {deadlines}")
     if deadline_ms is None:
         return 0
     return int(deadline_ms - time.time() * 1000) + POLL_MS

@@ -282,11 +282,14 @@ class TurnTracker:
     """Turns one turn's log entries and live deltas into events (see the module docstring).
 
     ``prompt_ingress_id`` is the ingress entry id of the prompt that starts the turn: entries before its
-    log entry (``LogEntry.ingress_id``) belong to earlier turns.
+    log entry (``LogEntry.ingress_id``) belong to earlier turns. ``prompt_uuid``, when the producer set the
+    prompt's uuid, also recognises its log entry: a publish retried across a Redis restart may have landed
+    under an entry id other than the one returned (the retry was a duplicate, dropped).
     """
 
-    def __init__(self, prompt_ingress_id: str) -> None:
+    def __init__(self, prompt_ingress_id: str, *, prompt_uuid: str | None = None) -> None:
         self.prompt_ingress_id = prompt_ingress_id
+        self.prompt_uuid = prompt_uuid
         self.started = False
         self.replies = 0
         self.pending: dict[str, str] = {}
@@ -321,7 +324,9 @@ class TurnTracker:
     def on_log(self, entry: LogEntry) -> list[ConversationEvent]:
         message = entry.message
         if not self.started:
-            self.started = entry.ingress_id == self.prompt_ingress_id
+            self.started = entry.ingress_id == self.prompt_ingress_id or (
+                self.prompt_uuid is not None and getattr(message, "uuid", None) == self.prompt_uuid
+            )
             return []
         if self.end is not None:
             return self._after_end(message)

@@ -137,6 +137,14 @@ class DeadlineSweep(WireModel):
     now_ms: int
 
 
+class StuckTurnSweep(WireModel):
+    """Internal tick (written by the ingestion worker's stuck-turn sweeper into the session's own ingress shard):
+    end the session's turn if, applied in order, it is still stuck at ``now_ms`` (shared/stuck_turns.py)."""
+
+    type: Literal["stuck_turn_sweep"] = "stuck_turn_sweep"
+    now_ms: int
+
+
 class RecordedMessage(WireModel):
     """Any other recorded message replayed verbatim (e.g. an isMeta user line, a summary user line)."""
 
@@ -167,6 +175,7 @@ IngressPayload = Annotated[
     | ToolResultReport
     | ToolJobAbandoned
     | DeadlineSweep
+    | StuckTurnSweep
     | RecordedMessage
     | PiMessagePayload
     | ApprovalRequested

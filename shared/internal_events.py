@@ -39,6 +39,7 @@ from shared.events import (
     IngressEnvelope,
     PiMessagePayload,
     RecordedMessage,
+    StuckTurnSweep,
     SystemNotice,
     ToolJobAbandoned,
     ToolProgressReport,
@@ -83,7 +84,7 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
     """Why an entry WITHOUT a valid authenticator may not be applied (see the module docstring), given
     the session's calls still waiting for a result; None when a producer may write it."""
     payload = envelope.payload
-    if isinstance(payload, DeadlineSweep | ToolJobAbandoned | ApprovalRequested):
+    if isinstance(payload, DeadlineSweep | StuckTurnSweep | ToolJobAbandoned | ApprovalRequested):
         return f"{payload.type} is written only by agentbus workers, and this entry has no valid authenticator"
     if isinstance(payload, SystemNotice) and is_sdk_only(payload.message):
         return "a task event (A6.3) is written only by agentbus workers, and this entry has no valid authenticator"

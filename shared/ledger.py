@@ -39,12 +39,14 @@ from shared.events import (
     AttachmentNotice,
     DeadlineSweep,
     IngressEnvelope,
+    IngressPayload,
     Interrupt,
     LogEntry,
     PiMessagePayload,
     RecordedMessage,
     StreamEvent,
     StreamFallback,
+    StuckTurnSweep,
     SystemNotice,
     ToolJob,
     ToolJobAbandoned,
@@ -52,12 +54,18 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_user_interruption_message, create_user_message
+from shared.factories import (
+    create_assistant_api_error_message,
+    create_user_interruption_message,
+    create_user_message,
+)
 from shared.ids import IdSource, random_uuid
 from shared.messages import AssistantMessage, Message, ProgressMessage, TombstoneMessage, UserMessage
+from shared.model.error_texts import REQUEST_TIMED_OUT
 from shared.pi.ingress import pi_message_to_claude_code
 from shared.queued_prompts import turn_open_after
 from shared.streaming_replies import OpenReply
+from shared.stuck_turns import WaitingFor, session_wait, stuck_at_ms, stuck_wait
 from shared.turn_state import model_due_after
 from shared.wire import WireHolder
 
@@ -70,6 +78,8 @@ class PendingToolUse(WireHolder):
     """None: the producer supplies the result (replay); no placeholder deadline applies."""
     dispatched: bool = False
     """True when a tool job was handed out for it (so an interrupt must reach the tool workers)."""
+    name: str | None = None
+    """The tool's name (an ``Agent`` call waits for a child: shared/stuck_turns.py)."""
 
 
 class LedgerState(WireHolder):
@@ -99,6 +109,9 @@ class LedgerState(WireHolder):
     """The model is due or answering, or tools run: a queued prompt waits (shared/queued_prompts.py)."""
     queued_prompts: list[UserPrompt] = Field(default_factory=list)
     """Queued prompts held until the turn is over, in arrival order."""
+    last_progress_ms: int | None = None
+    """When the session last made progress (a message logged, a job handed out, a reply streaming): what the
+    stuck-turn sweep measures a wait from (shared/stuck_turns.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +141,10 @@ class LedgerOutput:
     """The dead-letter reason of ``invalid`` (typed: e.g. ``approval_mismatch``)."""
     approval_jobs: list[ApprovalContinuation] = field(default_factory=list)
     """Continuations of parked calls for the tool workers (shared/approvals.py)."""
+    stuck_ended: WaitingFor | None = None
+    """A stuck-turn sweep ended the session's wait for this (shared/stuck_turns.py): counted in a metric."""
+    stuck_checked: bool = False
+    """A stuck-turn sweep was applied (ended or not): the worker rewrites the session's stuck-at score."""
     state_changed: bool = True
     """False only when the payload changed nothing of the state but an open reply's raw ``events`` (a
     content delta): a store that keeps those apart need not write the state again."""
@@ -143,6 +160,8 @@ class LedgerOutput:
         if self.invalid is None and other.invalid is not None:
             self.invalid, self.invalid_reason = other.invalid, other.invalid_reason
         self.approval_jobs += other.approval_jobs
+        self.stuck_ended = self.stuck_ended or other.stuck_ended
+        self.stuck_checked = self.stuck_checked or other.stuck_checked
         self.state_changed = self.state_changed or other.state_changed
 
 
@@ -173,11 +192,13 @@ class SessionLedger:
         state: LedgerState,
         *,
         tool_deadline_ms: int = 600_000,
+        stuck_bound_ms: int = 900_000,
         clock: Clock = utc_now,
         ids: IdSource = random_uuid,
     ) -> None:
         self.state = state
         self._tool_deadline_ms = tool_deadline_ms
+        self._stuck_bound_ms = stuck_bound_ms
         self._clock = clock
         self._ids = ids
         self._ingress_id: str | None = None
@@ -245,10 +266,14 @@ class SessionLedger:
                 self._apply_pi(out, payload, now_ms, trace)
             case DeadlineSweep():
                 out.extend(self.expire(now_ms=payload.now_ms))
+            case StuckTurnSweep():
+                self._apply_stuck_sweep(out, payload.now_ms, trace)
             case ApprovalRequested():
                 self._approvals().park(payload, traceparent=trace)
             case ApprovalAnswer():
                 self._apply_approval_answer(out, payload, trace)
+        if _progress(payload, out):
+            self.state.last_progress_ms = max(self.state.last_progress_ms or 0, now_ms)
         return out
 
     def expire(self, *, now_ms: int) -> LedgerOutput:
@@ -264,6 +289,11 @@ class SessionLedger:
         if overdue:
             self._answer_with_placeholders(out, overdue, None)
         return out
+
+    def stuck_at_ms(self) -> int | None:
+        """When the session's wait counts as stuck (None: it waits for nothing), for the worker's sweep index."""
+        wait = session_wait(self.state)
+        return None if wait is None else stuck_at_ms(wait, self._stuck_bound_ms)
 
     def next_deadline_ms(self) -> int | None:
         """The earliest pending deadline, for the worker's sweep timer."""
@@ -347,7 +377,7 @@ class SessionLedger:
         deadline = now_ms + self._tool_deadline_ms if execute_tools else None
         for call in fresh:
             self.state.pending[call.id] = PendingToolUse(
-                assistant_uuid=message.uuid, deadline_ms=deadline, dispatched=execute_tools
+                assistant_uuid=message.uuid, deadline_ms=deadline, dispatched=execute_tools, name=call.name
             )
         if execute_tools:
             out.tool_jobs.append(
@@ -414,6 +444,47 @@ class SessionLedger:
         if partials:
             self.state.chain_parent = reply.parent_before
         self.state.awaiting_model = True  # the attempt is gone; the request waits for another (M5, crash recovery)
+
+    def _apply_stuck_sweep(self, out: LedgerOutput, now_ms: int, traceparent: str | None) -> None:
+        """End a wait whose owner was lost (shared/stuck_turns.py). Calls and approvals get what their owner
+        would have given them at their deadline — the placeholder result, the approval's timeout denial — and
+        running tools are stopped; the loop goes on from those results as after any deadline. A model reply
+        that never came (or stopped coming) ends the turn as a timed-out call does in Claude Code (M2.9,
+        M7.2 ``Request timed out``), keeping the blocks that were finished (M2.5) and answering their calls;
+        a late reply to that request is dropped like one to an interrupted turn."""
+        out.stuck_checked = True
+        wait = stuck_wait(self.state, now_ms=now_ms, bound_ms=self._stuck_bound_ms)
+        if wait is None:
+            out.dropped.append(Dropped("not_stuck", f"session {self.state.session_id}"))
+            return
+        out.stuck_ended = wait.waiting_for
+        self._now_ms = max(self._now_ms, now_ms)
+        if wait.waiting_for != "model_reply":
+            out.extend(self.expire(now_ms=now_ms))
+            self._answer_with_placeholders(out, list(self.state.pending), traceparent)  # producer-owned calls
+            out.interrupt_tools = True
+            return
+        streaming = list(self.state.open_replies.values())
+        self.state.open_replies.clear()
+        for reply in streaming:
+            if reply.held is not None:
+                self._log(out, reply.held, traceparent)
+                reply.logged.append(reply.held)
+                reply.held = None
+            for message in reply.emitted_messages():
+                calls = [call.id for call in tool_uses_of(message) if call.id not in self.state.closed_tool_use_ids]
+                for call_id in calls:
+                    self._log(
+                        out, self._error_result(call_id, message.uuid, SYNTHETIC_TOOL_RESULT_PLACEHOLDER), traceparent
+                    )
+                    self.state.closed_tool_use_ids.add(call_id)
+                    self.state.pending.pop(call_id, None)
+                out.closed_tool_use_ids += calls
+        error = create_assistant_api_error_message(REQUEST_TIMED_OUT, error="unknown", clock=self._clock, ids=self._ids)
+        self._log(out, error, traceparent)
+        self.state.interrupted_seq = self.state.seq
+        self.state.awaiting_model = False
+        out.interrupt_model = True
 
     def _interrupted(self, request_seq: int | None) -> bool:
         """A model reply to the request built at ``request_seq`` belongs to a turn an interrupt closed."""
@@ -604,6 +675,15 @@ class SessionLedger:
                 session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent, **origin
             )
         )
+
+
+def _progress(payload: IngressPayload, out: LedgerOutput) -> bool:
+    """Whether applying ``payload`` moved the session on (what a stuck wait is measured from): a message
+    logged, work handed out, a reply streaming, a call parked for a person."""
+    if out.entries or out.tool_jobs or out.approval_jobs:
+        return True
+    accepted = out.invalid is None and not out.dropped
+    return accepted and isinstance(payload, StreamEvent | ApprovalRequested)
 
 
 def new_ledger_state(session_id: str) -> LedgerState:

@@ -6,7 +6,9 @@ A launch: A1.3 checks (agent type known, not denied by ``Agent(<type>)``), A9 li
 the child's :class:`SessionModelConfig` (A3.3 system prompt, A3.4 tools, A3.5 model, A3.6 thinking off),
 its record and the link to its parent, then its first prompt (A3.2: the ``prompt`` string, nothing of
 the parent's history) into the child's own ingress shard. Every step is idempotent (the agentId derives
-from the call), so a job re-run after a crash starts no second child.
+from the call), so a job re-run after a crash starts no second child — and a launch that met a Redis blip
+(a restart, a failover, a dropped connection) is run again as a whole until it lands, for up to
+``AgentSetup.launch_ride_out_s`` seconds, before the model is told anything (one child per call either way).
 
 The tool learns which job it runs in from :data:`CURRENT_AGENT_JOB`, set by the tool worker around a
 job (a context variable: the executor's tasks inherit it).
@@ -26,6 +28,7 @@ from services.agents.relay import ChildRelay
 from services.agents.store import AgentStore
 from services.agents.task_output import TaskOutputFiles
 from services.runtime.codec import signed_entry_fields
+from services.runtime.ride_out import DEFAULT_RIDE_OUT_S, RedisUnavailable, ride_out
 from services.runtime.topology import Topology
 from services.tool_execution.tool import Tool, ToolContext, ToolError, ToolOutput, ToolProgress
 from shared.agents.background import (
@@ -129,6 +132,8 @@ class AgentSetup:
     subagent_model: str | None = None
     background_tasks: bool = True
     """A1.2/A9: ``run_in_background`` is offered (``CLAUDE_CODE_DISABLE_BACKGROUND_TASKS`` turns it off)."""
+    launch_ride_out_s: float = DEFAULT_RIDE_OUT_S
+    """How long a launch is retried while Redis is unavailable before the call fails (``AGENTBUS_REDIS_RIDE_OUT_S``)."""
 
 
 class AgentTool(Tool[AgentInput]):
@@ -195,7 +200,14 @@ class AgentTool(Tool[AgentInput]):
         agent_job = CURRENT_AGENT_JOB.get()
         if agent_job is None:
             raise ToolError("The Agent tool runs only inside a tool worker's job")
-        record = await self._launch(agent_job.job, ctx.tool_use_id, tool_input)
+        try:
+            record = await ride_out(
+                lambda: self._launch(agent_job.job, ctx.tool_use_id, tool_input),
+                bound_s=self.setup.launch_ride_out_s,
+                what=f"launch the agent of {ctx.tool_use_id}",
+            )
+        except RedisUnavailable as error:
+            raise ToolError(str(error)) from error
         log.info(
             "agent_launched",
             parent_session_id=record.parent_session_id,

@@ -38,4 +38,5 @@ def agent_setup(settings: AgentSettings, *, cwd: str) -> AgentSetup:
         cwd=cwd,
         subagent_model=settings.subagent_model,
         background_tasks=settings.background_tasks,
+        launch_ride_out_s=settings.launch_ride_out_s,
     )

@@ -112,6 +112,16 @@ def _redis_refusal(error: BaseException) -> CliError:
     return CliError(f"Redis at {redis_url_in_use()} refused the command: {error}")
 
 
+def _redis_unavailable(error: BaseException) -> CliError:
+    """A publish or read that rode out an outage and gave up: the line its last Redis error has."""
+    cause = error.__cause__
+    known = explain(cause) if cause is not None else None
+    if known is None:
+        return _as_stated(error)
+    bound_s = getattr(error, "bound_s", 0)
+    return CliError(f"{known} (retried for {bound_s:g}s)" if bound_s else str(known), exit_code=known.exit_code)
+
+
 def _not_a_dead_letter(error: BaseException) -> CliError:
     return CliError(f"{error}: not a dead letter (`agentbus dlq ls` lists them)")
 
@@ -146,6 +156,7 @@ EXPLANATIONS: dict[str, Callable[[BaseException], CliError]] = {
     "services.cli.errors.CliError": _itself,
     "shared.errors.AgentbusError": _as_stated,
     "services.runtime.deadletter.DeadLetterDecodeError": _not_a_dead_letter,
+    "services.runtime.ride_out.RedisUnavailable": _redis_unavailable,
     "redis.exceptions.AuthenticationError": _redis_authentication,
     "redis.exceptions.AuthorizationError": _redis_authentication,
     "redis.exceptions.ConnectionError": _unreachable_redis,

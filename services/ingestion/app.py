@@ -18,7 +18,7 @@ from services.runtime.lane_worker import LaneWorker
 from services.runtime.redis_client import TRANSIENT_ERRORS
 from services.runtime.topology import INGESTION_GROUP
 from services.runtime.worker_app import WorkerContext
-from shared.events import DeadlineSweep, IngressEnvelope
+from shared.events import DeadlineSweep, IngressEnvelope, StuckTurnSweep
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +40,7 @@ class IngestionRuntime:
             internal_key=context.settings.require_internal_key(),
             max_entry_bytes=context.settings.max_ingress_entry_bytes,
             idempotency_ttl_ms=int(context.settings.retention.idempotency_keys_ttl_s * 1000),
+            stuck_bound_ms=int(context.settings.stuck_turn_s * 1000),
         )
         self.relay = ChildRelay(context.redis, self.topology, internal_key=self.worker.internal_key)
         self.hooks = self.worker.agents = IngestionAgentHooks(self.relay)
@@ -101,6 +102,29 @@ class IngestionRuntime:
                 queued += 1
         return queued
 
+    async def sweep_stuck_once(self) -> int:
+        """Queue a stuck-turn sweep into the ingress shard of every owned session whose wait is past its
+        stuck-at score (shared/stuck_turns.py). Applied in order by the shard owner, the ledger decides again
+        on the state it has then (a reply that arrived meanwhile wins) and ends the wait or leaves it; the
+        idempotency key (session and score) keeps a repeated sweep of the same wait one. Signed like the
+        deadline sweep."""
+        now_ms = int(time.time() * 1000)
+        redis = self.context.redis
+        queued = 0
+        for shard in self.lanes.owned_shards():
+            due = await redis.zrangebyscore(self.topology.stuck_index(shard), "-inf", now_ms, withscores=True)
+            for raw_session, stuck_at in due:  # type: ignore[str-unpack]
+                session = raw_session.decode() if isinstance(raw_session, bytes) else str(raw_session)
+                envelope = IngressEnvelope(
+                    session_id=session,
+                    idempotency_key=f"stuck_turn_sweep:{session}:{int(stuck_at)}",
+                    payload=StuckTurnSweep(now_ms=now_ms),
+                )
+                fields = signed_entry_fields(envelope, self.worker.internal_key)
+                await redis.xadd(self.topology.ingress(shard), fields)  # type: ignore[arg-type]
+                queued += 1
+        return queued
+
     async def sweep_agents_once(self, *, full: bool = True) -> int:
         """Sub-agents of the owned shards: cancellations, wall time, lost completions (services/agents)."""
         ended = 0
@@ -120,6 +144,10 @@ class IngestionRuntime:
                 log.warning("deadline_sweep_failed", error=repr(error))
             except Exception:
                 log.exception("deadline_sweep_failed")
+            try:
+                await self.sweep_stuck_once()
+            except Exception:
+                log.exception("stuck_turn_sweep_failed")
             self._sweeps += 1
             try:
                 await self.sweep_agents_once(full=self._sweeps % AGENT_FULL_SWEEP_EVERY == 0)

@@ -55,6 +55,9 @@ class CachedLedger:
     deadline_ms: int | None = None
     deadline_known: bool = False
     """Whether ``deadline_ms`` is the session's score in the shard's deadline set (None: absent)."""
+    stuck_at_ms: int | None = None
+    stuck_known: bool = False
+    """Whether ``stuck_at_ms`` is the session's score in the shard's stuck-turn index (None: absent)."""
     touched_ms: int | None = None
     """When this worker last wrote the session's score in the ``sessions`` set."""
     seen: set[str] | None = None

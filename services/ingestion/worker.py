@@ -95,6 +95,8 @@ class _Batch:
     ledgers: dict[str, CachedLedger] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)
     """Sessions whose stored state JSON changed (a content delta only adds to its reply's event list)."""
+    stuck_checked: set[str] = field(default_factory=set)
+    """Sessions a stuck-turn sweep was applied to: their stuck-at score is rewritten."""
     applied_keys: dict[str, list[str]] = field(default_factory=dict)
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
@@ -118,6 +120,7 @@ class IngestionWorker:
         *,
         tool_deadline_ms: int,
         internal_key: bytes,
+        stuck_bound_ms: int = 900_000,
         max_entry_bytes: int,
         idempotency_ttl_ms: int = 0,
         clock: Clock = utc_now,
@@ -127,6 +130,9 @@ class IngestionWorker:
         self.redis = redis
         self.topology = topology
         self.tool_deadline_ms = tool_deadline_ms
+        self.stuck_bound_ms = stuck_bound_ms
+        """How long a session's wait may make no progress (past its owner's deadline) before the stuck-turn
+        sweep ends it (shared/stuck_turns.py)."""
         self.internal_key = internal_key
         """The worker secret internal events are authenticated with (shared/internal_events.py)."""
         self.max_entry_bytes = max_entry_bytes
@@ -215,6 +221,11 @@ class IngestionWorker:
                     batch.produced["live", "live_delta"] += 1
             if out.state_changed:
                 batch.changed.add(session)
+            if out.stuck_checked:
+                batch.stuck_checked.add(session)
+            if out.stuck_ended is not None:
+                metrics.record_stuck_ended(out.stuck_ended)
+                log.warning("stuck_turn_ended", session_id=session, waiting_for=out.stuck_ended)
             if out.invalid is not None:
                 batch.poison[entry.entry_id] = Poison(out.invalid_reason, out.invalid)
         for session, dropped in batch.dropped:
@@ -301,7 +312,13 @@ class IngestionWorker:
             state = load_state(raw_state) if raw_state else new_ledger_state(session)
             restore_closed_calls(state, closed)
             cached = CachedLedger(
-                SessionLedger(state, tool_deadline_ms=self.tool_deadline_ms, clock=self.clock, ids=self.ids)
+                SessionLedger(
+                    state,
+                    tool_deadline_ms=self.tool_deadline_ms,
+                    stuck_bound_ms=self.stuck_bound_ms,
+                    clock=self.clock,
+                    ids=self.ids,
+                )
             )
             batch.ledgers[session] = cached
             to_restore += [(cached, request_id) for request_id in replies_to_restore(state)]
@@ -365,6 +382,13 @@ class IngestionWorker:
                 else:
                     calls.add("ZADD", self.topology.deadlines(shard), deadline, session)
                 cached.deadline_ms, cached.deadline_known = deadline, True
+            stuck_at = cached.ledger.stuck_at_ms()
+            if _stuck_score_stale(cached, stuck_at, forced=session in batch.stuck_checked):
+                if stuck_at is None:
+                    calls.add("ZREM", self.topology.stuck_index(shard), session)
+                else:
+                    calls.add("ZADD", self.topology.stuck_index(shard), stuck_at, session)
+                cached.stuck_at_ms, cached.stuck_known = stuck_at, True
         for session, keys in batch.applied_keys.items():
             calls.add_members("SADD", self.topology.seen_keys(session), list(keys))
             cached = batch.ledgers[session]
@@ -411,3 +435,17 @@ class IngestionWorker:
                 key = self.topology.reply_events(session, request_id)
                 calls.add_members("RPUSH", key, [encode_event(event) for event in reply.events[count:]])
             stored[request_id] = (reply, len(reply.events))
+
+
+STUCK_SCORE_SLACK_MS = 1_000
+"""A stuck-at score this much behind the ledger's is left as it is: a streaming reply moves it on every delta,
+and a score a little early costs at most one sweep that the ledger finds not stuck (which rewrites it)."""
+
+
+def _stuck_score_stale(cached: CachedLedger, stuck_at: int | None, *, forced: bool) -> bool:
+    """Whether the session's score in the stuck-turn index must be written (or removed) now."""
+    if forced or not cached.stuck_known or (stuck_at is None) != (cached.stuck_at_ms is None):
+        return True
+    if stuck_at is None or cached.stuck_at_ms is None:
+        return False
+    return stuck_at < cached.stuck_at_ms or stuck_at - cached.stuck_at_ms >= STUCK_SCORE_SLACK_MS

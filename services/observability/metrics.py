@@ -83,6 +83,14 @@ EVENTS_DEAD_LETTERED = Counter(
     "Entries a worker's handler declared poison (decode error, invariant violation, …), by reason.",
     ["worker", "stream", "reason"],
 )
+SESSIONS_STUCK_ENDED = Counter(
+    "agentbus_sessions_stuck_ended_total",
+    "Session waits ended by ingestion's stuck-turn sweep (their owner was lost: shared/stuck_turns.py), by what "
+    "the session waited for (model_reply, tool_result, child_agent, approval).",
+    ["waiting_for"],
+)
+for _waiting_for in ("model_reply", "tool_result", "child_agent", "approval"):
+    SESSIONS_STUCK_ENDED.labels(_waiting_for)  # shown as 0 before the first: an alert can watch its increase
 BATCH_DURATION = Histogram(
     "agentbus_batch_duration_seconds",
     "Time a worker's batch handler took for one batch.",
@@ -333,6 +341,13 @@ def record_duplicates(worker: WorkerType, kind: str, count: int = 1) -> None:
         return
     if count:
         _duplicates(worker, _duplicate_kind(kind)).inc(count)
+
+
+def record_stuck_ended(waiting_for: str) -> None:
+    """The stuck-turn sweep ended a session's wait for ``waiting_for``."""
+    if not _recording:
+        return
+    SESSIONS_STUCK_ENDED.labels(waiting_for).inc()
 
 
 def record_transcript_append(*, lines: int, durable_s: float, removed: int = 0) -> None:

@@ -87,6 +87,9 @@ class AgentSettings(BaseModel):
         True,
         description="offer run_in_background (A1.2); false = CLAUDE_CODE_DISABLE_BACKGROUND_TASKS (A9)",
     )
+    launch_ride_out_s: float = Field(
+        60.0, ge=0, description="how long the Agent tool retries a launch while Redis is unavailable before it fails"
+    )
     model_aliases: dict[str, str] = Field(
         default_factory=lambda: {"sonnet": "claude-sonnet-4-6", "opus": "claude-opus-4-6", "haiku": "claude-haiku-4-5"},
         description="the model ids the Agent tool's model aliases stand for (A1.2, A3.5)",
@@ -230,6 +233,18 @@ class Settings(BaseSettings):
     )
     redis_wait_timeout_ms: int = Field(
         1000, ge=1, description="how long a publish waits for redis_wait_replicas before it fails (NotReplicated)"
+    )
+    redis_ride_out_s: float = Field(
+        60.0,
+        ge=0,
+        description="how long a client (SDK, CLI, the Agent tool's launch) retries a publish or a read while Redis "
+        "is unavailable (a restart, a failover) before it raises RedisUnavailable",
+    )
+    stuck_turn_s: float = Field(
+        900.0,
+        gt=0,
+        description="how long a session's wait (model reply, tool result, child agent, approval) may make no "
+        "progress past its owner's own deadline before ingestion's sweep ends it (agentbus_sessions_stuck_ended_total)",
     )
     data_dir: Path = Field(Path("data"), description="transcript root (Claude Code layout below projects/)")
     prefix: str = Field("agentbus:", description="prefix of every stream and key")

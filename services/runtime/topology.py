@@ -144,6 +144,11 @@ class Topology:
         """Sorted set of the shard's sessions scored by their next tool deadline (epoch ms)."""
         return self.names.shard_stream(shard, "deadlines")
 
+    def stuck_index(self, shard: int) -> str:
+        """Sorted set of the shard's sessions that wait for something, scored by when the wait counts as stuck
+        (epoch ms, shared/stuck_turns.py): what ingestion's stuck-turn sweep reads."""
+        return self.names.shard_stream(shard, "waits")
+
     def sessions(self, shard: int) -> str:
         """Sorted set of the shard's known session ids (scored by last activity, epoch ms, refreshed at most
         once a minute)."""

@@ -48,10 +48,20 @@ def workdir(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("args", BUS_COMMANDS.values(), ids=BUS_COMMANDS.keys())
 def test_unreachable_redis_is_one_line_naming_the_url(args: list[str], unreachable_url: str, workdir: Path) -> None:
-    outcome = agentbus(*args, cwd=workdir, env=cli_env(unreachable_url))
+    # No ride-out: a Redis that never answers is reported at once (the line is the same after a ride-out).
+    outcome = agentbus(*args, cwd=workdir, env=cli_env(unreachable_url, AGENTBUS_REDIS_RIDE_OUT_S="0"))
     assert outcome.code == 1
     assert outcome.error_line == (
         f"agentbus: cannot reach Redis at {unreachable_url} (connection refused); start one or set REDIS_URL"
+    )
+
+
+def test_a_publish_that_rode_out_an_outage_says_how_long(unreachable_url: str, workdir: Path) -> None:
+    outcome = agentbus("send", "s1", "hello", cwd=workdir, env=cli_env(unreachable_url, AGENTBUS_REDIS_RIDE_OUT_S="1"))
+    assert outcome.code == 1
+    assert outcome.error_line == (
+        f"agentbus: cannot reach Redis at {unreachable_url} (connection refused); start one or set REDIS_URL "
+        "(retried for 1s)"
     )
 
 
