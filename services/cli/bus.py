@@ -335,8 +335,8 @@ def replay_command(
         report = asyncio.run(run())
     except TimeoutError as error:
         fail(str(error))
-    typer.echo(f"agentbus: {file}: {report.summary()}", err=True)
     typer.echo(f"agentbus: open it in Claude Code: {resume_hint(report.cwd, report.claude_session_id)}", err=True)
+    typer.echo(f"agentbus: {file}: {report.summary()}", err=True)
     typer.echo(session_id)
     typer.echo(str(report.transcript))
 

@@ -108,9 +108,8 @@ async def assert_replay_equivalent(original: bytes, session: str, cluster: Worke
     assert len(uuids) == len(set(uuids)) > 0  # effectively-once per message uuid
     # Everything the resumed file holds is persisted, attachments (with what they rendered) included.
     assert {message.uuid for message in report.plan.history} <= set(uuids)
-    recorded = {
-        line["uuid"]: line for line in map(json.loads, original.splitlines()) if line.get("type") == "attachment"
-    }
+    objects = [json.loads(line) for line in original.splitlines() if line.strip()]
+    recorded = {o["uuid"]: o for o in objects if isinstance(o, dict) and o.get("type") == "attachment" and "uuid" in o}
     for line in lines:
         if line["type"] == "attachment" and line["uuid"] in recorded:
             kept = ("attachment", "rendered", "renderedRole")
