@@ -56,12 +56,16 @@ class RequestBlock:
 @dataclass(frozen=True, slots=True)
 class RequestMessage:
     index: int
+    """Position in the request's ``messages`` (what error locations name)."""
     raw: object
     role: str | None
     """``"user"`` or ``"assistant"``; ``None`` for anything else (reported as ``invalid_role``)."""
     blocks: tuple[RequestBlock, ...]
     is_empty: bool
     """Content is ``""`` or ``[]``."""
+    position: int = -1
+    """Position among the conversation's user/assistant messages (``role: "system"`` messages left out);
+    ``index`` when the request has none."""
 
     def of_type(self, *types: str) -> Iterator[RequestBlock]:
         return (block for block in self.blocks if block.type in types)
@@ -75,12 +79,17 @@ class RequestMessage:
 class RequestView:
     messages_field: object
     messages: tuple[RequestMessage, ...]
+    """The conversation: every message except ``role: "system"`` ones, which sit between its turns
+    without taking part in the user/assistant rules (today's API, see ``system_messages``)."""
     tools: object
     thinking_enabled: bool | None
     allow_prefill: bool
+    system_messages: tuple[RequestMessage, ...] = ()
+    """The ``role: "system"`` messages of ``messages`` (the current API's ``BetaSystemMessageParam``)."""
 
     def neighbour(self, message: RequestMessage, offset: int) -> RequestMessage | None:
-        position = message.index + offset
+        """The conversation message ``offset`` places away (system-role messages are not counted)."""
+        position = message.position + offset
         return self.messages[position] if 0 <= position < len(self.messages) else None
 
     def open_assistant_turn(self) -> list[RequestMessage]:
@@ -117,7 +126,7 @@ def violation(rule: str, message: RequestMessage | None, block: RequestBlock | N
     )
 
 
-def read_message(index: int, raw: object) -> RequestMessage:
+def read_message(index: int, raw: object, *, position: int | None = None) -> RequestMessage:
     """View one raw message; malformed parts are left out of ``blocks`` (the shape checks report them)."""
     fields: Mapping[str, object] = raw if isinstance(raw, Mapping) else {}
     role = fields.get("role")
@@ -137,6 +146,7 @@ def read_message(index: int, raw: object) -> RequestMessage:
         role=role if role in ("user", "assistant") else None,
         blocks=blocks,
         is_empty=content == "" or content == [],
+        position=index if position is None else position,
     )
 
 
@@ -144,10 +154,23 @@ def read_request(body: Mapping[str, object], *, thinking_enabled: bool | None, a
     """View a request body (``messages`` need not be a list: the shape checks report that)."""
     messages_field = body.get("messages")
     raw_messages: Sequence[object] = messages_field if isinstance(messages_field, list | tuple) else ()
+    conversation: list[RequestMessage] = []
+    system_messages: list[RequestMessage] = []
+    for i, raw in enumerate(raw_messages):
+        if is_system_role(raw):
+            system_messages.append(read_message(i, raw))
+        else:
+            conversation.append(read_message(i, raw, position=len(conversation)))
     return RequestView(
         messages_field=messages_field,
-        messages=tuple(read_message(i, raw) for i, raw in enumerate(raw_messages)),
+        messages=tuple(conversation),
         tools=body.get("tools"),
         thinking_enabled=thinking_enabled,
         allow_prefill=allow_prefill,
+        system_messages=tuple(system_messages),
     )
+
+
+def is_system_role(raw: object) -> bool:
+    """A ``role: "system"`` message (``BetaSystemMessageParam``), which today's API accepts in ``messages``."""
+    return isinstance(raw, Mapping) and raw.get("role") == "system"

@@ -222,6 +222,18 @@ class MessageParam(TypedDict):
 
 
 @with_config(_LOSSLESS)
+class SystemMessageParam(TypedDict):
+    """A ``role: "system"`` message between the conversation's turns (the anthropic SDK's
+    ``BetaSystemMessageParam``; Claude Code 2.1.332 sends its system-role attachments so, with the turn's
+    ``output_config``). Checked by ``validate_api_request``."""
+
+    role: Literal["system"]
+    content: str | list[TextBlockParam | JsonObject]
+    clear_at: NotRequired[Literal["next_user_message", "never"] | None]
+    output_config: NotRequired[JsonObject | None]
+
+
+@with_config(_LOSSLESS)
 class ToolParam(TypedDict):
     """A client tool definition (``tools[]``); server tools are plain objects with a versioned ``type``."""
 
@@ -257,7 +269,7 @@ ThinkingConfigParam: TypeAlias = ThinkingConfigEnabledParam | ThinkingConfigAdap
 class MessagesRequest(TypedDict, total=False):
     """The body of ``POST /v1/messages`` (the keys agentbus uses; others pass through)."""
 
-    messages: Required[list[MessageParam]]
+    messages: Required[list[MessageParam | SystemMessageParam]]
     model: str
     max_tokens: int
     system: str | list[TextBlockParam]
@@ -290,6 +302,7 @@ __all__ = [
     "ServerToolResultBlockParam",
     "ServerToolResultType",
     "ServerToolUseBlockParam",
+    "SystemMessageParam",
     "TextBlockParam",
     "ThinkingBlockParam",
     "ThinkingConfigAdaptiveParam",

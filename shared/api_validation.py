@@ -65,7 +65,8 @@ def _check_messages_present(request: RequestView) -> Iterator[ApiViolation]:
 
 
 def _check_message_shape(request: RequestView) -> Iterator[ApiViolation]:
-    """Each message is an object with role user/assistant and string or list content."""
+    """Each message is an object with role user/assistant (system: ``_check_system_messages``) and string
+    or list content."""
     for message in request.messages:
         if not isinstance(message.raw, Mapping):
             yield violation(
@@ -73,7 +74,7 @@ def _check_message_shape(request: RequestView) -> Iterator[ApiViolation]:
             )
             continue
         if message.role is None:
-            detail = f"{location(message)}.role: Input should be 'user' or 'assistant'"
+            detail = f"{location(message)}.role: Input should be 'user', 'assistant' or 'system'"
             yield violation("invalid_role", message, None, detail)
         if not isinstance(message.raw.get("content"), str | list):
             detail = f"{location(message)}.content: Input should be a valid string or a valid list"
@@ -127,7 +128,7 @@ def _check_roles_alternate(request: RequestView) -> Iterator[ApiViolation]:
 def _check_non_empty_content(request: RequestView) -> Iterator[ApiViolation]:
     """§1.7: every message has content, except an optional final assistant message (prefill)."""
     for message in request.messages:
-        is_prefill = message.role == "assistant" and message.index == len(request.messages) - 1
+        is_prefill = message.role == "assistant" and message.position == len(request.messages) - 1
         if message.is_empty and not is_prefill:
             detail = (
                 f"{location(message)}: all messages must have non-empty content "
@@ -280,6 +281,65 @@ def _check_media_count(request: RequestView) -> Iterator[ApiViolation]:
         yield violation("too_many_media", message, block, detail)
 
 
+# --- role: "system" messages (today's API; not in anthropic-api-rules.md §1) -------------------------
+
+SYSTEM_MESSAGE_FIELDS: Final = frozenset({"role", "content", "clear_at", "output_config"})
+"""``BetaSystemMessageParam`` (anthropic SDK 2.13, beta ``per-turn-control-2026-07-01``)."""
+SYSTEM_BLOCK_TYPES: Final = frozenset({"text", "tool_addition", "tool_removal"})
+CLEAR_AT_VALUES: Final = frozenset({"next_user_message", "never"})
+EFFORT_VALUES: Final = frozenset({"low", "medium", "high", "xhigh", "max"})
+
+
+def _check_system_messages(request: RequestView) -> Iterator[ApiViolation]:
+    """A ``role: "system"`` message in ``messages`` as today's API takes it (the anthropic SDK's
+    ``BetaSystemMessageParam``, sent by Claude Code 2.1.332; the spec's §1.6 "roles are user or assistant"
+    predates it, and the client and SDK win): string content or text / ``tool_addition`` /
+    ``tool_removal`` blocks, optional ``clear_at`` and per-turn ``output_config``, and never neither
+    content nor ``output_config``."""
+    for message in request.system_messages:
+        raw = message.raw
+        assert isinstance(raw, Mapping)  # read_request only routes mappings here
+        where = location(message)
+        for key in sorted(set(raw) - SYSTEM_MESSAGE_FIELDS):
+            yield violation("invalid_system_message", message, None, f"{where}.{key}: Extra inputs are not permitted")
+        content = raw.get("content", "")
+        if not isinstance(content, str | list):
+            yield violation(
+                "invalid_content", message, None, f"{where}.content: Input should be a valid string or a valid list"
+            )
+        for j, item in enumerate(content if isinstance(content, list) else []):
+            kind = item.get("type") if isinstance(item, Mapping) else None
+            if kind not in SYSTEM_BLOCK_TYPES:
+                yield ApiViolation(
+                    rule="invalid_block",
+                    message_index=message.index,
+                    block_index=j,
+                    detail=f"{where}.content.{j}: a system message holds text, tool_addition or tool_removal blocks",
+                )
+            elif kind == "text" and not isinstance(item.get("text"), str):
+                yield ApiViolation(
+                    rule="missing_field",
+                    message_index=message.index,
+                    block_index=j,
+                    detail=f"{where}.content.{j}.text.text: Field required",
+                )
+        clear_at = raw.get("clear_at")
+        if clear_at is not None and clear_at not in CLEAR_AT_VALUES:
+            detail = f"{where}.clear_at: Input should be 'next_user_message' or 'never'"
+            yield violation("invalid_system_message", message, None, detail)
+        output_config = raw.get("output_config")
+        if output_config is not None and not isinstance(output_config, Mapping):
+            yield violation(
+                "invalid_system_message", message, None, f"{where}.output_config: Input should be a valid dictionary"
+            )
+        elif isinstance(output_config, Mapping) and output_config.get("effort") not in (None, *EFFORT_VALUES):
+            detail = f"{where}.output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
+            yield violation("invalid_system_message", message, None, detail)
+        if message.is_empty and output_config is None:
+            detail = f"{where}: a system message needs content or output_config"
+            yield violation("empty_system_message", message, None, detail)
+
+
 _CHECKS: Final[tuple[Check, ...]] = (
     _check_messages_present,
     _check_message_shape,
@@ -298,6 +358,7 @@ _CHECKS: Final[tuple[Check, ...]] = (
     _check_no_thinking_when_disabled,
     _check_image_size,
     _check_media_count,
+    _check_system_messages,
 )
 
 

@@ -24,6 +24,7 @@ from shared.factories import create_user_message, derive_uuid
 from shared.json_types import JsonObject, JsonValue
 from shared.messages import AttachmentMessage, UserMessage
 from shared.normalize.attachment_reminders import REMINDER_BUILDERS, field, js_string
+from shared.normalize.rendered import rendered_role, rendered_texts
 from shared.normalize.report import Repair, RepairKind, Repairs
 
 PRODUCE_NOTHING = frozenset(
@@ -191,6 +192,12 @@ def normalize_attachment_for_api(attachment: AttachmentMessage) -> tuple[list[Us
     its content is dropped because this implementation cannot render it."""
     kind = attachment.attachment_type
     data = attachment.attachment
+    role = rendered_role(attachment)
+    if role is not None:
+        # Recorded by the client as it sent it: user-role texts as they are; system-role ones become
+        # role "system" messages (shared.normalize.rendered, placed by the pipeline); no role, nothing.
+        texts = rendered_texts(attachment) if role == "user" else []
+        return [_meta(attachment, k, text) for k, text in enumerate(texts)], []
     if kind in PRODUCE_NOTHING:
         return [], []
     if kind == "queued_command":

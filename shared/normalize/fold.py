@@ -13,6 +13,7 @@ from shared.normalize.content_ops import is_tool_result_message, with_user_conte
 from shared.normalize.merge import merge_assistant_messages, merge_user_messages, merge_user_messages_and_tool_results
 from shared.normalize.options import NormalizeOptions
 from shared.normalize.prepass import ApiBound
+from shared.normalize.rendered import task_notification_as_sent
 from shared.normalize.report import PassResult, Repair, RepairKind, Repairs
 from shared.normalize.tool_blocks import (
     add_tool_loaded_boundary,
@@ -62,7 +63,9 @@ def strip_media_for_error(
 def fold_user(
     message: UserMessage, options: NormalizeOptions, strip_targets: Mapping[str, frozenset[str]]
 ) -> tuple[UserMessage | None, Repairs]:
-    """R4.6 steps 1–3 for one user message (step 4, the merge, is the caller's)."""
+    """R4.6 steps 1–3 for one user message (step 4, the merge, is the caller's); a background task's
+    notification as Claude Code 2.1.332 sends it (``shared.normalize.rendered``)."""
+    message = task_notification_as_sent(message)
     if options.tool_search_enabled:
         message, repairs = strip_unavailable_tool_references(message, options)
     else:

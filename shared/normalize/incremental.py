@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from shared.api_request_view import SERVER_TOOL_USE_TYPES
-from shared.api_types import MessageParam, MessagesRequest
+from shared.api_types import MessageParam, MessagesRequest, SystemMessageParam
 from shared.api_validation import MAX_MEDIA_ITEMS, ApiViolation
 from shared.clock import Clock, utc_now
 from shared.constants import NO_CONTENT_MESSAGE
@@ -58,6 +58,7 @@ from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMes
 from shared.normalize.api_client_steps import MEDIA_TYPES
 from shared.normalize.options import NormalizeOptions
 from shared.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
+from shared.normalize.rendered import has_system_role_attachments
 from shared.normalize.report import NormalizationReport, Repair, RepairKind
 from shared.pairing import tool_result_ids, tool_use_ids
 from shared.system_messages import CompactBoundarySystemMessage
@@ -104,7 +105,7 @@ class _Prefix:
     (a human prompt)."""
     anchor: Message
     """``H[cut - 1]``: the history must still hold this very object there."""
-    params: list[MessageParam]
+    params: list[MessageParam | SystemMessageParam]
     repairs: tuple[Repair, ...]
     whitespace_pass_fired: bool
     uuids: frozenset[str]
@@ -144,7 +145,9 @@ class RequestBuilder:
 
     def build(self, history: Sequence[Message]) -> BuiltRequest:
         """The request for ``history`` and its violations. Raises what ``to_api_request`` raises."""
-        if len(history) < self.incremental_from:
+        if len(history) < self.incremental_from or has_system_role_attachments(history):
+            # role "system" messages are placed over the whole history (per-turn output_config compares
+            # each turn with the one before): no prefix/suffix split for such a history.
             return self._full(history)
         prefix = self._current_prefix(history)
         if prefix is not None:
@@ -371,12 +374,12 @@ def _tombstone_targets(messages: Sequence[Message]) -> frozenset[str] | None:
     return frozenset(retracted_uuids(tombstones))
 
 
-def _blocks(param: MessageParam) -> list[Mapping[str, object]]:
+def _blocks(param: MessageParam | SystemMessageParam) -> list[Mapping[str, object]]:
     content = param["content"]
     return [block for block in content if isinstance(block, Mapping)] if isinstance(content, list) else []
 
 
-def _request_tool_ids(params: Iterable[MessageParam]) -> set[str]:
+def _request_tool_ids(params: Iterable[MessageParam | SystemMessageParam]) -> set[str]:
     return {
         block_id
         for param in params
@@ -386,7 +389,7 @@ def _request_tool_ids(params: Iterable[MessageParam]) -> set[str]:
     }
 
 
-def _media_count(param: MessageParam) -> int:
+def _media_count(param: MessageParam | SystemMessageParam) -> int:
     """Images and documents, top level and inside tool_result content (R4.23's count)."""
     count = 0
     for block in _blocks(param):

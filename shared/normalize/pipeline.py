@@ -22,6 +22,7 @@ from shared.normalize.api_client_steps import apply_api_client_steps
 from shared.normalize.api_safety import make_api_safe
 from shared.normalize.normalize_for_api import normalize_messages_for_api
 from shared.normalize.options import NormalizeOptions
+from shared.normalize.rendered import place_system_messages, system_turns
 from shared.normalize.report import NormalizationReport
 from shared.normalize.to_params import to_messages_request
 from shared.system_messages import CompactBoundarySystemMessage
@@ -95,10 +96,14 @@ def to_api_request(
         prompt_message: UserMessage = create_user_message(prompt, clock=clock, ids=ids)
         messages = [*messages, prompt_message]
     messages = prepend_user_context(messages, options.user_context, clock=clock, ids=ids)
+    turns = system_turns(messages)
     normalized, report = normalize_messages_for_api(messages, options=options)
     stepped, step_repairs, pairing = apply_api_client_steps(normalized, options=options, clock=clock, ids=ids)
     safe, safety_repairs = make_api_safe(stepped, options=options, clock=clock, ids=ids)
     request = to_messages_request(safe, tool_search_enabled=options.tool_search_enabled, model=options.target_model)
+    if turns:
+        # role "system" messages the client recorded (Claude Code 2.1.332's renderedRole), between turns.
+        request["messages"] = place_system_messages(request["messages"], safe, turns)
     return NormalizedRequest(request=request, report=report.extended([*step_repairs, *safety_repairs], pairing=pairing))
 
 

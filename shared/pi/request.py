@@ -20,7 +20,7 @@ from shared.pi.anthropic import ApiObject, convert_messages
 from shared.pi.claude_code import STASH, ms_to_iso, session_to_claude_code
 from shared.pi.context import LAST_ENTRY, PiContext, _LastEntry, build_session_context
 from shared.pi.convert import convert_to_llm
-from shared.pi.messages import PiLlmMessage, PiUserMessage
+from shared.pi.messages import PiAssistantMessage, PiLlmMessage, PiUserMessage
 from shared.pi.session import PiSession
 from shared.pi.transform import PiTargetModel, normalize_anthropic_tool_call_id, rewrite_for_model
 
@@ -28,13 +28,30 @@ DEFAULT_ANTHROPIC_MODEL = "claude-opus-4-5"
 """The target when a session's last model is not an Anthropic one (P9.10 used the same)."""
 
 
+ANTHROPIC_MESSAGES_API = "anthropic-messages"
+
+
 def target_model(context: PiContext, model_id: str | None = None) -> PiTargetModel:
-    """The Anthropic model a request is for: ``model_id``, else the session's own model when it is an
-    Anthropic one (P8.3), else :data:`DEFAULT_ANTHROPIC_MODEL`."""
-    if model_id is None:
-        own = context.model
-        model_id = own.model_id if own is not None and own.provider == "anthropic" else DEFAULT_ANTHROPIC_MODEL
-    return PiTargetModel(api="anthropic-messages", provider="anthropic", id=model_id)
+    """The Anthropic model a request is for: ``model_id``, else the session's own model when it speaks the
+    Anthropic Messages API (P8.3: the ``anthropic`` provider, or a custom provider of pi's ``models.json``
+    with ``api: "anthropic-messages"``, as its replies record; pi sends its next request there, so their
+    signed thinking stays thinking, P5.2), else :data:`DEFAULT_ANTHROPIC_MODEL`."""
+    if model_id is not None:
+        return PiTargetModel(api=ANTHROPIC_MESSAGES_API, provider="anthropic", id=model_id)
+    own = context.model
+    if own is not None and own.provider == "anthropic":
+        return PiTargetModel(api=ANTHROPIC_MESSAGES_API, provider="anthropic", id=own.model_id)
+    if own is not None and _speaks_anthropic_messages(context, own.provider, own.model_id):
+        return PiTargetModel(api=ANTHROPIC_MESSAGES_API, provider=own.provider, id=own.model_id)
+    return PiTargetModel(api=ANTHROPIC_MESSAGES_API, provider="anthropic", id=DEFAULT_ANTHROPIC_MODEL)
+
+
+def _speaks_anthropic_messages(context: PiContext, provider: str, model_id: str) -> bool:
+    """Whether the session's latest reply from ``provider``/``model_id`` came over the Messages API."""
+    for message in reversed(context.messages):
+        if isinstance(message, PiAssistantMessage) and message.provider == provider and message.model == model_id:
+            return message.api == ANTHROPIC_MESSAGES_API
+    return False
 
 
 @dataclass(frozen=True, slots=True)

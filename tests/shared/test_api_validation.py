@@ -96,11 +96,40 @@ def test_s1_envelope_messages_must_be_a_non_empty_list() -> None:
 
 def test_s1_envelope_message_shape_and_role() -> None:
     assert only(["not a message"], "invalid_message").detail == "messages.0: Input should be a valid dictionary"
-    assert only([{"role": "system", "content": "hi"}], "invalid_role").detail == (
-        "messages.0.role: Input should be 'user' or 'assistant'"
+    assert only([{"role": "tool", "content": "hi"}], "invalid_role").detail == (
+        "messages.0.role: Input should be 'user', 'assistant' or 'system'"
     )
     assert only([{"role": "user", "content": None}], "invalid_content").message_index == 0
     assert only([{"role": "user"}], "invalid_content").detail.startswith("messages.0.content:")
+
+
+def test_system_role_messages_follow_todays_api() -> None:
+    """anthropic-api-rules.md §1.6 predates them: today's API (anthropic SDK 2.13 ``BetaSystemMessageParam``,
+    sent by Claude Code 2.1.332) takes ``role: "system"`` messages between the turns, with ``clear_at`` and a
+    per-turn ``output_config``; the client and SDK win. They take no part in the user/assistant rules."""
+    system = {"role": "system", "content": "Today's date is 2026-11-27.", "output_config": {"effort": "medium"}}
+    tool_use = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+    assert check([user(text("go")), system]) == []
+    assert (
+        check(
+            [
+                user(text("go")),
+                system,
+                assistant(tool_use),
+                user(result),
+                {"role": "system", "content": [], "output_config": {}},
+            ]
+        )
+        == []
+    )
+    assert check([user(text("go")), {"role": "system", "content": [text("a")], "clear_at": "next_user_message"}]) == []
+    assert only([user(text("go")), {"role": "system", "content": []}], "empty_system_message").message_index == 1
+    found = rules([user(text("go")), {"role": "system", "content": "x", "clear_at": "later", "name": "n"}])
+    assert found == ["invalid_system_message", "invalid_system_message"]
+    bad_effort = {"role": "system", "content": "x", "output_config": {"effort": "extreme"}}
+    assert rules([user(text("go")), bad_effort]) == ["invalid_system_message"]
+    assert rules([user(text("go")), {"role": "system", "content": [{"type": "image"}]}]) == ["invalid_block"]
 
 
 def test_unknown_block_types_pass_through_but_need_a_string_type() -> None:
