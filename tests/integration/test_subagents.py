@@ -44,8 +44,6 @@ from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CWD = "/agentbus"
-
 
 def agent_call(tool_id: str, description: str, prompt: str, subagent_type: str | None = None) -> ToolUseBlock:
     tool_input: dict[str, Any] = {"description": description, "prompt": prompt}
@@ -123,7 +121,7 @@ async def config_of(bus: AgentbusClient, session: str) -> SessionModelConfig:
 
 
 def transcript_dir(cluster: WorkerCluster, parent: str) -> Path:
-    return session_file(cluster.data_dir, CWD, parent).with_suffix("") / "subagents"
+    return session_file(cluster.data_dir, cluster.cwd, parent).with_suffix("") / "subagents"
 
 
 async def verified(path: Path) -> bool:
@@ -211,7 +209,7 @@ async def test_a7_three_parallel_children_finish_in_any_order_and_pair_the_paren
             tool_id: transcript_dir(cluster, parent) / f"agent-{agent_id_for(parent, tool_id)}.jsonl"
             for tool_id in children
         }
-        for path in [session_file(cluster.data_dir, CWD, parent), *files.values()]:
+        for path in [session_file(cluster.data_dir, cluster.cwd, parent), *files.values()]:
             await eventually(lambda path=path: verified(path), timeout_s=20)
         lines = [json.loads(line) for line in files["toolu_A"].read_text().splitlines()]
         assert all(line["isSidechain"] is True and line["agentId"] == agent_a for line in lines)
@@ -220,7 +218,7 @@ async def test_a7_three_parallel_children_finish_in_any_order_and_pair_the_paren
         assert [line["type"] for line in lines] == ["user", "assistant", "user", "assistant"]
         meta = json.loads(files["toolu_A"].with_name(f"agent-{agent_a}.meta.json").read_text())
         assert meta == {"agentType": "reviewer", "description": "read a"}
-        assert not session_file(cluster.data_dir, CWD, children["toolu_A"]).exists()
+        assert not session_file(cluster.data_dir, cluster.cwd, children["toolu_A"]).exists()
 
         # The tree: the SDK, `usage --tree` (usage rolled up from the children) and `tail --tree`.
         tree = await bus.session_tree(parent)
