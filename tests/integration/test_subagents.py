@@ -38,6 +38,7 @@ from shared.json_types import JsonObject
 from shared.messages import ProgressMessage
 from shared.model.cost import DEFAULT_PRICES
 from shared.model.session_config import SessionModelConfig
+from shared.session_ids import claude_session_id
 from shared.transcript import read_transcript, verify_transcript
 from tests.cli.process import agentbus, cli_env
 from tests.integration.cluster import WorkerCluster, eventually
@@ -213,7 +214,7 @@ async def test_a7_three_parallel_children_finish_in_any_order_and_pair_the_paren
             await eventually(lambda path=path: verified(path), timeout_s=20)
         lines = [json.loads(line) for line in files["toolu_A"].read_text().splitlines()]
         assert all(line["isSidechain"] is True and line["agentId"] == agent_a for line in lines)
-        assert all(line["sessionId"] == parent for line in lines)
+        assert all(line["sessionId"] == claude_session_id(parent) for line in lines)  # the root file's name
         assert lines[0]["parentUuid"] is None
         assert [line["type"] for line in lines] == ["user", "assistant", "user", "assistant"]
         meta = json.loads(files["toolu_A"].with_name(f"agent-{agent_a}.meta.json").read_text())
