@@ -58,7 +58,7 @@ from shared.json_types import JsonObject
 from shared.messages import AssistantMessage, AttachmentMessage, Message, UserMessage
 from shared.model.usage_totals import SessionUsage
 from shared.pi.messages import PI_MESSAGE_ADAPTER, PiMessage
-from shared.session_ids import check_session_id
+from shared.session_ids import check_session_id, claude_session_id
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -261,6 +261,12 @@ class AgentbusClient:
         return await self.publish(session_id, Interrupt(reason=reason))
 
     # -- observing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def claude_session_id(session_id: str) -> str:
+        """The id to pass to ``claude --resume`` for ``session_id``'s transcript (its file name, a UUID:
+        :func:`shared.session_ids.claude_session_id`)."""
+        return claude_session_id(session_id)
 
     async def latest_request(self, session_id: str) -> PublishedRequest | None:
         key = self.topology.request(session_id)

@@ -135,7 +135,7 @@ async def run_demo(
     path = await wait_until_persisted(bus, session, settings=settings, timeout_s=timeout_s)
     echo(f"transcript: {path}")
     last = await bus.latest_request(session)
-    return session, session_file(settings.data_dir, settings.cwd, session), last or request
+    return session, session_file(settings.data_dir, settings.session_cwd, session), last or request
 
 
 class DemoFailed(RuntimeError):

@@ -2,7 +2,11 @@
 
 The recorded history is resumed the way ``agentbus normalize`` resumes it (R7.14–R7.20: main chain,
 parallel results recovered, interrupted turns closed), then every message is published in order as a
-``recorded_message`` (assistant replies carry their recorded tool results, so no tool runs). Lines that
+``recorded_message`` marked ``replayed`` (assistant replies carry their recorded tool results). A replayed
+message never makes the model due (``shared/ledger.py``, ``shared/session_history.py``): no request is
+published, so no model call and no tool run happens while a file is replayed, whatever the workers do
+meanwhile; attachments are persisted as the file held them. With ``continue_turn`` the last message is
+published as a live one, so the next turn starts if the session then waits for the model. Lines that
 do not become part of that history are counted by reason (:class:`ReplayPlan`). The command waits until
 ingestion and the transcript worker (with ``wait_all``: every group reading the session's log shard)
 have settled everything published, so normalizing the persisted transcript gives the same request as
@@ -35,6 +39,7 @@ from shared.events import IngressPayload, RecordedMessage
 from shared.ids import random_uuid
 from shared.messages import AssistantMessage, AttachmentMessage, UserMessage
 from shared.pi.constants import TranscriptFormat
+from shared.session_ids import claude_session_id
 from shared.system_messages import KnownSystemMessage, OtherSystemMessage
 from shared.transcript import ResumeResult, TranscriptMessage, read_transcript, resume_session, skipped_lines
 
@@ -64,6 +69,13 @@ class ReplayReport:
     session_id: str
     transcript: Path
     plan: ReplayPlan
+    cwd: str = ""
+    """The session's working directory: ``claude --resume`` finds the transcript when run there."""
+
+    @property
+    def claude_session_id(self) -> str:
+        """The id to pass to ``claude --resume`` (the transcript's file name, a UUID)."""
+        return claude_session_id(self.session_id)
 
     def summary(self) -> str:
         """``replayed 7 lines: 1 event published; skipped 6 off the resumed chain (R7.18)``."""
@@ -127,14 +139,19 @@ async def replay_transcript(
     timeout_s: float,
     wait_all: bool = False,
     progress: ProgressCallback | None = None,
+    continue_turn: bool = False,
 ) -> ReplayReport:
     """Publish the recorded history of ``source`` (a file's bytes, or its :func:`plan_replay`) into
     ``session_id`` and wait until it is persisted (with ``wait_all``, until every group on the session's
-    log shard has settled it). Raises :class:`shared.errors.UnusableTranscript` for a file that is no
+    log shard has settled it). Nothing asks the model meanwhile; ``continue_turn`` publishes the last
+    message live, so the model answers if the session waits for it (the request is published once the
+    whole recording is logged). Raises :class:`shared.errors.UnusableTranscript` for a file that is no
     transcript and ``TimeoutError`` when the groups have not settled within ``timeout_s``."""
     plan = source if isinstance(source, ReplayPlan) else plan_replay(source)
+    last = len(plan.history) - 1
     payloads: list[tuple[str, IngressPayload]] = [
-        (f"replay:{message.uuid}", RecordedMessage(message=message)) for message in plan.history
+        (f"replay:{message.uuid}", RecordedMessage(message=message, replayed=not (continue_turn and index == last)))
+        for index, message in enumerate(plan.history)
     ]
     last_id = "0-0"
     for start in range(0, len(payloads), PUBLISH_CHUNK):
@@ -151,7 +168,7 @@ async def replay_transcript(
         wait_all=wait_all,
         progress=progress,
     )
-    return ReplayReport(session_id, path, plan)
+    return ReplayReport(session_id, path, plan, settings.session_cwd)
 
 
 async def wait_until_persisted(
@@ -180,7 +197,7 @@ async def wait_until_persisted(
     if logged is not None:
         groups = list(logged.groups) if wait_all else [TRANSCRIPTS_GROUP]
         await _settled(bus, log, groups, logged.last_generated, deadline, _phase(progress, "log"))
-    return session_file(settings.data_dir, settings.cwd, session_id)
+    return session_file(settings.data_dir, settings.session_cwd, session_id)
 
 
 def _phase(progress: ProgressCallback | None, phase: str) -> Callable[[list[str], int], None] | None:

@@ -146,10 +146,18 @@ class StuckTurnSweep(WireModel):
 
 
 class RecordedMessage(WireModel):
-    """Any other recorded message replayed verbatim (e.g. an isMeta user line, a summary user line)."""
+    """Any other recorded message replayed verbatim (e.g. an isMeta user line, a summary user line).
+
+    ``replayed``: the message is part of a recording played back into the session (``agentbus replay``). It
+    is logged as any recorded message, marked ``replayed`` on its log entry, and never makes the model due:
+    the normalizer publishes no request for it and ingestion leaves the session's turn closed, so no model
+    call and no tool run happens while a file is replayed (issue 26). A producer setting it can only keep
+    the model from answering its own session, which it could do by not publishing at all.
+    """
 
     type: Literal["recorded_message"] = "recorded_message"
     message: Message
+    replayed: bool = False
 
 
 class PiMessagePayload(WireModel):
@@ -210,6 +218,9 @@ class LogEntry(BusModel):
     traceparent: str | None = None
     ingress_id: str | None = None
     """The ingress entry this came from (its id carries the producer's write time, for end-to-end latency)."""
+    replayed: bool = False
+    """Logged from a replayed recording (:class:`RecordedMessage` ``replayed``): history, never a reason to
+    call the model (``shared/session_history.py``)."""
 
 
 class ToolJob(BusModel):

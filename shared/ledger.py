@@ -13,7 +13,8 @@ Rules enforced at this boundary:
 - a second result for an answered call, or a result for a retracted call, is dropped (reported);
 - live producers' messages are checked before they are logged: a prompt, reply or tool result with a
   malformed block, or a tool result that answers no call of the session, is bad input (dead-lettered);
-  recorded messages (replay) are logged as recorded;
+  recorded messages (replay) are logged as recorded; a replayed recording's messages never make the model
+  due (their entries are marked ``replayed``; the session stays idle);
 - interrupts: R10.1 while a reply streams, R10.2 while tools run, R10.1 with nothing collected while the
   model is due (a request pending, nothing streamed yet); an interrupt while the session is idle (its last
   turn over) writes nothing, as in Claude Code, where no query runs then (``shared/turn_state.py``).
@@ -203,6 +204,8 @@ class SessionLedger:
         self._ids = ids
         self._ingress_id: str | None = None
         self._now_ms = 0
+        self._replaying = False
+        """Set while a replayed recording's message is applied: its entries are marked ``replayed``."""
 
     def _approvals(self) -> ApprovalRules:
         return ApprovalRules(
@@ -260,6 +263,8 @@ class SessionLedger:
                 self._apply_tool_result(out, payload.message, trace, live=True)
             case ToolJobAbandoned():
                 self._answer_with_placeholders(out, payload.tool_use_ids, trace)
+            case RecordedMessage() if payload.replayed:
+                self._apply_replayed(out, payload.message, now_ms, trace)
             case RecordedMessage():
                 self._apply_recorded(out, payload.message, now_ms, trace)
             case PiMessagePayload():
@@ -328,6 +333,18 @@ class SessionLedger:
                 self._log(out, message, traceparent)
             case _:
                 out.dropped.append(Dropped("control_message", f"{message.type} is not part of a session log"))
+
+    def _apply_replayed(self, out: LedgerOutput, message: Message, now_ms: int, traceparent: str | None) -> None:
+        """A message of a replayed recording: logged as recorded, its entries marked ``replayed``, and the
+        session left idle — the model is not due and the turn is closed — whatever the message is, so no
+        request follows it and an interrupt or a queued prompt finds the session as after an ended turn."""
+        self._replaying = True
+        try:
+            self._apply_recorded(out, message, now_ms, traceparent)
+        finally:
+            self._replaying = False
+        self.state.awaiting_model = False
+        self.state.turn_open = False
 
     def _apply_pi(self, out: LedgerOutput, payload: PiMessagePayload, now_ms: int, traceparent: str | None) -> None:
         """Issue 17: a pi message becomes the Claude Code message it maps to (P10), then follows that
@@ -669,7 +686,9 @@ class SessionLedger:
     def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
         self.state.seq += 1
         self.state.awaiting_model = model_due_after(message, due=self.state.awaiting_model)
-        origin = {"ingress_id": self._ingress_id} if self._ingress_id is not None else {}
+        origin: dict[str, str | bool] = {"ingress_id": self._ingress_id} if self._ingress_id is not None else {}
+        if self._replaying:
+            origin["replayed"] = True
         out.entries.append(
             LogEntry(
                 session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent, **origin

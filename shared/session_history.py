@@ -42,15 +42,21 @@ class SessionHistory:
                 if isinstance(uuid, str):
                     self._retracted.add(uuid)
                 self._waiting = self._compute_waiting()
-                self._last_api_seq = entry.seq
+                self._changed(entry)
             case UserMessage() | AssistantMessage() | AttachmentMessage():
                 if isinstance(message, UserMessage):
                     self._answered.update(b.tool_use_id for b in message.blocks if isinstance(b, ToolResultBlock))
                 self._waiting = self._compute_waiting()
-                self._last_api_seq = entry.seq
+                self._changed(entry)
             case _:
                 pass
         return True
+
+    def _changed(self, entry: LogEntry) -> None:
+        """A message the API sees was logged: a reason to publish — unless it was replayed (a recording is
+        history, never a live turn: the request it completes is published once a live entry follows)."""
+        if not entry.replayed:
+            self._last_api_seq = entry.seq
 
     def needs_request(self) -> bool:
         """Waiting for the model, and something changed since the last published request."""

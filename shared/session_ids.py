@@ -3,12 +3,14 @@ that builds a path from a session id checks it here.
 
 A session id becomes a file name (the transcript ``<id>.jsonl``, the lock ``<id>.lock``) and part of
 Redis keys, so it may only hold characters that are safe in both: ``[A-Za-z0-9._:-]``, 1 to 128 of
-them, and never ``.`` or ``..`` (which name directories). Claude Code's session ids are UUIDs.
+them, and never ``.`` or ``..`` (which name directories). Claude Code's session ids are UUIDs: a transcript
+is named by :func:`claude_session_id` of the session, so ``claude --resume`` opens it.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 
 from shared.errors import AgentbusError
 
@@ -46,3 +48,23 @@ def check_session_id(session_id: str) -> str:
     if problem is not None:
         raise InvalidSessionId(session_id, problem)
     return session_id
+
+
+CLAUDE_SESSION_NAMESPACE = uuid.UUID("20dc01c7-448a-5ea4-bb2c-1b58c6f3148c")
+"""uuid5(NAMESPACE_URL, "agentbus:session-id"): the namespace a non-UUID session id is mapped under. Fixed
+forever: changing it would rename every transcript agentbus has written."""
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def claude_session_id(session_id: str) -> str:
+    """The UUID Claude Code knows ``session_id``'s transcript by: the transcript's file name
+    (``<uuid>.jsonl``) and the ``sessionId`` of its lines, the id ``claude --resume`` takes.
+
+    Claude Code resumes only sessions named by a UUID (R7.1; ``claude --resume my-session`` refuses). A
+    session id that is a lowercase UUID already is its own; any other maps to ``uuid5`` of it under
+    :data:`CLAUDE_SESSION_NAMESPACE`, the same on every machine and run."""
+    check_session_id(session_id)
+    if _CANONICAL_UUID.fullmatch(session_id) is not None:
+        return session_id
+    return str(uuid.uuid5(CLAUDE_SESSION_NAMESPACE, session_id))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from services.cli.common import USAGE_ERROR, fail, read_input
+from services.cli.common import USAGE_ERROR, fail, read_input, resume_hint
 from services.cli.formats import FormatOption
 from shared.pi.constants import TranscriptFormat
 
@@ -285,13 +285,24 @@ def replay_command(
         bool, typer.Option("--wait", help="Also wait until every group of the session's log shard has settled it.")
     ] = False,
     file_format: FormatOption = None,
+    continue_turn: Annotated[
+        bool,
+        typer.Option(
+            "--continue-turn",
+            help="Once the recording is in, let the model answer if the session waits for it (default: no "
+            "model call and no tool run, the replay is a recording).",
+        ),
+    ] = False,
 ) -> None:
     """Push a recorded session through the bus as its producers would (recorded tool results included),
     wait until the transcript worker has persisted it (--wait: every group, the normalizer too), and
-    print the session id and transcript path. A summary on stderr says how many lines were read, how
-    many events published and which lines were skipped and why. An empty, binary or non-JSONL file, or
-    one without a conversation, is refused (file, line, reason; exit 1). A pi session file publishes its
-    context at the last entry as Claude Code messages (the ones `agentbus normalize FILE` builds on)."""
+    print the session id and transcript path. No model request is published and no tool runs during the
+    replay (--continue-turn: the model answers at the end if the session waits for it). On stderr, how to
+    open the transcript in Claude Code (`cd CWD && claude --resume UUID`). A summary on stderr says how
+    many lines were read, how many events published and which lines were skipped and why. An empty,
+    binary or non-JSONL file, or one without a conversation, is refused (file, line, reason; exit 1). A
+    pi session file publishes its context at the last entry as Claude Code messages (the ones `agentbus
+    normalize FILE` builds on)."""
     from services.cli.progress import phase_progress
     from services.replay import plan_replay, replay_transcript
     from services.runtime.settings import Settings
@@ -317,12 +328,14 @@ def replay_command(
                     timeout_s=timeout_s,
                     wait_all=wait_all,
                     progress=progress,
+                    continue_turn=continue_turn,
                 )
 
     try:
         report = asyncio.run(run())
     except TimeoutError as error:
         fail(str(error))
+    typer.echo(f"agentbus: open it in Claude Code: {resume_hint(report.cwd, report.claude_session_id)}", err=True)
     typer.echo(f"agentbus: {file}: {report.summary()}", err=True)
     typer.echo(session_id)
     typer.echo(str(report.transcript))

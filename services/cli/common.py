@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import NoReturn
 
@@ -32,3 +33,9 @@ def same_file(first: Path, second: Path) -> bool:
         return first.exists() and second.exists() and first.samefile(second)
     except OSError:
         return False
+
+
+def resume_hint(cwd: str, claude_session_id: str) -> str:
+    """``cd '<cwd>' && claude --resume <uuid>``: the shell line that opens a session's transcript in Claude
+    Code (it looks for ``<uuid>.jsonl`` in the project dir of the directory it runs in)."""
+    return f"cd {shlex.quote(cwd)} && claude --resume {claude_session_id}"

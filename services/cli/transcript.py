@@ -253,10 +253,17 @@ def convert(
     to: Annotated[TranscriptFormat, typer.Option("--to", help="The format to write: pi or claude-code.")],
     out: Annotated[Path | None, typer.Option("--out", help="Write the JSONL here instead of stdout.")] = None,
     file_format: FormatOption = None,
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", help="The working directory the pi header names (default: the transcript's cwd)."),
+    ] = None,
 ) -> None:
     """Convert FILE between a pi session and a Claude Code transcript (P10), as JSONL. pi → Claude Code
     keeps what Claude Code has no field for under each line's `pi` key, so converting back gives the pi
-    session again (JSON-equal); a Claude Code transcript becomes a v3 pi session by the natural mapping."""
+    session again (JSON-equal); a Claude Code transcript becomes a v3 pi session by the natural mapping,
+    each reply's per-block lines one pi assistant message, the Claude Code lines kept under each entry's
+    `claudeCode` key (converting back gives them again). pi opens a session only when its header's cwd
+    exists: a warning says when it does not."""
     if out is not None and same_file(file, out):
         fail(f"refusing to write the conversion over {file}", code=USAGE_ERROR)
     data = read_input(file)
@@ -269,12 +276,19 @@ def convert(
         for notice in pi_notices(file, session):
             typer.echo(notice, err=True)
     else:
-        lines = _claude_code_to_pi(file, data)
+        lines = _claude_code_to_pi(file, data, cwd)
+        named = lines[0].get("cwd")
+        if not isinstance(named, str) or not Path(named).is_dir():
+            typer.echo(
+                f"agentbus: warning: the pi header names cwd {named!r}, no directory here: pi will not open it "
+                "(--cwd DIR names another)",
+                err=True,
+            )
     text = "".join(escape_lone_surrogates(dump_line(line)) + "\n" for line in lines)
     _write_output(text, out)
 
 
-def _claude_code_to_pi(file: Path, data: bytes) -> list[dict[str, object]]:
+def _claude_code_to_pi(file: Path, data: bytes, cwd: str | None) -> list[dict[str, object]]:
     parse = read_transcript(data)
     if parse.errors:
         numbers = ", ".join(str(error.line_number) for error in parse.errors)
@@ -282,5 +296,5 @@ def _claude_code_to_pi(file: Path, data: bytes) -> list[dict[str, object]]:
     objects = [json.loads(dump) for dump in (numbered.raw for numbered in parse.lines)]
     if not objects:
         fail(f"{file}: no transcript line to convert")
-    header, entries = claude_code_to_session(objects)
+    header, entries = claude_code_to_session(objects, cwd=cwd)
     return [header, *entries]

@@ -272,7 +272,11 @@ class Settings(BaseSettings):
         description="transcript durability: one syncfs per batch and filesystem (Linux >= 5.8, else fsync) "
         "or an fsync per session file",
     )
-    cwd: str = Field("/agentbus", description="the cwd stamped on transcript lines of bus sessions")
+    cwd: str | None = Field(
+        None,
+        description="the sessions' working directory: stamped as cwd on transcript lines and naming their project "
+        "dir (projects/<sanitized cwd>/), so `claude --resume` run there finds them; default: the tools workspace",
+    )
     transcript_format: Literal["claude-code", "pi"] = Field(
         "claude-code",
         description="pi: the transcripts worker also keeps each session as a pi session file <session>.pi.jsonl",
@@ -296,6 +300,12 @@ class Settings(BaseSettings):
 
     pricing: PricingSettings = Field(default_factory=PricingSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+
+    @property
+    def session_cwd(self) -> str:
+        """The sessions' working directory (``cwd``, else the tools workspace), absolute: a directory that
+        exists where the tools run, as a Claude Code session's cwd does."""
+        return self.cwd if self.cwd else str(self.tools.workspace.resolve())
 
     def require_internal_key(self) -> bytes:
         """The worker secret, for the workers that sign or check internal events; refuses to go on

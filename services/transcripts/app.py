@@ -32,10 +32,10 @@ class TranscriptRuntime:
         self.pi_mirror = PiMirror() if settings.transcript_format == "pi" else None
         self.worker = TranscriptWorker(
             self.store,
-            cwd=settings.cwd,
+            cwd=settings.session_cwd,
             pi_mirror=self.pi_mirror,
             on_new_session=SubagentMetaWriter(
-                AgentStore(context.redis, context.topology), self.store, cwd=settings.cwd
+                AgentStore(context.redis, context.topology), self.store, cwd=settings.session_cwd
             ),
         )
         self.lanes = LaneWorker(

@@ -36,6 +36,10 @@ class CleaningPolicy:
     user_type: str = "external"
     save_hook_additional_context: bool = False
     """``CLAUDE_CODE_SAVE_HOOK_ADDITIONAL_CONTEXT``."""
+    keep_attachments: bool = False
+    """Write every attachment (a replayed recording's: the file held them, and a current Claude Code renders
+    them into its requests from what it recorded, so the replayed transcript must keep them to normalize as
+    the file does). R7.5's choice is what a live session writes, not what a recording kept."""
 
     @property
     def is_internal(self) -> bool:
@@ -62,7 +66,7 @@ def is_loggable(message: Message, policy: CleaningPolicy) -> bool:
     events (A6.3: Claude Code yields them to the SDK stream only) never are."""
     if not is_transcript_message(message) or is_sdk_only(message):
         return False
-    if isinstance(message, AttachmentMessage) and not policy.is_internal:
+    if isinstance(message, AttachmentMessage) and not (policy.is_internal or policy.keep_attachments):
         return policy.save_hook_additional_context and message.attachment_type == HOOK_ADDITIONAL_CONTEXT
     return True
 

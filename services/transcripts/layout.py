@@ -4,6 +4,8 @@
 ``<root>/projects/<sanitize_path(cwd)>/<sessionId>/subagents[/<subdir>]/agent-<agentId>.jsonl`` (plus an
 ``agent-<agentId>.meta.json`` sidecar) for a sub-agent. ``root`` plays the part of ``$CLAUDE_CONFIG_DIR``
 (agentbus: ``AGENTBUS_DATA_DIR``); pointing it at ``~/.claude`` reads and writes Claude Code's own files.
+``<sessionId>`` is the session's Claude Code UUID (:func:`shared.session_ids.claude_session_id`: the bus id
+itself when it is a UUID), so ``claude --resume <uuid>`` run in ``cwd`` finds the file.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from services.transcripts.files import write_file_atomically
 from shared.json_types import JsonObject
-from shared.session_ids import check_session_id
+from shared.session_ids import check_session_id, claude_session_id
 
 PROJECTS_DIR = "projects"
 MAX_SANITIZED_LENGTH = 200
@@ -72,13 +74,19 @@ def project_dir(root: Path, cwd: str) -> Path:
 
 
 def session_file(root: Path, cwd: str, session_id: str) -> Path:
-    """R7.1: the main transcript ``<projects>/<projectDir>/<sessionId>.jsonl``."""
+    """R7.1: the main transcript ``<projects>/<projectDir>/<uuid>.jsonl`` (the session's Claude Code UUID)."""
+    return project_dir(root, cwd) / f"{claude_session_id(session_id)}.jsonl"
+
+
+def legacy_session_file(root: Path, cwd: str, session_id: str) -> Path:
+    """Where agentbus before issue 26 wrote a session: named by the bus id itself (a session already there
+    keeps growing there; Claude Code cannot resume it unless the id is a UUID)."""
     return project_dir(root, cwd) / f"{check_session_id(session_id)}.jsonl"
 
 
 def subagent_dir(root: Path, cwd: str, session_id: str, subdir: str | None = None) -> Path:
     """``<projects>/<projectDir>/<sessionId>/subagents[/<subdir>]``."""
-    base = project_dir(root, cwd) / check_session_id(session_id) / "subagents"
+    base = project_dir(root, cwd) / claude_session_id(session_id) / "subagents"
     if subdir is None:
         return base
     _check_component("subdir", subdir)

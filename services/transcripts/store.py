@@ -37,7 +37,13 @@ from services.transcripts.cleaning import (
     clean_messages_for_logging,
 )
 from services.transcripts.filesystem_sync import FilesystemSync, syncfs_supported
-from services.transcripts.layout import PROJECTS_DIR, session_file, subagent_file, write_subagent_meta
+from services.transcripts.layout import (
+    PROJECTS_DIR,
+    legacy_session_file,
+    session_file,
+    subagent_file,
+    write_subagent_meta,
+)
 from services.transcripts.lines import SessionStamp, dumps_line
 from services.transcripts.recording import TeamInfo, build_chain_lines, preserved_prelude, split_recorded_prefix
 from services.transcripts.removal import (
@@ -228,8 +234,10 @@ class TranscriptStore:
             return preferred
         projects = self.root / PROJECTS_DIR
         if projects.is_dir():
-            for existing in sorted(projects.glob(f"*/{session_id}.jsonl")):
-                return existing
+            # Its Claude Code UUID first; then the bus id, the name agentbus gave files before issue 26.
+            for name in dict.fromkeys((preferred.name, legacy_session_file(self.root, cwd, session_id).name)):
+                for existing in sorted(projects.glob(f"*/{name}")):
+                    return existing
         return preferred
 
     async def _session(self, session_id: str, cwd: str) -> _SessionState:
@@ -256,7 +264,8 @@ class TranscriptStore:
         writer_lock = SessionLock.acquire(self.root, session_id, timeout_s=self.config.lock_timeout_s)
         child = parse_child_session(session_id)
         try:
-            path = self._locate_session_file(session_id, cwd) if child is None else self.subagent_path(session_id, cwd)
+            root_file = self._locate_session_file(session_id if child is None else child.root_session_id, cwd)
+            path = root_file if child is None else self.subagent_path(session_id, cwd)
             file = self._file(path, session_id)
             file.recover()
             uuids, last = _scan_session_file(path, sidechain=child is not None)
@@ -271,7 +280,8 @@ class TranscriptStore:
             materialized=path.exists(),
             writer_lock=writer_lock,
             agent_id=child.agent_id if child is not None else None,
-            stamp_session_id=child.root_session_id if child is not None else session_id,
+            # Claude Code's invariant: a line's sessionId names the file of its (root) session.
+            stamp_session_id=root_file.stem,
         )
 
     def subagent_path(self, child_session_id: str, cwd: str) -> Path:
@@ -306,8 +316,12 @@ class TranscriptStore:
         team_name: str | None = None,
         agent_name: str | None = None,
         prompt_id: str | None = None,
+        recorded: bool = False,
     ) -> RecordResult:
         """R7.7 ``recordTranscript``: append the messages of ``messages`` not yet in the session.
+
+        ``recorded``: the messages come from a replayed recording; its attachments are written as well
+        (:attr:`CleaningPolicy.keep_attachments`).
 
         ``parent_hint`` is the starting parent (overridden by a recorded prefix, R7.7 step 3);
         ``continue_chain`` uses the session's last recorded chain participant when no hint is given.
@@ -319,6 +333,7 @@ class TranscriptStore:
         state = await self._session(session_id, cwd)
         pending: list[asyncio.Future[None]] = []
         team = TeamInfo(team_name, agent_name, prompt_id)
+        cleaning = dataclasses.replace(self.config.cleaning, keep_attachments=True) if recorded else None
         async with state.lock:
             hint = parent_hint if parent_hint is not None or not continue_chain else state.last_chain_uuid
             prelude, from_history = preserved_prelude(messages, history, state.uuids)
@@ -326,8 +341,10 @@ class TranscriptStore:
             if prelude:
                 # A segment taken from the batch is written as the continuation of the session so far.
                 prelude_hint = hint if from_history or hint is not None else state.last_chain_uuid
-                earlier = self._record_now(state, prelude, cwd, prelude_hint, all_messages, team, pending).written
-            result = self._record_now(state, messages, cwd, hint, all_messages, team, pending)
+                earlier = self._record_now(
+                    state, prelude, cwd, prelude_hint, all_messages, team, pending, cleaning
+                ).written
+            result = self._record_now(state, messages, cwd, hint, all_messages, team, pending, cleaning)
             if earlier:
                 result = dataclasses.replace(result, written=(*earlier, *result.written))
         for future in pending:
@@ -343,9 +360,11 @@ class TranscriptStore:
         all_messages: Sequence[Message] | None,
         team: TeamInfo,
         pending: list[asyncio.Future[None]],
+        cleaning: CleaningPolicy | None = None,
     ) -> RecordResult:
         """R7.7 steps 1–5 without awaiting: the batch is written before this returns."""
-        cleaned = clean_messages_for_logging(messages, self.config.cleaning, all_messages=all_messages)
+        policy = cleaning if cleaning is not None else self.config.cleaning
+        cleaned = clean_messages_for_logging(messages, policy, all_messages=all_messages)
         split = split_recorded_prefix(cleaned, state.uuids, parent_hint)
         stamp_id = state.stamp_session_id or state.session_id
         stamp = self.config.stamp.values(cwd=cwd, session_id=stamp_id)  # git branch: once per batch

@@ -124,10 +124,11 @@ class TranscriptWorker:
         """Record the batch's messages and apply its tombstones; True when a line was removed."""
         removed_any = False
         run: list[Message] = []
+        replayed = False
         for record in records:
             message = record.message
             if isinstance(message, TombstoneMessage):
-                await self._record(session, run)
+                await self._record(session, run, recorded=replayed)
                 run = []
                 uuid = getattr(message.message, "uuid", None)
                 if isinstance(uuid, str):
@@ -135,13 +136,16 @@ class TranscriptWorker:
                     self.stats.lines_removed += 1 if removed.removed else 0
                     removed_any = removed_any or bool(removed.removed)
             else:
+                if record.replayed != replayed:  # a replayed recording keeps its attachments: its own run
+                    await self._record(session, run, recorded=replayed)
+                    run, replayed = [], record.replayed
                 run.append(message)
-        await self._record(session, run)
+        await self._record(session, run, recorded=replayed)
         return removed_any
 
-    async def _record(self, session: str, messages: list[Message]) -> None:
+    async def _record(self, session: str, messages: list[Message], *, recorded: bool) -> None:
         if not messages:
             return
-        result = await self.store.record(session, messages, cwd=self.cwd, continue_chain=True)
+        result = await self.store.record(session, messages, cwd=self.cwd, continue_chain=True, recorded=recorded)
         self.stats.lines_written += len(result.written)
         self.stats.duplicates_skipped += len(result.skipped)

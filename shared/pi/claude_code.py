@@ -11,7 +11,8 @@ Claude Code line without a ``pi`` key maps to pi by the natural mapping alone.
 What each pi entry becomes (and what is kept aside for it):
 
 - ``message`` user → ``user`` line (text, base64 image); the message's ms timestamp, unknown fields.
-- ``message`` assistant → one ``assistant`` line with every block (``message.id`` ``msg_pi_<id>``);
+- ``message`` assistant → one ``assistant`` line with every block (``message.id`` ``msg_pi_<id>``); back,
+  the per-block lines of one Claude Code reply (one ``message.id``) become one pi assistant message;
   ``api``, ``provider``, usage cost and total, signatures of other providers.
 - ``message`` assistant with ``stopReason`` ``error``/``aborted`` → a synthetic API error (``<synthetic>``,
   ``isApiErrorMessage``, ``API Error: <errorMessage>``), which requests drop as pi does (R4.4, P5.6 b);
@@ -50,6 +51,9 @@ SYNTHETIC_MODEL = "<synthetic>"
 API_ERROR_PREFIX = "API Error: "
 ANTHROPIC_API = "anthropic-messages"
 ANTHROPIC_PROVIDER = "anthropic"
+CLAUDE_CODE_STASH = "claudeCode"
+"""The pi entry key holding the Claude Code lines an entry was converted from (pi ignores unknown entry
+keys); converting back gives those lines again."""
 CLAUDE_CODE_CUSTOM_TYPE = "claude-code"
 """``customType`` of the pi ``custom`` entry that carries a Claude Code line with no pi equivalent."""
 
@@ -314,9 +318,25 @@ def _without(obj: JsonDict, key: str) -> JsonDict:
 
 def session_to_claude_code(header: JsonDict, entries: Sequence[JsonDict]) -> list[JsonDict]:
     """A whole pi session (header + entries, as wire objects) as Claude Code transcript lines; the header
-    rides on the first line (or on a ``pi_entry`` line of its own when the session has no entries)."""
+    rides on the first line (or on a ``pi_entry`` line of its own when the session has no entries). An
+    entry converted from Claude Code gives back the lines it was made from (:data:`CLAUDE_CODE_STASH`, or a
+    ``claude-code`` custom entry's line)."""
     context = _LineContext(header, entries)
-    lines = [entry_to_claude_code(entry, context) for entry in entries]
+    lines: list[JsonDict] = []
+    for entry in entries:
+        kept = entry.get(CLAUDE_CODE_STASH)
+        if isinstance(kept, dict) and isinstance(kept.get("lines"), list):
+            lines.extend(line for line in kept["lines"] if isinstance(line, dict))
+        elif isinstance(kept, dict) and kept.get("part") is True:
+            continue
+        elif (
+            entry.get("type") == "custom"
+            and entry.get("customType") == CLAUDE_CODE_CUSTOM_TYPE
+            and isinstance(entry.get("data"), dict)
+        ):
+            lines.append(entry["data"])
+        else:
+            lines.append(entry_to_claude_code(entry, context))
     if lines:
         lines[0] = lines[0] | {STASH: {**lines[0].get(STASH, {}), "header": header}}
     return lines
@@ -484,16 +504,88 @@ def new_pi_header(session_id: str, *, timestamp: str | None, cwd: str | None) ->
     return {"type": "session", "version": 3, "id": session_id, "timestamp": timestamp, "cwd": cwd}
 
 
-def claude_code_to_session(lines: Iterable[JsonDict]) -> tuple[JsonDict, list[JsonDict]]:
-    """Claude Code lines as a pi session: the header kept aside on the first line, or a new v3 one."""
-    materialized = list(lines)
+def _is_reply_line(line: JsonDict) -> bool:
+    """A Claude Code assistant line of a model reply (not one converted from pi, which is a whole message
+    already, nor a synthetic API error), with the ``message.id`` its reply's other lines share."""
+    payload = line.get("message")
+    return (
+        line.get("type") == "assistant"
+        and STASH not in line
+        and not line.get("isApiErrorMessage")
+        and isinstance(line.get("uuid"), str)
+        and isinstance(payload, dict)
+        and isinstance(payload.get("id"), str)
+        and isinstance(payload.get("content"), list)
+    )
+
+
+def _merge_reply_groups(lines: Iterable[JsonDict]) -> list[tuple[JsonDict, list[JsonDict]]]:
+    """:func:`merge_reply_lines`, each merged line with the lines it was made from."""
+    merged: list[tuple[JsonDict, list[JsonDict]]] = []
+    head_of_reply: dict[str, int] = {}
+    merged_into: dict[str, str] = {}
+    for line in lines:
+        if _is_reply_line(line):
+            reply_id = line["message"]["id"]
+            head = head_of_reply.get(reply_id)
+            if head is not None:
+                first, sources = merged[head]
+                payload = {**first["message"], "content": [*first["message"]["content"], *line["message"]["content"]]}
+                for key in ("stop_reason", "stop_sequence", "usage"):
+                    if key in line["message"]:
+                        payload[key] = line["message"][key]
+                merged[head] = (first | {"message": payload}, [*sources, line])
+                merged_into[line["uuid"]] = first["uuid"]
+                continue
+            head_of_reply[reply_id] = len(merged)
+        parent = line.get("parentUuid")
+        moved = isinstance(parent, str) and parent in merged_into
+        merged.append((line | {"parentUuid": merged_into[str(parent)]} if moved else line, [line]))
+    return merged
+
+
+def merge_reply_lines(lines: Iterable[JsonDict]) -> list[JsonDict]:
+    """P10.1: Claude Code writes a reply as one line per content block (R9), each with the reply's
+    ``message.id``; pi holds a reply as ONE assistant message, and sends each of its messages as one API
+    message. So the lines of one ``message.id`` become the first one's line holding every block in file
+    order (thinking and its signature included), with the last line's stop reason and usage; a line that
+    hung on a merged line hangs on the one it was merged into. (Mapped line by line, pi would send each
+    parallel call as its own assistant message, answer the ones without an adjacent result with its own
+    "No result provided" error, and send the real results after them: a request the API refuses.)"""
+    return [line for line, _ in _merge_reply_groups(lines)]
+
+
+def _first_field(lines: Sequence[JsonDict], key: str) -> Any:
+    """The first string value of ``key`` on a line (metadata lines at the top carry no cwd or session)."""
+    return next((line[key] for line in lines if isinstance(line.get(key), str)), None)
+
+
+def claude_code_to_session(lines: Iterable[JsonDict], *, cwd: str | None = None) -> tuple[JsonDict, list[JsonDict]]:
+    """Claude Code lines as a pi session: the header kept aside on the first line, or a new v3 one naming the
+    session's working directory (``cwd``, else the first ``cwd`` of the lines: pi opens a session only in a
+    directory that exists). A reply's per-block lines become one pi assistant message (:func:`merge_reply_lines`)."""
+    groups = _merge_reply_groups(lines)
+    materialized = [line for line, _ in groups]
     mapping = ClaudeCodeToPi()
     for line in materialized:
         mapping.remember_calls(line)
     header = (materialized[0].get(STASH) or {}).get("header") if materialized else None
     if header is None:
-        first = materialized[0] if materialized else {}
         header = new_pi_header(
-            first.get("sessionId", "claude-code-session"), timestamp=first.get("timestamp"), cwd=first.get("cwd")
+            _first_field(materialized, "sessionId") or "claude-code-session",
+            timestamp=_first_field(materialized, "timestamp"),
+            cwd=cwd if cwd is not None else _first_field(materialized, "cwd"),
         )
-    return header, [entry for line in materialized for entry in mapping.entries(line)]
+    elif cwd is not None:
+        header = header | {"cwd": cwd}
+    entries: list[JsonDict] = []
+    for line, sources in groups:
+        mapped = mapping.entries(line)
+        if mapped and STASH not in line:
+            # The Claude Code lines kept aside (on the first entry; the others it split into are marked), so
+            # converting back gives them again: Claude Code → pi → Claude Code keeps every line as it was.
+            mapped = [mapped[0] | {CLAUDE_CODE_STASH: {"lines": sources}}] + [
+                entry | {CLAUDE_CODE_STASH: {"part": True}} for entry in mapped[1:]
+            ]
+        entries.extend(mapped)
+    return header, entries

@@ -8,7 +8,6 @@ import uuid
 
 from services.approvals_sdk import PendingApproval
 from services.client import AgentbusClient
-from services.runtime.settings import Settings
 from services.transcripts.layout import session_file
 from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
 from shared.factories import create_assistant_message
@@ -85,7 +84,7 @@ def ran(workers: WorkerCluster, file: str) -> str:
 async def transcript_result(workers: WorkerCluster, session: str, tool_use_id: str) -> tuple[JsonObject, JsonValue]:
     """The JSONL transcript's tool_result block for ``tool_use_id`` and its line's ``toolUseResult``, once the
     transcripts worker has written it."""
-    path = session_file(workers.data_dir, Settings().cwd, session)
+    path = session_file(workers.data_dir, workers.cwd, session)
     found: list[tuple[JsonObject, JsonValue]] = []
 
     async def written() -> bool:

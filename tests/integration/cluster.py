@@ -52,6 +52,11 @@ class WorkerCluster:
         return self.root / "workspace"
 
     @property
+    def cwd(self) -> str:
+        """The sessions' working directory (AGENTBUS_CWD): its workspace, where the tools run."""
+        return str(self.workspace)
+
+    @property
     def names(self) -> StreamNames:
         return StreamNames(prefix="agentbus:", shards=TEST_SHARDS)
 
@@ -61,6 +66,7 @@ class WorkerCluster:
             "REDIS_URL": self.redis_url,
             "AGENTBUS_DATA_DIR": str(self.data_dir),
             "AGENTBUS_TOOLS__WORKSPACE": str(self.workspace),
+            "AGENTBUS_CWD": self.cwd,
             "AGENTBUS_SHARDS": str(TEST_SHARDS),
             "AGENTBUS_CONSUMER__CLAIM_MIN_IDLE_MS": "1500",
             "AGENTBUS_CONSUMER__CLAIM_INTERVAL_S": "0.5",

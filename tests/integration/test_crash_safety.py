@@ -40,7 +40,6 @@ from services.demo import stream_events_for
 from services.runtime.deadletter import dead_letter_streams, list_dead_letters
 from services.runtime.entries import id_text
 from services.runtime.leases import preferred_owner
-from services.runtime.settings import Settings
 from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP
 from services.transcripts.layout import session_file
 from shared.api_validation import validate_api_request
@@ -361,7 +360,7 @@ async def check_session(bus: AgentbusClient, cluster: WorkerCluster, script: Scr
     assert validate_api_request(latest.request) == [], session
 
     # The transcript: each persisted message of the log once, in log order, chained as logged.
-    path = session_file(cluster.data_dir, Settings().cwd, session)
+    path = session_file(cluster.data_dir, cluster.cwd, session)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["uuid"] for line in lines] == [m.uuid for m in messages], session  # type: ignore[union-attr]
     logged_parents = {m.uuid: m.parent_uuid for m in messages}  # type: ignore[union-attr]

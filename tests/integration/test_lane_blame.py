@@ -14,7 +14,6 @@ import uuid
 import pytest
 
 from services.runtime.deadletter import REASON_HANDLER_FAILED, list_dead_letters
-from services.runtime.settings import Settings
 from services.runtime.topology import TRANSCRIPTS_GROUP, Topology
 from services.transcripts.layout import session_file
 from tests.integration.cluster import WorkerCluster, eventually
@@ -35,7 +34,7 @@ def sessions_on_shard(cluster: WorkerCluster, shard: int, count: int) -> list[st
 
 async def test_failing_sessions_do_not_blame_the_healthy_one_behind_them(cluster: WorkerCluster) -> None:
     *bad, good = sessions_on_shard(cluster, 0, BAD_SESSIONS + 1)
-    cwd = Settings().cwd
+    cwd = cluster.cwd
     for session in bad:
         session_file(cluster.data_dir, cwd, session).mkdir(parents=True)
     log_stream = Topology(cluster.names).log(0)

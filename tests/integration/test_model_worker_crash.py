@@ -14,7 +14,6 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from services.runtime.settings import Settings
 from services.runtime.topology import Topology
 from services.transcripts.layout import session_file
 from shared.messages import AssistantMessage
@@ -96,7 +95,7 @@ async def test_sigkill_mid_stream_tombstones_the_partial_reply_and_calls_again_o
     replies = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]
     assert [text_of(m) for m in replies] == ["The whole answer."]  # one reply in the log
     assert_every_tool_use_answered_once(history)
-    path = session_file(deployment.data_dir, Settings().cwd, session)
+    path = session_file(deployment.data_dir, deployment.cwd, session)
 
     def transcript_settled() -> bool:
         if not path.exists():

@@ -146,7 +146,7 @@ async def test_sdk_pi_messages_are_mapped_at_ingestion(pi_cluster: WorkerCluster
         "user",
     ]
     transcript = settings_of(pi_cluster)
-    path = session_file(transcript.data_dir, transcript.cwd, session)
+    path = session_file(transcript.data_dir, transcript.session_cwd, session)
 
     async def mirrored() -> bool:
         mirror = pi_session_path(path)
@@ -164,7 +164,7 @@ async def test_the_pi_mirror_is_rewritten_when_a_tombstone_removes_a_line(
     """R6.3: the Claude Code transcript loses the retracted line; the pi file derived from it follows."""
     session = "pi-mirror-tombstone"
     settings = settings_of(pi_cluster)
-    path = session_file(settings.data_dir, settings.cwd, session)
+    path = session_file(settings.data_dir, settings.session_cwd, session)
 
     async def mirrored(count: int) -> bool:
         mirror = pi_session_path(path)

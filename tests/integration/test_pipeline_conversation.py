@@ -143,9 +143,11 @@ async def test_conversation_with_every_failure_path_through_two_instances_of_eac
         from services.replay import wait_until_persisted
         from services.runtime.settings import Settings
 
-        settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+        settings = Settings(
+            redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd
+        )
         path = await wait_until_persisted(bus, SESSION, settings=settings, timeout_s=30)
-    assert path == session_file(cluster.data_dir, settings.cwd, SESSION)
+    assert path == session_file(cluster.data_dir, settings.session_cwd, SESSION)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     retracted = {m.message.uuid for m in history if isinstance(m, TombstoneMessage)}  # type: ignore[union-attr]
     expected = [m.uuid for m in history if _persisted(m) and m.uuid not in retracted]  # type: ignore[union-attr]

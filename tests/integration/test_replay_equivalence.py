@@ -13,20 +13,22 @@ import sys
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
 from services.client import AgentbusClient
-from services.replay import replay_transcript, wait_until_persisted
+from services.replay import ReplayPlan, replay_transcript, wait_until_persisted
 from services.runtime.settings import Settings
 from services.transcripts.api_view import api_view_of_transcript
 from services.transcripts.layout import session_file
 from shared.api_types import MessageParam, MessagesRequest
 from shared.api_validation import validate_api_request
 from shared.events import IngressPayload, RecordedMessage
-from shared.messages import parse_message
-from shared.normalize import NormalizeOptions, validate_request
+from shared.messages import AssistantMessage, UserMessage, parse_message
+from shared.normalize import NormalizeOptions, to_api_request, validate_request
+from shared.session_ids import claude_session_id
+from shared.transcript import TranscriptMessage
 from tests.conftest import CORPUS_ROOT, ON_EVERY_TARGET, corpus_cases, on_targets, requires_corpus
 from tests.integration.cluster import WorkerCluster
 from tests.shared.generated_sessions import GENERATED_SESSIONS, thinking_loop_session, tool_rounds_session
@@ -51,7 +53,9 @@ async def bus(replay_cluster: WorkerCluster) -> AsyncIterator[AgentbusClient]:
 
 
 def settings_of(cluster: WorkerCluster) -> Settings:
-    return Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+    return Settings(
+        redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd
+    )
 
 
 def session_for(path: Path) -> str:
@@ -83,11 +87,35 @@ def test_corpus_has_the_claude_code_sessions() -> None:
     assert len(CORPUS_FILES) == 24
 
 
+async def request_notices(bus: AgentbusClient, session: str) -> list[int]:
+    """The ``seq`` of every request the normalizer announced for ``session`` (its shard's requests stream)."""
+    rows: Any = await bus.redis.xrange(bus.topology.requests_for(session))
+    notices = [json.loads(fields[b"data"]) for _, fields in rows]
+    return [notice["seq"] for notice in notices if notice["session_id"] == session]
+
+
 async def assert_replay_equivalent(original: bytes, session: str, cluster: WorkerCluster, bus: AgentbusClient) -> None:
-    report = await replay_transcript(bus, original, session_id=session, settings=settings_of(cluster), timeout_s=30)
+    report = await replay_transcript(
+        bus, original, session_id=session, settings=settings_of(cluster), timeout_s=30, wait_all=True
+    )
+    # Issue 26: a replay is a recording. Every group (the normalizer too) has settled the whole replay and
+    # no request was published for it, so no model call and no tool run could follow.
+    assert await bus.latest_request(session) is None
+    assert await request_notices(bus, session) == []
     persisted = report.transcript.read_bytes()
-    uuids = [json.loads(line)["uuid"] for line in persisted.splitlines() if line.strip()]
+    lines = [json.loads(line) for line in persisted.splitlines() if line.strip()]
+    uuids = [line["uuid"] for line in lines]
     assert len(uuids) == len(set(uuids)) > 0  # effectively-once per message uuid
+    # Everything the resumed file holds is persisted, attachments (with what they rendered) included.
+    assert {message.uuid for message in report.plan.history} <= set(uuids)
+    objects = [json.loads(line) for line in original.splitlines() if line.strip()]
+    recorded = {o["uuid"]: o for o in objects if isinstance(o, dict) and o.get("type") == "attachment" and "uuid" in o}
+    for line in lines:
+        if line["type"] == "attachment" and line["uuid"] in recorded:
+            kept = ("attachment", "rendered", "renderedRole")
+            assert {k: line.get(k) for k in kept} == {k: recorded[line["uuid"]].get(k) for k in kept}
+    assert {line["sessionId"] for line in lines} == {report.claude_session_id}
+    assert report.transcript.name == f"{report.claude_session_id}.jsonl"
     expected = api_messages(original)
     replayed = api_messages(persisted)
     assert replayed == expected
@@ -166,7 +194,38 @@ def test_cli_replay_prints_the_session_and_its_transcript(replay_cluster: Worker
     printed_session, printed_path = done.stdout.decode().split()
     settings = settings_of(replay_cluster)
     assert printed_session == session
-    assert Path(printed_path) == session_file(settings.data_dir, settings.cwd, session)
+    assert Path(printed_path) == session_file(settings.data_dir, settings.session_cwd, session)
     lines = [json.loads(line) for line in Path(printed_path).read_text().splitlines()]
-    assert {line["sessionId"] for line in lines} == {session}
+    resume_id = claude_session_id(session)  # a UUID: the id `claude --resume` takes
+    assert {line["sessionId"] for line in lines} == {resume_id}
+    assert Path(printed_path).name == f"{resume_id}.jsonl"
+    assert f"cd {replay_cluster.cwd} && claude --resume {resume_id}" in done.stderr.decode()
     assert api_messages(Path(printed_path).read_bytes()) == api_messages(path.read_bytes())
+
+
+async def test_issue26_replay_with_continue_turn_asks_the_model_once_at_the_end(
+    replay_cluster: WorkerCluster, bus: AgentbusClient
+) -> None:
+    """``--continue-turn``: the recording goes in as a recording, then its last message live; the session
+    waits for the model (the recorded round has every result), so exactly one request is published — after
+    the whole file is logged, carrying the whole history (the open turn's thinking unmodified). The plan is
+    the file's lines as they are: a Claude Code resume would close the open turn (R7.20), a pi session's
+    context (P8) would not."""
+    original = thinking_loop_session()
+    session = "replay-continue-turn"
+    lines = [parse_message(json.loads(line)) for line in original.splitlines()]
+    recorded = [line for line in lines if isinstance(line, UserMessage | AssistantMessage)]
+    await replay_transcript(
+        bus,
+        ReplayPlan(list[TranscriptMessage](recorded), len(lines), {}),
+        session_id=session,
+        settings=settings_of(replay_cluster),
+        timeout_s=60,
+        wait_all=True,
+        continue_turn=True,
+    )
+    history = await bus.history(session)
+    request = await bus.next_request(session, after_seq=0, timeout_s=60)
+    assert await request_notices(bus, session) == [history[-1].seq]  # one, once the last (live) entry was in
+    assert request.request["messages"] == to_api_request(recorded, options=SENDER_FITS_THINKING).request["messages"]
+    assert [entry.replayed for entry in history] == [True] * (len(history) - 1) + [False]

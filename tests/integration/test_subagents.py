@@ -38,13 +38,12 @@ from shared.json_types import JsonObject
 from shared.messages import ProgressMessage
 from shared.model.cost import DEFAULT_PRICES
 from shared.model.session_config import SessionModelConfig
+from shared.session_ids import claude_session_id
 from shared.transcript import read_transcript, verify_transcript
 from tests.cli.process import agentbus, cli_env
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-CWD = "/agentbus"
 
 
 def agent_call(tool_id: str, description: str, prompt: str, subagent_type: str | None = None) -> ToolUseBlock:
@@ -123,7 +122,7 @@ async def config_of(bus: AgentbusClient, session: str) -> SessionModelConfig:
 
 
 def transcript_dir(cluster: WorkerCluster, parent: str) -> Path:
-    return session_file(cluster.data_dir, CWD, parent).with_suffix("") / "subagents"
+    return session_file(cluster.data_dir, cluster.cwd, parent).with_suffix("") / "subagents"
 
 
 async def verified(path: Path) -> bool:
@@ -211,16 +210,16 @@ async def test_a7_three_parallel_children_finish_in_any_order_and_pair_the_paren
             tool_id: transcript_dir(cluster, parent) / f"agent-{agent_id_for(parent, tool_id)}.jsonl"
             for tool_id in children
         }
-        for path in [session_file(cluster.data_dir, CWD, parent), *files.values()]:
+        for path in [session_file(cluster.data_dir, cluster.cwd, parent), *files.values()]:
             await eventually(lambda path=path: verified(path), timeout_s=20)
         lines = [json.loads(line) for line in files["toolu_A"].read_text().splitlines()]
         assert all(line["isSidechain"] is True and line["agentId"] == agent_a for line in lines)
-        assert all(line["sessionId"] == parent for line in lines)
+        assert all(line["sessionId"] == claude_session_id(parent) for line in lines)  # the root file's name
         assert lines[0]["parentUuid"] is None
         assert [line["type"] for line in lines] == ["user", "assistant", "user", "assistant"]
         meta = json.loads(files["toolu_A"].with_name(f"agent-{agent_a}.meta.json").read_text())
         assert meta == {"agentType": "reviewer", "description": "read a"}
-        assert not session_file(cluster.data_dir, CWD, children["toolu_A"]).exists()
+        assert not session_file(cluster.data_dir, cluster.cwd, children["toolu_A"]).exists()
 
         # The tree: the SDK, `usage --tree` (usage rolled up from the children) and `tail --tree`.
         tree = await bus.session_tree(parent)

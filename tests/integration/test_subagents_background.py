@@ -43,7 +43,6 @@ from tests.integration.test_subagents import restart
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CWD = "/agentbus"
 USAGE = {"input_tokens": 100, "output_tokens": 20}
 
 
@@ -208,10 +207,12 @@ async def test_a5_3_a5_4_background_child_answers_at_once_notifies_the_idle_pare
         assert [line["type"] for line in lines][:2] == ["user", "assistant"]
         assert "Second pass: still # demo" in json.dumps(lines[-1])
         sidechain = (
-            session_file(deployment.data_dir, CWD, parent).with_suffix("") / "subagents" / f"agent-{agent_id}.jsonl"
+            session_file(deployment.data_dir, deployment.cwd, parent).with_suffix("")
+            / "subagents"
+            / f"agent-{agent_id}.jsonl"
         )
         await eventually(lambda: valid(sidechain), timeout_s=60)
-        await eventually(lambda: valid(session_file(deployment.data_dir, CWD, parent)), timeout_s=60)
+        await eventually(lambda: valid(session_file(deployment.data_dir, deployment.cwd, parent)), timeout_s=60)
         tree = await bus.session_tree(parent)
         assert [(node.agent_id, node.status) for node in tree.children] == [(agent_id, "completed")]
 
@@ -323,7 +324,9 @@ async def test_a4_4_send_message_continues_a_foreground_child_and_refuses_unknow
             ("user", "Now count to two."),
         ]
         sidechain = (
-            session_file(deployment.data_dir, CWD, parent).with_suffix("") / "subagents" / f"agent-{counter}.jsonl"
+            session_file(deployment.data_dir, deployment.cwd, parent).with_suffix("")
+            / "subagents"
+            / f"agent-{counter}.jsonl"
         )
 
         async def four_lines() -> bool:

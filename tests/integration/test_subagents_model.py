@@ -31,7 +31,6 @@ from tests.integration.model_turns import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CWD = "/agentbus"
 USAGE = {"input_tokens": 100, "output_tokens": 20}
 
 
@@ -146,7 +145,7 @@ async def test_issue_19_three_children_one_approved_one_interrupted_end_with_val
         assert "You review files." in json.dumps(first_a["system"])
 
         # Four valid transcripts: the parent's and three sidechain files under it (A4).
-        main = session_file(deployment.data_dir, CWD, parent)
+        main = session_file(deployment.data_dir, deployment.cwd, parent)
         files = [main] + [
             main.with_suffix("") / "subagents" / f"agent-{agent_id_for(parent, tool_id)}.jsonl" for tool_id in child
         ]
@@ -238,7 +237,7 @@ async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_and_a
 
         # Yielded, not recorded (A4.2, R7.5): the child's transcript is valid and holds no attachment.
         path = (
-            session_file(deployment.data_dir, CWD, parent).with_suffix("")
+            session_file(deployment.data_dir, deployment.cwd, parent).with_suffix("")
             / "subagents"
             / f"agent-{agent_id_for(parent, 't_m')}.jsonl"
         )
@@ -249,7 +248,7 @@ async def test_a3_8_max_turns_lets_the_last_replys_tools_finish_then_stops_and_a
         await eventually(written, timeout_s=30)
         assert verify_transcript(read_transcript(path.read_bytes())).ok
         assert '"attachment"' not in path.read_text()
-        main = session_file(deployment.data_dir, CWD, parent)
+        main = session_file(deployment.data_dir, deployment.cwd, parent)
 
         async def parent_written() -> bool:
             return main.exists() and "Done." in main.read_text()

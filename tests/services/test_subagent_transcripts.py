@@ -16,6 +16,7 @@ from services.transcripts.layout import session_file
 from services.transcripts.store import TranscriptStore
 from shared.agents.ids import agent_id_for, child_session_id
 from shared.factories import create_assistant_message, create_user_message
+from shared.session_ids import claude_session_id
 from shared.transcript import read_transcript, verify_transcript
 
 CWD = "/agentbus"
@@ -43,7 +44,7 @@ async def test_a4_child_session_lines_are_sidechain_lines_in_the_root_sessions_s
     assert [line["parentUuid"] for line in lines] == [None, prompt.uuid]
     assert all(line["isSidechain"] is True for line in lines)
     assert {line["agentId"] for line in lines} == {agent_id_for(root, "toolu_1")}
-    assert {line["sessionId"] for line in lines} == {root}
+    assert {line["sessionId"] for line in lines} == {claude_session_id(root)}  # the root file's name
     assert (subagents / f"agent-{agent_id_for(child, 'toolu_2')}.jsonl").exists()  # nested: under the root too
     assert not session_file(tmp_path, CWD, child).exists()
 

@@ -18,6 +18,7 @@ from services.transcripts.layout import (
     subagent_meta_file,
     write_subagent_meta,
 )
+from shared.session_ids import claude_session_id
 
 
 def test_r7_1_sanitize_path_replaces_every_non_alphanumeric() -> None:
@@ -47,15 +48,21 @@ def test_djb2_hash_matches_javascript_string_hash() -> None:
 
 
 def test_r7_1_session_and_subagent_paths(tmp_path: Path) -> None:
-    assert session_file(tmp_path, "/home/alice/proj", "s1") == tmp_path / "projects/-home-alice-proj/s1.jsonl"
+    """Files are named by the session's Claude Code UUID (issue 26: ``claude --resume`` takes only UUIDs);
+    a bus id that is a UUID names its file itself."""
+    s1 = claude_session_id("s1")
+    assert s1 == "2b88e40d-f5ed-54be-bb75-1b206f05a20e"  # uuid5 under a namespace fixed forever
+    assert session_file(tmp_path, "/home/alice/proj", "s1") == tmp_path / f"projects/-home-alice-proj/{s1}.jsonl"
     assert (
         subagent_file(tmp_path, "/home/alice/proj", "s1", "a42")
-        == tmp_path / "projects/-home-alice-proj/s1/subagents/agent-a42.jsonl"
+        == tmp_path / f"projects/-home-alice-proj/{s1}/subagents/agent-a42.jsonl"
     )
     assert (
         subagent_file(tmp_path, "/p", "s1", "a42", subdir="workflows")
-        == tmp_path / "projects/-p/s1/subagents/workflows/agent-a42.jsonl"
+        == tmp_path / f"projects/-p/{s1}/subagents/workflows/agent-a42.jsonl"
     )
+    own = "964a72b1-b241-4bdf-8e80-a32dac797674"
+    assert session_file(tmp_path, "/p", own) == tmp_path / f"projects/-p/{own}.jsonl"
 
 
 @pytest.mark.parametrize("bad", ["", "..", "a/b", "a\\b"])

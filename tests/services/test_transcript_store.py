@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from services.transcripts.cleaning import CleaningPolicy
+from services.transcripts.layout import legacy_session_file
 from services.transcripts.lines import SessionStamp
 from services.transcripts.store import StoreConfig, TranscriptStore
 from shared.clock import FixedClock
@@ -25,7 +26,8 @@ from shared.factories import (
     create_user_message,
 )
 from shared.ids import SequentialIds
-from shared.messages import AssistantMessage, AssistantPayload, Message, UserMessage
+from shared.messages import AssistantMessage, AssistantPayload, AttachmentMessage, Message, UserMessage
+from shared.session_ids import claude_session_id
 
 CWD = "/home/alice/proj"
 SESSION = "s1"
@@ -261,7 +263,7 @@ async def test_r7_3_key_order_and_session_stamp(store: TranscriptStore) -> None:
     assert line["entrypoint"] == "cli"
     assert line["version"] == "2.1.88"
     assert line["cwd"] == CWD
-    assert line["sessionId"] == SESSION
+    assert line["sessionId"] == claude_session_id(SESSION)  # the file's name: a UUID Claude Code resumes
 
 
 async def test_r7_3_stamp_wins_over_fields_copied_from_another_session(store: TranscriptStore) -> None:
@@ -276,7 +278,7 @@ async def test_r7_3_stamp_wins_over_fields_copied_from_another_session(store: Tr
     )
     path = await record(store, [copied])
     (line,) = lines_of(path)
-    assert line["sessionId"] == SESSION
+    assert line["sessionId"] == claude_session_id(SESSION)
     assert line["cwd"] == CWD
     assert "gitBranch" not in line  # undefined in the stamp removes the copied key too
     assert line["parentUuid"] is None  # reassigned (R7.8), never taken from the message
@@ -328,7 +330,7 @@ async def test_r7_9_sidechain_lines_go_to_the_agent_file_without_dedup(store: Tr
     batch: list[Message] = [user("SA0", "task"), assistant("SA1")]
     first = await store.record_sidechain(SESSION, "a42", batch, cwd=CWD)
     second = await store.record_sidechain(SESSION, "a42", batch, cwd=CWD)
-    assert first.path == main.parent / SESSION / "subagents" / "agent-a42.jsonl"
+    assert first.path == main.parent / claude_session_id(SESSION) / "subagents" / "agent-a42.jsonl"
     assert second.written == ("SA0", "SA1")  # no de-dup for sidechains
     lines = lines_of(first.path)
     assert len(lines) == 4
@@ -508,3 +510,33 @@ async def test_issue15_r7_7_a_line_the_fast_parser_refuses_still_counts_for_de_d
     await second_store.close()
     assert result.written == ("U2",), name  # A1 is not written twice
     assert json.loads(path.read_bytes().split(b"\n")[2])["parentUuid"] == "A1", name  # the chain goes on
+
+
+async def test_issue26_a_session_written_before_uuid_names_keeps_its_file(store: TranscriptStore) -> None:
+    """A session agentbus wrote as ``<bus id>.jsonl`` (before issue 26) keeps growing in that file, its lines
+    stamped with the name they are filed under; a new session gets its UUID name."""
+    legacy = legacy_session_file(store.root, CWD, SESSION)
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps({**user("U0").to_wire(), "sessionId": SESSION, "parentUuid": None}) + "\n")
+    path = await record(store, [user("U1")], continue_chain=True)
+    assert path == legacy
+    assert [(line["uuid"], line["sessionId"], line["parentUuid"]) for line in lines_of(path)][1:] == [
+        ("U1", SESSION, "U0")
+    ]
+    fresh = await store.record("s2", [user("V0")], cwd=CWD)
+    assert fresh.path.name == f"{claude_session_id('s2')}.jsonl"
+
+
+async def test_issue26_recorded_attachments_are_written_when_asked(store: TranscriptStore) -> None:
+    """R7.5 writes no attachment of an external user's live session; a replayed recording keeps them."""
+    note = AttachmentMessage.model_validate(
+        {"type": "attachment", "uuid": "AT1", "timestamp": "2026-01-01T00:00:00.000Z",
+         "attachment": {"type": "date", "date": "2026-11-27"}, "rendered": [{"content": "today"}],
+         "renderedRole": "system"}
+    )  # fmt: skip
+    live = await store.record("live", [user("L0"), note.model_copy(update={"uuid": "AT0"})], cwd=CWD)
+    assert [line["uuid"] for line in lines_of(live.path)] == ["L0"]
+    replayed = await store.record("replayed", [user("R0"), note], cwd=CWD, recorded=True)
+    written = lines_of(replayed.path)
+    assert [line["uuid"] for line in written] == ["R0", "AT1"]
+    assert (written[1]["rendered"], written[1]["renderedRole"]) == ([{"content": "today"}], "system")

@@ -14,7 +14,6 @@ import structlog
 from prometheus_client import REGISTRY
 
 from services.observability import metrics
-from services.runtime.settings import Settings
 from services.transcripts.layout import session_file
 from services.transcripts.lines import SessionStamp
 from services.transcripts.store import StoreConfig, TranscriptStore
@@ -110,7 +109,7 @@ def _scrape(port: int) -> str:
 async def test_issue15_transcripts_worker_process_reports_a_torn_tail(cluster: WorkerCluster) -> None:
     """A real ``agentbus worker transcripts`` opening a session file a crash left torn."""
     session = "torn-tail-worker"
-    path = session_file(cluster.data_dir, Settings().cwd, session)
+    path = session_file(cluster.data_dir, cluster.cwd, session)
     _torn_file(path)
     cluster.start("ingestion")
     (worker,) = cluster.start("transcripts")

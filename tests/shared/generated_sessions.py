@@ -2,14 +2,25 @@
 without the third-party corpus (issue 16): the shapes that matter to the bus — a plain chat, tool rounds
 with parallel calls split over lines that share ``message.id`` (R4.7), results with ``toolUseResult`` and
 ``sourceToolAssistantUUID``, progress and system lines beside the chain, an ``isMeta`` user line, a turn
-interrupted before its result (R7.17), a long session of many rounds and a tool loop in progress with
-extended thinking (API §1.10)."""
+interrupted before its result (R7.17), a long session of many rounds, a tool loop in progress with
+extended thinking (API §1.10) and a session shaped like a current Claude Code's file (2.1.332: attachments
+on the chain with what they ``rendered`` and as which role, parallel calls, a failing call)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.shared.transcript_builders import Obj, assistant, jsonl, progress, system, text, tool_result, user
+from tests.shared.transcript_builders import (
+    Obj,
+    assistant,
+    envelope,
+    jsonl,
+    progress,
+    system,
+    text,
+    tool_result,
+    user,
+)
 
 
 class _Chain:
@@ -47,6 +58,13 @@ class _Chain:
 
     def progress(self) -> None:
         self.add(progress(self._uuid(), self.leaf, second=self.second), on_chain=False)
+
+    def attachment(self, attachment: Obj, rendered: str, role: str) -> str:
+        """An attachment line as Claude Code 2.1.332 writes it: the text it sent (``rendered``) and as which
+        role (``renderedRole``: ``user`` folds it into the next user message, ``system`` sends a system one)."""
+        line = envelope(self._uuid(), self.leaf, self.second)
+        line.update(type="attachment", attachment=attachment, rendered=[{"content": rendered}], renderedRole=role)
+        return self.add(line)
 
     def system(self, subtype: str, **extra: object) -> str:
         return self.add(system(self._uuid(), self.leaf, subtype, second=self.second, level="info", **extra))
@@ -120,11 +138,56 @@ def thinking_loop_session() -> bytes:
     return chain.jsonl()
 
 
+def current_client_session() -> bytes:
+    """The shape of a fresh Claude Code 2.1.332 file: the prompt, then attachment lines on the chain (the
+    environment and date as system text, a file reminder for the prompt), a reply with two parallel calls
+    over two lines of one ``message.id``, one result an error, the final answer, and one more round with a
+    reminder attachment between a result and the next reply."""
+    chain = _Chain("gen-current")
+    chain.prompt("fix the failing test")
+    chain.attachment(
+        {"type": "date", "date": "2026-11-27"},
+        "<system-reminder>\nToday's date is 2026-11-27.\n</system-reminder>",
+        "system",
+    )
+    chain.attachment(
+        {"type": "environment", "snapshot": {"workingDirectory": "/home/alice/proj", "platform": "linux"}},
+        "<system-reminder>\n# Environment\n - Primary working directory: /home/alice/proj\n</system-reminder>",
+        "system",
+    )
+    message_id = "msg_current_parallel"
+    left = chain.reply([text("Looking at both."), call("cur_a", "pytest -x")], msg_id=message_id)
+    right = chain.reply([call("cur_b", "cat missing.txt")], msg_id=message_id)
+    chain.result("cur_a", left, "1 failed")
+    chain.prompt(
+        [
+            {
+                "type": "tool_result",
+                "tool_use_id": "cur_b",
+                "content": "cat: missing.txt: No such file",
+                "is_error": True,
+            }
+        ],
+        toolUseResult="Error: cat: missing.txt: No such file",
+        sourceToolAssistantUUID=right,
+    )
+    chain.attachment(
+        {"type": "todo_reminder", "content": [], "itemCount": 0},
+        "<system-reminder>\nThe todo list is empty.\n</system-reminder>",
+        "user",
+    )
+    fix = chain.reply([call("cur_c", "sed -i s/1/2/ test_x.py")])
+    chain.result("cur_c", fix, "")
+    chain.reply([text("Fixed: the expected value was off by one.")])
+    return chain.jsonl()
+
+
 GENERATED_SESSIONS: dict[str, Callable[[], bytes]] = {
     "chat": chat_session,
     "tool-rounds": tool_rounds_session,
     "interrupted": interrupted_session,
     "thinking-loop": thinking_loop_session,
     "long": lambda: tool_rounds_session(40, session="gen-long"),
+    "current-client": current_client_session,
 }
 """Name → builder of each generated session (bytes of a JSONL transcript)."""

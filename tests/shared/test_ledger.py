@@ -20,6 +20,7 @@ from shared.events import (
     IngressEnvelope,
     IngressPayload,
     Interrupt,
+    RecordedMessage,
     StreamEvent,
     StreamFallback,
     ToolJobAbandoned,
@@ -337,3 +338,29 @@ def test_r10_1_interrupt_by_new_message_with_the_request_pending_writes_nothing(
     assert send(ledger, Interrupt(reason="interrupt")).entries == []
     assert not ledger.state.awaiting_model
     assert send(ledger, Interrupt(reason="user_cancel")).entries == []
+
+
+def test_issue26_a_replayed_recording_is_logged_marked_and_leaves_the_session_idle(ledger: SessionLedger) -> None:
+    """Replayed messages are logged as recorded (no tool job, the file's results answer the calls), their
+    entries are marked ``replayed``, and whatever the recording's last message is — a prompt, a round
+    with every result — the model is not due and the turn is closed."""
+    outputs = [
+        send(ledger, RecordedMessage(message=message, replayed=True))
+        for message in (create_user_message("hi"), assistant_with_calls("t1"), result_for("t1"))
+    ]
+    entries = [entry for out in outputs for entry in out.entries]
+    assert [entry.replayed for entry in entries] == [True, True, True]
+    assert all(out.tool_jobs == [] for out in outputs)
+    assert not ledger.state.awaiting_model
+    assert not ledger.state.turn_open
+    send(ledger, RecordedMessage(message=create_user_message("a last recorded prompt"), replayed=True))
+    assert not ledger.state.awaiting_model
+    assert "replayed" not in send(ledger, UserPrompt(content="live", uuid="u9")).entries[0].to_wire()
+    assert ledger.state.awaiting_model
+
+
+def test_issue26_a_recorded_message_without_the_marker_still_opens_the_turn(ledger: SessionLedger) -> None:
+    """Plain recorded messages (a producer recording a session as it goes) keep today's behaviour."""
+    out = send(ledger, RecordedMessage(message=create_user_message("hi")))
+    assert not out.entries[0].replayed
+    assert ledger.state.awaiting_model

@@ -68,3 +68,26 @@ def test_tombstoned_reply_is_ignored() -> None:
     reply = calls("t1")
     feed(history, create_user_message("hi"), reply, TombstoneMessage(message=reply))
     assert history.needs_request()
+
+
+def replay(history: SessionHistory, *messages: Message) -> None:
+    for message in messages:
+        history.apply(LogEntry(session_id="s", seq=history.applied_seq + 1, message=message, replayed=True))
+
+
+def test_issue26_a_replayed_recording_never_asks_the_model() -> None:
+    """A recording played back is history: its prompt (and its answered rounds) publish no request."""
+    history = SessionHistory("s")
+    replay(history, create_user_message("hi"), calls("t1"), result("t1"))
+    assert not history.needs_request()
+    replay(history, create_user_message("and again"))
+    assert not history.needs_request()
+
+
+def test_issue26_a_live_entry_after_a_replay_asks_for_the_whole_history() -> None:
+    """``--continue-turn`` (the last message published live) or the next prompt: the model is due."""
+    history = SessionHistory("s")
+    replay(history, create_user_message("hi"), calls("t1"))
+    feed(history, result("t1"))
+    assert history.needs_request()
+    assert len(history.messages) == 3
