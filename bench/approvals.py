@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from services.client import AgentbusClient
-from services.runtime.local_redis import start_local_redis
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.factories import create_assistant_message
-from shared.messages import UserMessage
+from agentbus_redis.local.redis_server import start_local_redis
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.sdk.client import AgentbusClient
 from tests.integration.cluster import WorkerCluster
 
 

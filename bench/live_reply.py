@@ -1,4 +1,4 @@
-"""What the live reply stream (shared/live_reply.py) costs ingestion, as a ratio in one run.
+"""What the live reply stream (bus/live_reply.py) costs ingestion, as a ratio in one run.
 
     uv run python bench/live_reply.py [--rounds 8] [--sessions 40]
 
@@ -27,17 +27,17 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from services.demo import stream_events_for
-from services.ingestion.worker import IngestionWorker
-from services.runtime.codec import entry_fields
-from services.runtime.consumer import BatchConsumer, ConsumerConfig
-from services.runtime.local_redis import start_local_redis
-from services.runtime.streams import StreamNames
-from services.runtime.topology import INGESTION_GROUP, Topology
-from shared import live_reply
-from shared.content import TextBlock
-from shared.events import IngressEnvelope, IngressPayload, StreamEvent, UserPrompt
-from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.bus import live_reply
+from agentbus_redis.bus.events import IngressEnvelope, IngressPayload, StreamEvent, UserPrompt
+from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.local.redis_server import start_local_redis
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.runtime.consumer import BatchConsumer, ConsumerConfig
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import INGESTION_GROUP, Topology
+from agentbus_redis.workers.ingestion.worker import IngestionWorker
 
 TOPOLOGY = Topology(StreamNames(prefix="bench:", shards=1))
 REPLY_TEXT = "word " * 240

@@ -45,12 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from anthropic import AsyncAnthropic
 
-from services.model.fake_server import FakeModelAdmin
-from services.runtime.codec import entry_fields
-from services.runtime.local_redis import free_port, start_local_redis
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from shared.events import RequestReady
+from agentbus_redis.bus.events import RequestReady
+from agentbus_redis.local.redis_server import free_port, start_local_redis
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.workers.model.fake_server import FakeModelAdmin
 
 SHARDS = 8
 MODEL = "claude-sonnet-4-6"
@@ -66,7 +66,7 @@ def cpu_seconds(pid: int) -> float:
 def start_fake(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "fake-model", "--port", "0"], stdout=out, stderr=out
+            [sys.executable, "-m", "agentbus_redis.cli.main", "fake-model", "--port", "0"], stdout=out, stderr=out
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -81,7 +81,7 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "worker", "model", "--port", str(port)],
+            [sys.executable, "-m", "agentbus_redis.cli.main", "worker", "model", "--port", str(port)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from shared.api_validation import validate_api_request
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.factories import create_assistant_message, create_user_message
-from shared.messages import Message
-from shared.normalize import NormalizeOptions, to_api_request
-from shared.normalize.incremental import RequestBuilder
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import Message
+from agentbus_redis.normalize import NormalizeOptions, to_api_request
+from agentbus_redis.normalize.incremental import RequestBuilder
 
 
 def session(turns: int, calls: int) -> list[Message]:

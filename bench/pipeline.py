@@ -49,17 +49,17 @@ from redis.asyncio.cluster import RedisCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agentbus_redis.bus.events import AssistantReply, IngressEnvelope, StreamEvent, ToolResultReport, UserPrompt
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.local.redis_cluster import LocalRedisCluster, start_local_cluster
+from agentbus_redis.local.redis_server import LocalRedis, free_port, start_local_redis
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.runtime.key_calls import Arg, ServerScript
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
 from bench.raw_chain import run_raw_chain
-from services.client import AgentbusClient
-from services.demo import stream_events_for
-from services.runtime.key_calls import Arg, ServerScript
-from services.runtime.local_cluster import LocalRedisCluster, start_local_cluster
-from services.runtime.local_redis import LocalRedis, free_port, start_local_redis
-from services.runtime.streams import StreamNames
-from services.runtime.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import AssistantReply, IngressEnvelope, StreamEvent, ToolResultReport, UserPrompt
-from shared.factories import create_assistant_message, create_user_message
 
 HOPS = 3
 SHARDS = 8
@@ -117,7 +117,7 @@ def start_workers(redis_url: str, root: Path, *, metrics: bool = True) -> Worker
         if os.environ.get("BENCH_PROFILE"):
             entry = [str(Path(__file__).with_name("profiled_worker.py")), str(root / f"{name}.prof")]
         else:
-            entry = ["-m", "services.cli.main"]
+            entry = ["-m", "agentbus_redis.cli.main"]
         command = [sys.executable, *entry, "worker", name, "--port", str(port)]
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     workers = Workers(processes, ports)
@@ -233,7 +233,7 @@ end
 return 1
 """)
 """1 when every ingress entry is consumed and the normalization and transcript groups have settled: the rule of
-``services.runtime.drain.group_drained`` (last-delivered-id reached the stream's last-generated-id, nothing
+``agentbus_redis.streams.drain.group_drained`` (last-delivered-id reached the stream's last-generated-id, nothing
 pending; never XINFO's ``lag``, which Redis 7.0 can report forever after an AOF rewrite), run in one script."""
 
 

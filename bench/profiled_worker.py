@@ -21,7 +21,7 @@ def main() -> None:
     out, arguments = sys.argv[1], sys.argv[2:]
     sys.argv = ["agentbus", *arguments]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    from services.cli.main import main as agentbus
+    from agentbus_redis.cli.main import main as agentbus
 
     profile = cProfile.Profile()
     profile.enable()

@@ -42,7 +42,7 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from services.runtime.local_redis import start_local_redis
+from agentbus_redis.local.redis_server import start_local_redis
 
 GROUP = "g"
 BLOCK_MS = 100

@@ -56,16 +56,16 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from services.client import AgentbusClient
-from services.conversation import ConversationTimeout
-from services.runtime.local_cluster import LocalRedisCluster, start_local_cluster
-from services.runtime.local_redis import LocalRedis, free_port, start_local_redis
-from services.transcripts.api_view import api_view_of_transcript
-from services.transcripts.layout import session_file
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.api_validation import validate_api_request
-from shared.messages import TombstoneMessage
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.local.redis_cluster import LocalRedisCluster, start_local_cluster
+from agentbus_redis.local.redis_server import LocalRedis, free_port, start_local_redis
+from agentbus_redis.messages.kinds import TombstoneMessage
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.conversation import ConversationTimeout
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.api_view import api_view_of_transcript
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.cluster import TEST_ALLOW_RULES, Worker, WorkerCluster
 from tests.integration.fake_model import FakeModelProcess, start_fake_model
 from tests.integration.model_turns import reply, text, tool_use, turn_ended

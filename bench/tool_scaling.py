@@ -43,13 +43,13 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agentbus_redis.bus.events import ToolJob
+from agentbus_redis.local.redis_server import free_port, start_local_redis
+from agentbus_redis.messages.content import ToolUseBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import TOOLS_GROUP, Topology
 from bench.pipeline import Workers, _flush
-from services.runtime.codec import entry_fields
-from services.runtime.local_redis import free_port, start_local_redis
-from services.runtime.streams import StreamNames
-from services.runtime.topology import TOOLS_GROUP, Topology
-from shared.content import ToolUseBlock
-from shared.events import ToolJob
 
 SHARDS = 8
 SESSIONS = 64
@@ -83,7 +83,7 @@ def start_tool_workers(redis_url: str, root: Path, count: int, slots: int) -> Wo
     for number in range(count):
         port = free_port()
         ports[f"tools-{number}"] = port
-        command = [sys.executable, "-m", "services.cli.main", "worker", "tools", "--port", str(port)]
+        command = [sys.executable, "-m", "agentbus_redis.cli.main", "worker", "tools", "--port", str(port)]
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     workers = Workers(processes, ports)
     try:

@@ -40,13 +40,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from services.transcripts.api_view import api_view_of_transcript
-from shared.clock import FixedClock
-from shared.ids import SequentialIds
-from shared.normalize import to_api_request
-from shared.pi.request import claude_code_messages, llm_view, pi_own_request
-from shared.pi.session import looks_like_pi_session, read_pi_session
-from shared.transcript import build_transcript, read_transcript
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.pi.request import claude_code_messages, llm_view, pi_own_request
+from agentbus_redis.pi.session import looks_like_pi_session, read_pi_session
+from agentbus_redis.transcript import build_transcript, read_transcript
+from agentbus_redis.transcript_files.api_view import api_view_of_transcript
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("AGENTBUS_CORPUS", REPO_ROOT.parent / "shared" / "corpus"))

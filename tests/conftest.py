@@ -18,8 +18,8 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
-from services.runtime.local_cluster import LocalRedisCluster, start_local_cluster
-from services.runtime.local_redis import LocalRedis, start_local_redis
+from agentbus_redis.local.redis_cluster import LocalRedisCluster, start_local_cluster
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
 from tests.integration.cluster import WorkerCluster
 
 pytest_plugins = ["tests.fake_model_fixture"]

@@ -1,5 +1,5 @@
 """pytest plugin: the ``fake_model`` fixture, a fake Anthropic-compatible server on loopback
-(services/model/fake_server.py) for any test that needs the model side over real HTTP, and
+(workers/model/fake_server.py) for any test that needs the model side over real HTTP, and
 ``fake_model_sdk``, the official async client pointed at it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import anthropic
 import pytest
 
-from services.model.fake_server import FakeModelServer
+from agentbus_redis.workers.model.fake_server import FakeModelServer
 
 
 @pytest.fixture

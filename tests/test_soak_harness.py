@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import Message
 from bench.soak import duplicate_uuids, session_of_body, turn_of
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import LogEntry
-from shared.factories import create_assistant_message, create_user_message
-from shared.messages import Message
 
 
 def log(*messages: Message) -> list[LogEntry]:

@@ -1,4 +1,4 @@
-"""Run ``agentbus`` as a user does: a separate process (``python -m services.cli.main``), in an empty
+"""Run ``agentbus`` as a user does: a separate process (``python -m agentbus_redis.cli.main``), in an empty
 working directory (no ``.env`` of the checkout leaks in), with a chosen environment."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-AGENTBUS = [sys.executable, "-m", "services.cli.main"]
+AGENTBUS = [sys.executable, "-m", "agentbus_redis.cli.main"]
 
 
 @dataclass(frozen=True)

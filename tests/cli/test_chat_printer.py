@@ -1,12 +1,11 @@
-"""How ``agentbus chat`` renders a turn (services/cli/chat.py): text as it streams, one ``⏺ Tool(arg)`` line
+"""How ``agentbus chat`` renders a turn (cli/chat.py): text as it streams, one ``⏺ Tool(arg)`` line
 per call with its outcome under it (named when parallel calls were printed since), errors on stderr."""
 
 from __future__ import annotations
 
 import io
 
-from services.cli.chat import TurnPrinter, exit_code
-from shared.conversation import (
+from agentbus_redis.bus.conversation import (
     ApiError,
     ApiRetry,
     AssistantMessageComplete,
@@ -21,6 +20,7 @@ from shared.conversation import (
     ToolResult,
     TurnEnd,
 )
+from agentbus_redis.cli.chat import TurnPrinter, exit_code
 
 
 def render(events: list[ConversationEvent], *, show_thinking: bool = False) -> tuple[str, str]:

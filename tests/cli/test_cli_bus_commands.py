@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.deadletter import DeadLetter
-from services.runtime.settings import Settings
-from services.runtime.topology import INGESTION_GROUP, Topology
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.streams.deadletter import DeadLetter
+from agentbus_redis.streams.topology import INGESTION_GROUP, Topology
 from tests.cli.process import AGENTBUS, agentbus, cli_env
 from tests.integration.cluster import WorkerCluster
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.main import COMMANDS
+from agentbus_redis.cli.main import COMMANDS
 from tests.cli.process import AGENTBUS, REPO_ROOT, agentbus, cli_env
 
 
@@ -75,7 +75,15 @@ def test_help_imports_no_bus_client_nor_rich(args: list[str], tmp_path: Path) ->
         check=True,
     )
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
-    heavy = {"redis", "rich", "services.client", "services.workers", "uvicorn", "faststream", "structlog"}
+    heavy = {
+        "redis",
+        "rich",
+        "agentbus_redis.sdk.client",
+        "agentbus_redis.workers.registry",
+        "uvicorn",
+        "faststream",
+        "structlog",
+    }
     assert not heavy & imported
 
 

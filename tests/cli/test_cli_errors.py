@@ -9,10 +9,10 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
 
-from services.cli.errors import CliError, CliUsageError, explain, redacted_url
-from services.runtime.deadletter import DeadLetterDecodeError
-from services.runtime.local_redis import free_port
-from shared.errors import TranscriptError
+from agentbus_redis.cli.errors import CliError, CliUsageError, explain, redacted_url
+from agentbus_redis.errors import TranscriptError
+from agentbus_redis.local.redis_server import free_port
+from agentbus_redis.streams.deadletter import DeadLetterDecodeError
 from tests.cli.process import agentbus, cli_env
 
 TRANSCRIPT = (

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.settings import Settings
-from services.runtime.tool_catalog import ToolCatalogPublisher, epoch_ms
-from services.runtime.topology import Topology
-from services.tool_execution.registry import default_registry
-from services.tool_execution.workspace import Workspace
-from shared.tool_definitions import ToolDefinition
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher, epoch_ms
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.tools.definitions import ToolDefinition
+from agentbus_redis.workers.tools.registry import default_registry
+from agentbus_redis.workers.tools.workspace import Workspace
 from tests.cli.process import agentbus, cli_env
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def test_tools_ls_without_workers_says_so(redis_url: str, tmp_path: Path) -> Non
 
 
 def test_tools_ls_with_redis_down_is_one_line(tmp_path: Path) -> None:
-    from services.runtime.local_redis import free_port
+    from agentbus_redis.local.redis_server import free_port
 
     outcome = agentbus("tools", "ls", cwd=tmp_path, env=cli_env(f"redis://127.0.0.1:{free_port()}/0"))
     assert outcome.code != 0

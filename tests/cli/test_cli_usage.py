@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from services.client import AgentbusClient
-from services.runtime.settings import Settings
-from services.runtime.topology import Topology
-from services.runtime.usage_store import record_priced_usage, record_usage
-from shared.json_types import JsonObject
-from shared.model.cost import DEFAULT_PRICES
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.cost import DEFAULT_PRICES
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.stores.usage import record_priced_usage, record_usage
+from agentbus_redis.streams.topology import Topology
 from tests.cli.process import agentbus, cli_env
 
 pytestmark = pytest.mark.integration

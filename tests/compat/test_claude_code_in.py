@@ -17,9 +17,9 @@ from typing import cast
 
 import pytest
 
-from shared.api_types import MessagesRequest
-from shared.api_validation import validate_api_request
-from shared.constants import CONTINUE_FROM_WHERE_YOU_LEFT_OFF, NO_RESPONSE_REQUESTED
+from agentbus_redis.api.types import MessagesRequest
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.messages.constants import CONTINUE_FROM_WHERE_YOU_LEFT_OFF, NO_RESPONSE_REQUESTED
 from tests.compat.requests import (
     client_messages_as_agentbus_reads_them,
     first_difference,

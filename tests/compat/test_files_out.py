@@ -1,7 +1,7 @@
 """Issue 26, our files out: every transcript agentbus writes is a session the real clients open.
 
 The transcripts are written by the transcript worker's own store (``TranscriptStore`` configured as
-``services/transcripts/app.py`` configures it) into a private Claude Code config dir, for sessions with
+``workers/transcripts/app.py`` configures it) into a private Claude Code config dir, for sessions with
 parallel tools, a failing tool, signed thinking, a sub-agent (its file beside the parent's) and a reply
 tombstoned after it was written. Then:
 
@@ -26,15 +26,15 @@ from typing import Any
 
 import pytest
 
-from services.transcripts.layout import session_file
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.api_validation import validate_api_request
-from shared.content import TextBlock
-from shared.factories import create_assistant_message
-from shared.messages import Message, parse_message
-from shared.session_ids import claude_session_id
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import Message, parse_message
+from agentbus_redis.session_ids import claude_session_id
+from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 from tests.compat.capture_server import CaptureServer, Script, Text, reply
 from tests.compat.clients import ClaudeCodeHome, PiHome
 from tests.compat.requests import first_difference, normalize, run_agentbus, without_cache_control

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import uuid
 
-from services.approvals_sdk import PendingApproval
-from services.client import AgentbusClient
-from services.transcripts.layout import session_file
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.factories import create_assistant_message
-from shared.json_types import JsonObject, JsonValue
-from shared.messages import UserMessage
+from agentbus_redis.json_types import JsonObject, JsonValue
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.sdk.approvals import PendingApproval
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.cluster import WorkerCluster, eventually
 
 APPROVE_ENV = {

@@ -16,9 +16,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.client import AgentbusClient
-from services.runtime.local_redis import free_port
-from services.runtime.streams import StreamNames
+from agentbus_redis.local.redis_server import free_port
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.streams.names import StreamNames
 
 TEST_SHARDS = 4
 TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]
@@ -90,7 +90,7 @@ class WorkerCluster:
             log_path = self.root / f"{name}-{port}.log"
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "services.cli.main", "worker", name, "--port", str(port)],
+                    [sys.executable, "-m", "agentbus_redis.cli.main", "worker", name, "--port", str(port)],
                     env=self.env(),
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime import redis_client
+from agentbus_redis.runtime import redis_client
 from tests.conftest import flushed_target_url
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess, start_fake_model

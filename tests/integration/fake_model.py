@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.model.fake_server import FakeModelAdmin
-from shared.json_types import JsonObject
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.workers.model.fake_server import FakeModelAdmin
 
 
 @dataclass
@@ -43,7 +43,7 @@ def start_fake_model(log_path: Path, *, script: str = "echo", timeout_s: float =
     """Start ``agentbus fake-model`` (its output to ``log_path``) and wait for the URL it prints."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "fake-model", "--port", "0", "--script", script],
+            [sys.executable, "-m", "agentbus_redis.cli.main", "fake-model", "--port", "0", "--script", script],
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -9,11 +9,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from services.client import AgentbusClient
-from services.demo import stream_events_for
-from shared.content import ContentBlock
-from shared.json_types import JsonObject
-from shared.messages import AssistantMessage
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.content import ContentBlock
+from agentbus_redis.messages.kinds import AssistantMessage
+from agentbus_redis.sdk.client import AgentbusClient
 
 Reply = Callable[[AgentbusClient, str], Awaitable[None]]
 """Answers one request of a session."""

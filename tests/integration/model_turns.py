@@ -9,11 +9,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from services.client import AgentbusClient
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import LogEntry
-from shared.json_types import JsonObject
-from shared.messages import AssistantMessage, Message, TombstoneMessage, UserMessage
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import AssistantMessage, Message, TombstoneMessage, UserMessage
+from agentbus_redis.sdk.client import AgentbusClient
 
 
 def live_messages(history: list[LogEntry]) -> list[Message]:

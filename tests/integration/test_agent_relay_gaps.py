@@ -2,7 +2,7 @@
 relays a child's batch to its parent after committing it, so a worker killed in between loses that relay.
 The child's relay cursor makes the next relay (or the sweep's check) fill the gap from the child's log, in
 log order, before anything newer and before the parent's result; a relay repeated publishes nothing new.
-Real Redis; the relay in-process (``services/agents/relay.py``)."""
+Real Redis; the relay in-process (``subagents/relay.py``)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from services.agents.relay import ChildRelay
-from services.agents.store import AgentStore
-from services.runtime.codec import DATA_FIELD, entry_fields
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.agents.record import ChildRecord
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import LogEntry
-from shared.factories import create_assistant_message, create_user_message
-from shared.messages import AssistantMessage, Message, UserMessage
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.agents.record import ChildRecord
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import AssistantMessage, Message, UserMessage
+from agentbus_redis.runtime.codec import DATA_FIELD, entry_fields
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.subagents.relay import ChildRelay
+from agentbus_redis.subagents.store import AgentStore
 
 pytestmark = [pytest.mark.integration]
 

@@ -17,20 +17,15 @@ from typing import Any
 
 import pytest
 
-from services.runtime.approval_store import ApprovalStore
-from services.runtime.codec import entry_fields
-from services.runtime.deadletter import list_dead_letters
-from services.runtime.entries import id_text
-from services.runtime.streams import dead_letter_stream
-from services.runtime.topology import TOOLS_GROUP
-from shared.approvals import (
+from agentbus_redis.approvals.records import (
     ApprovalAnswer,
     ApprovalContinuation,
     ApprovalDecision,
     ApprovalRequested,
     AskedCall,
 )
-from shared.constants import (
+from agentbus_redis.bus.events import parse_tool_job
+from agentbus_redis.messages.constants import (
     INTERRUPT_MESSAGE_FOR_TOOL_USE,
     REJECT_MESSAGE,
     REJECT_MESSAGE_WITH_REASON_PREFIX,
@@ -38,11 +33,16 @@ from shared.constants import (
     SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
     USER_REJECTED_TOOL_USE,
 )
-from shared.content import TextBlock, ToolUseBlock
-from shared.events import parse_tool_job
-from shared.factories import create_assistant_message
-from shared.messages import UserMessage
-from shared.model.session_config import SessionModelConfig
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.model.session_config import SessionModelConfig
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.stores.approvals import ApprovalStore
+from agentbus_redis.streams.deadletter import list_dead_letters
+from agentbus_redis.streams.entries import id_text
+from agentbus_redis.streams.names import dead_letter_stream
+from agentbus_redis.streams.topology import TOOLS_GROUP
 from tests.cli.process import Outcome, agentbus, cli_env
 from tests.conftest import ON_EVERY_TARGET
 from tests.integration.approval_helpers import (

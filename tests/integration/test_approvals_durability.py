@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.local_redis import LocalRedis, start_local_redis
-from shared.approvals import approval_timeout_text
+from agentbus_redis.approvals.records import approval_timeout_text
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
 from tests.integration.approval_helpers import (
     APPROVE_ENV,
     counting_call,

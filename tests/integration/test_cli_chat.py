@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.constants import INTERRUPT_MESSAGE
-from shared.content import TextBlock, ToolUseBlock
-from shared.factories import create_assistant_api_error_message
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_api_error_message
 from tests.cli.process import AGENTBUS, cli_env
 from tests.integration.cluster import TEST_SHARDS, WorkerCluster
 from tests.integration.model_side import ModelSide, Reply, delta_text, reply_events, request_id_of, streamed, whole

@@ -1,7 +1,7 @@
 """Issue 16, "``replay`` says what it did", through the real ``agentbus replay`` process against real workers:
 a summary of lines read, events published and lines skipped by reason; progress lines when stderr is not a
 terminal; ``--wait`` returns only once every group of the session's log shard (the normalizer too) has settled
-it, decided from ids (``services.runtime.drain``)."""
+it, decided from ids (``agentbus_redis.streams.drain``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.drain import stream_progress
-from services.runtime.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP
+from agentbus_redis.streams.drain import stream_progress
+from agentbus_redis.streams.topology import NORMALIZATION_GROUP, TRANSCRIPTS_GROUP
 from tests.conftest import CORPUS_ROOT
 from tests.integration.cluster import WorkerCluster
 
@@ -34,7 +34,7 @@ def workers(module_cluster: WorkerCluster) -> WorkerCluster:
 
 def replay(cluster: WorkerCluster, path: Path, session: str, *extra: str) -> tuple[list[str], list[str]]:
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "replay", str(path), "--session", session, *extra],
+        [sys.executable, "-m", "agentbus_redis.cli.main", "replay", str(path), "--session", session, *extra],
         env=cluster.env(),
         capture_output=True,
         text=True,

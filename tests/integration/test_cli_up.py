@@ -31,7 +31,7 @@ import orjson
 import pytest
 import redis
 
-from services.runtime.local_redis import free_port, is_reachable
+from agentbus_redis.local.redis_server import free_port, is_reachable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -63,7 +63,7 @@ def start_up(tmp_path: Path) -> Iterator[StartUp]:
         env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
         env.pop("ANTHROPIC_API_KEY", None)  # the demo's model is the fake server
         port = free_port() if base_port is None else base_port
-        command = [sys.executable, "-m", "services.cli.main", "up", "--tools", "1", "--base-port", str(port)]
+        command = [sys.executable, "-m", "agentbus_redis.cli.main", "up", "--tools", "1", "--base-port", str(port)]
         command += ["--redis-port", str(redis_port), *args]
         # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
         up = subprocess.Popen(

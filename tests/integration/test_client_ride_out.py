@@ -15,23 +15,23 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from services.agents.launcher import CURRENT_AGENT_JOB, AgentJob, AgentTool
-from services.agents.setup import agent_setup
-from services.agents.store import AgentStore
-from services.client import AgentbusClient
-from services.conversation import ConversationEvent, TextDelta, TurnEnd
-from services.runtime import redis_client
-from services.runtime.local_redis import LocalRedis, start_local_redis
-from services.runtime.ride_out import RedisUnavailable
-from services.runtime.settings import Settings
-from services.runtime.topology import Topology
-from services.tool_execution.tool import ToolContext, ToolOutput
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.agents.tool import AgentInput
-from shared.content import TextBlock
-from shared.events import ToolJob, UserPrompt
-from shared.messages import UserMessage
-from shared.permissions import PermissionContext
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.agents.tool import AgentInput
+from agentbus_redis.bus.events import ToolJob, UserPrompt
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.runtime import redis_client
+from agentbus_redis.runtime.ride_out import RedisUnavailable
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.conversation import ConversationEvent, TextDelta, TurnEnd
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.subagents.launcher import CURRENT_AGENT_JOB, AgentJob, AgentTool
+from agentbus_redis.subagents.setup import agent_setup
+from agentbus_redis.subagents.store import AgentStore
+from agentbus_redis.tools.tool import ToolContext, ToolOutput
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.model_side import ModelSide, Reply, reply_events, request_id_of
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from services.client import AgentbusClient, NotReplicated
-from services.runtime import redis_client
-from services.runtime.local_cluster import ClusterNodeProcess, LocalRedisCluster
-from services.runtime.streams import key_slot
-from services.runtime.topology import Topology
-from shared.events import UserPrompt
+from agentbus_redis.bus.events import UserPrompt
+from agentbus_redis.local.redis_cluster import ClusterNodeProcess, LocalRedisCluster
+from agentbus_redis.runtime import redis_client
+from agentbus_redis.sdk.client import AgentbusClient, NotReplicated
+from agentbus_redis.streams.names import key_slot
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import TEST_SHARDS, WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,8 +15,12 @@ from typing import Any
 
 import pytest
 
-from services.client import AgentbusClient
-from services.conversation import (
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE, max_output_tokens_error
+from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_api_error_message, create_assistant_message
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.conversation import (
     ApiError,
     ConversationEvent,
     ConversationTimeout,
@@ -26,11 +30,7 @@ from services.conversation import (
     ToolResult,
     TurnEnd,
 )
-from shared.constants import INTERRUPT_MESSAGE, max_output_tokens_error
-from shared.content import ContentBlock, TextBlock, ToolUseBlock
-from shared.factories import create_assistant_api_error_message, create_assistant_message
-from shared.messages import UserMessage
-from shared.streaming_replies import DEFAULT_MAX_OUTPUT_TOKENS
+from agentbus_redis.streaming.replies import DEFAULT_MAX_OUTPUT_TOKENS
 from tests.integration.cluster import WorkerCluster
 from tests.integration.model_side import ModelSide, delta_text, reply_events, request_id_of, streamed, whole
 
@@ -235,7 +235,7 @@ async def test_r10_1_interrupt_before_the_model_replies_ends_the_turn_once_inges
 ) -> None:
     """Nothing streams and no tool runs, but the request is pending (the model is due): as in Claude Code,
     whose model call is under way before anything streams, the interrupt ends the turn with R10.1's text
-    (shared/turn_state.py), read as soon as ingestion has applied it, not by the timeout."""
+    (bus/turn_state.py), read as soon as ingestion has applied it, not by the timeout."""
     session = "converse-interrupt-early"
     async with connected(workers) as bus:
         conversation = bus.converse(session, "think hard", timeout_s=60)

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from services.client import AgentbusClient
-from services.conversation import TextDelta, TurnEnd
-from services.ingestion.worker import IngestionWorker
-from services.runtime.consumer import BatchConsumer, ConsumerConfig
-from services.runtime.local_cluster import LocalRedisCluster
-from services.runtime.streams import StreamNames
-from services.runtime.topology import INGESTION_GROUP
-from shared.content import TextBlock
-from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.local.redis_cluster import LocalRedisCluster
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.runtime.consumer import BatchConsumer, ConsumerConfig
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.conversation import TextDelta, TurnEnd
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import INGESTION_GROUP
+from agentbus_redis.workers.ingestion.worker import IngestionWorker
 from tests.integration.model_side import reply_events, request_id_of
 
 pytestmark = pytest.mark.integration

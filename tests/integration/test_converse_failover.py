@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from services.client import AgentbusClient
-from services.conversation import ConversationEvent, TextDelta, TurnEnd
-from services.runtime.local_cluster import ClusterNodeProcess, LocalRedisCluster
-from services.runtime.streams import key_slot
-from services.runtime.topology import Topology
-from shared.content import TextBlock
+from agentbus_redis.local.redis_cluster import ClusterNodeProcess, LocalRedisCluster
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.conversation import ConversationEvent, TextDelta, TurnEnd
+from agentbus_redis.streams.names import key_slot
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import TEST_SHARDS, WorkerCluster
 from tests.integration.model_side import ModelSide, Reply, reply_events, request_id_of
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from services.conversation import ConversationEvent, TextDelta, ToolCall, ToolResult, TurnEnd
+from agentbus_redis.sdk.conversation import ConversationEvent, TextDelta, ToolCall, ToolResult, TurnEnd
 from tests.cli.process import AGENTBUS, cli_env
 from tests.integration.cluster import TEST_SHARDS, WorkerCluster
 from tests.integration.fake_model import FakeModelProcess

@@ -35,20 +35,20 @@ from typing import Any
 
 import pytest
 
-from services.client import AgentbusClient, PublishedRequest
-from services.demo import stream_events_for
-from services.runtime.deadletter import dead_letter_streams, list_dead_letters
-from services.runtime.entries import id_text
-from services.runtime.leases import preferred_owner
-from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP
-from services.transcripts.layout import session_file
-from shared.api_validation import validate_api_request
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import UserPrompt, parse_log_entry
-from shared.factories import create_assistant_message
-from shared.messages import AssistantMessage, ProgressMessage, UserMessage
-from shared.normalize import to_api_request
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.bus.events import UserPrompt, parse_log_entry
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import AssistantMessage, ProgressMessage, UserMessage
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.runtime.leases import preferred_owner
+from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
+from agentbus_redis.streams.deadletter import dead_letter_streams, list_dead_letters
+from agentbus_redis.streams.entries import id_text
+from agentbus_redis.streams.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP
+from agentbus_redis.transcript_files.layout import session_file
 from tests.conftest import on_targets
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 

@@ -19,16 +19,16 @@ from typing import Any
 import orjson
 import pytest
 
-from services.client import AgentbusClient, PublishedRequest
-from services.demo import stream_events_for
-from services.runtime.deadletter import DeadLetter, dead_letter_streams, list_dead_letters
-from services.runtime.streams import dead_letter_stream
-from shared.api_validation import validate_api_request
-from shared.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import SCHEMA_VERSION
-from shared.factories import create_assistant_message, create_user_message
-from shared.messages import AssistantMessage, UserMessage
-from shared.normalize import to_api_request
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.bus.events import SCHEMA_VERSION
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
+from agentbus_redis.streams.deadletter import DeadLetter, dead_letter_streams, list_dead_letters
+from agentbus_redis.streams.names import dead_letter_stream
 from tests.conftest import ON_EVERY_TARGET
 from tests.integration.cluster import WorkerCluster, eventually
 

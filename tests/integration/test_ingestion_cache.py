@@ -14,18 +14,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from services.demo import stream_events_for
-from services.ingestion import ledger_cache
-from services.ingestion import worker as ingestion_worker
-from services.ingestion.worker import IngestionWorker
-from services.runtime.codec import entry_fields, signed_entry_fields
-from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig
-from services.runtime.entries import StreamEntry
-from services.runtime.key_calls import KeyCalls
-from services.runtime.streams import StreamNames
-from services.runtime.topology import INGESTION_GROUP, Topology
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import (
+from agentbus_redis.bus.events import (
     AssistantReply,
     IngressEnvelope,
     LogEntry,
@@ -34,8 +23,19 @@ from shared.events import (
     UserPrompt,
     parse_log_entry,
 )
-from shared.factories import create_assistant_message, create_user_message
-from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.runtime.codec import entry_fields, signed_entry_fields
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig
+from agentbus_redis.runtime.key_calls import KeyCalls
+from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import INGESTION_GROUP, Topology
+from agentbus_redis.workers.ingestion import ledger_cache
+from agentbus_redis.workers.ingestion import worker as ingestion_worker
+from agentbus_redis.workers.ingestion.worker import IngestionWorker
 
 pytestmark = pytest.mark.integration
 

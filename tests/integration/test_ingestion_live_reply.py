@@ -1,4 +1,4 @@
-"""Ingestion's live reply stream (shared/live_reply.py) against a real Redis: the text and thinking deltas
+"""Ingestion's live reply stream (bus/live_reply.py) against a real Redis: the text and thinking deltas
 it applies, coalesced per block within a batch, positioned against the log (``after_seq``), written in
 the batch's one atomic write, and nothing for what it did not apply (a duplicate key, a bad event)."""
 
@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from services.demo import stream_events_for
-from services.ingestion.worker import IngestionWorker
-from services.runtime.codec import entry_fields
-from services.runtime.consumer import BatchConsumer, ConsumerConfig
-from services.runtime.streams import StreamNames
-from services.runtime.topology import INGESTION_GROUP, Topology
-from shared.content import ContentBlock, TextBlock, ToolUseBlock
-from shared.events import IngressEnvelope, IngressPayload, StreamEvent, UserPrompt, parse_log_entry
-from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
-from shared.live_reply import LIVE_REPLY_TTL_MS, LiveDelta, parse_live_delta
+from agentbus_redis.bus.events import IngressEnvelope, IngressPayload, StreamEvent, UserPrompt, parse_log_entry
+from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.bus.live_reply import LIVE_REPLY_TTL_MS, LiveDelta, parse_live_delta
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolUseBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.runtime.consumer import BatchConsumer, ConsumerConfig
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import INGESTION_GROUP, Topology
+from agentbus_redis.workers.ingestion.worker import IngestionWorker
 
 pytestmark = pytest.mark.integration
 

@@ -30,16 +30,16 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from services.client import AgentbusClient, PublishedRequest
-from services.replay import wait_until_persisted
-from services.runtime.deadletter import DeadLetter, dead_letter_streams, list_dead_letters
-from services.runtime.settings import Settings
-from services.runtime.streams import dead_letter_stream
-from services.runtime.topology import TOOLS_GROUP, Topology
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import SCHEMA_VERSION, parse_tool_job
-from shared.factories import create_assistant_message, create_progress_message, create_user_message
+from agentbus_redis.bus.events import SCHEMA_VERSION, parse_tool_job
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_progress_message, create_user_message
+from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
+from agentbus_redis.sdk.replay import wait_until_persisted
+from agentbus_redis.streams.deadletter import DeadLetter, dead_letter_streams, list_dead_letters
+from agentbus_redis.streams.names import dead_letter_stream
+from agentbus_redis.streams.topology import TOOLS_GROUP, Topology
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 from tests.services.acl_redis import AclRedis, start_acl_redis
 

@@ -1,7 +1,7 @@
 """R10.1 with nothing streamed, through real workers (ingestion, normalization, transcripts, tools; no model
 worker, so a published request stays pending): an interrupt while the model is due ends the turn with
 ``[Request interrupted by user]`` — in the log, the transcript and the next request, as Claude Code's would —
-and an interrupt while the session is idle (its turn over) writes nothing (shared/turn_state.py)."""
+and an interrupt while the session is idle (its turn over) writes nothing (bus/turn_state.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from services.client import AgentbusClient
-from services.replay import wait_until_persisted
-from services.runtime.settings import Settings
-from shared.constants import INTERRUPT_MESSAGE
-from shared.content import TextBlock
-from shared.factories import create_assistant_message
-from shared.messages import UserMessage
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.replay import wait_until_persisted
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

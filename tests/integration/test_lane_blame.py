@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from services.runtime.deadletter import REASON_HANDLER_FAILED, list_dead_letters
-from services.runtime.topology import TRANSCRIPTS_GROUP, Topology
-from services.transcripts.layout import session_file
+from agentbus_redis.streams.deadletter import REASON_HANDLER_FAILED, list_dead_letters
+from agentbus_redis.streams.topology import TRANSCRIPTS_GROUP, Topology
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,9 +15,9 @@ from dataclasses import replace
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Output
-from services.runtime.deadletter import REASON_MAX_DELIVERIES, list_dead_letters
-from services.runtime.entries import StreamEntry
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Output
+from agentbus_redis.streams.deadletter import REASON_MAX_DELIVERIES, list_dead_letters
+from agentbus_redis.streams.entries import StreamEntry
 
 pytestmark = pytest.mark.integration
 

@@ -22,12 +22,12 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.codec import entry_fields
-from services.runtime.deadletter import list_dead_letters
-from services.runtime.tool_catalog import read_catalog_snapshot
-from services.runtime.topology import INGESTION_GROUP, TOOLS_GROUP, Topology
-from shared.content import ToolUseBlock
-from shared.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.bus.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.messages.content import ToolUseBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.stores.tool_catalog import read_catalog_snapshot
+from agentbus_redis.streams.deadletter import list_dead_letters
+from agentbus_redis.streams.topology import INGESTION_GROUP, TOOLS_GROUP, Topology
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
@@ -93,7 +93,7 @@ async def lease_epochs(redis: aioredis.Redis, cluster: WorkerCluster, lane: str)
 def tools_ls(cluster: WorkerCluster) -> str:
     env = {**os.environ, "REDIS_URL": cluster.redis_url, "AGENTBUS_SHARDS": str(cluster.names.shards)}
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "tools", "ls", "--json"],
+        [sys.executable, "-m", "agentbus_redis.cli.main", "tools", "ls", "--json"],
         env=env,
         capture_output=True,
         text=True,

@@ -20,10 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
-from services.runtime.local_redis import free_port
-from shared.content import ToolResultBlock
-from shared.messages import AssistantMessage, UserMessage
-from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
+from agentbus_redis.local.redis_server import free_port
+from agentbus_redis.messages.content import ToolResultBlock
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.messages.system import ApiErrorSystemMessage, InformationalSystemMessage
 from tests.integration.cluster import WorkerCluster
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.local_redis import LocalRedis, start_local_redis
-from services.runtime.usage_store import read_usage
-from shared.messages import AssistantMessage
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.messages.kinds import AssistantMessage
+from agentbus_redis.stores.usage import read_usage
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (

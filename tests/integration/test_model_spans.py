@@ -33,16 +33,16 @@ SCRIPT = textwrap.dedent(
 
     import orjson
     import redis.asyncio as aioredis
-    from services.model.app import model_client, model_defaults
-    from services.model.fake_server import FakeModelServer
-    from services.model.worker import ModelWorker
-    from services.runtime.codec import entry_fields
-    from services.runtime.entries import StreamEntry
-    from services.runtime.settings import Settings
-    from services.runtime.slots import JobSlots
-    from services.runtime.topology import MODEL_GROUP, Topology
-    from shared.events import RequestReady
-    from shared.model.cost import DEFAULT_PRICES
+    from agentbus_redis.workers.model.app import model_client, model_defaults
+    from agentbus_redis.workers.model.fake_server import FakeModelServer
+    from agentbus_redis.workers.model.worker import ModelWorker
+    from agentbus_redis.runtime.codec import entry_fields
+    from agentbus_redis.streams.entries import StreamEntry
+    from agentbus_redis.config.settings import Settings
+    from agentbus_redis.runtime.slots import JobSlots
+    from agentbus_redis.streams.topology import MODEL_GROUP, Topology
+    from agentbus_redis.bus.events import RequestReady
+    from agentbus_redis.model.cost import DEFAULT_PRICES
 
     redis_url, traceparent = sys.argv[1], sys.argv[2]
     session = "span-session"

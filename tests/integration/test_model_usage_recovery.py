@@ -15,17 +15,17 @@ import pytest
 import redis.asyncio as aioredis
 from anthropic import AsyncAnthropic
 
-from services.model.worker import ModelWorker, request_digest
-from services.runtime.codec import entry_fields
-from services.runtime.entries import StreamEntry
-from services.runtime.settings import Settings
-from services.runtime.slots import JobSlots
-from services.runtime.topology import MODEL_GROUP, Topology
-from services.runtime.usage_store import read_usage, record_usage
-from shared.events import RequestReady
-from shared.json_types import JsonObject
-from shared.model.cost import DEFAULT_PRICES
-from shared.model.request import ModelDefaults
+from agentbus_redis.bus.events import RequestReady
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.cost import DEFAULT_PRICES
+from agentbus_redis.model.request import ModelDefaults
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.runtime.slots import JobSlots
+from agentbus_redis.stores.usage import read_usage, record_usage
+from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.streams.topology import MODEL_GROUP, Topology
+from agentbus_redis.workers.model.worker import ModelWorker, request_digest
 
 pytestmark = [pytest.mark.integration]
 

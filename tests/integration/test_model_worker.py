@@ -4,7 +4,7 @@ and checks the log: the spec's behaviour (M4 retries with their backoff, M5 non-
 tombstones, M6 fallback model, M7 exact error texts, R10.1 interrupts) and never an unpaired tool_use.
 
 The backoff schedule runs scaled down (``retry_base_delay_ms`` = 200 instead of 500); the times the fake
-server recorded for each request are checked against the pure schedule of ``shared/model/retry.py``: the gap
+server recorded for each request are checked against the pure schedule of ``model/retry.py``: the gap
 after attempt k is at least the low end of k's window and below the low end of k+1's (:func:`assert_backoff`);
 the exact delays the worker chose are checked in its ``api_error`` notices (M4.4).
 """
@@ -21,15 +21,15 @@ from typing import Any
 import orjson
 import pytest
 
-from services.runtime.topology import Topology
-from shared.api_validation import validate_api_request
-from shared.constants import max_output_tokens_error
-from shared.json_types import JsonObject
-from shared.messages import AssistantMessage, UserMessage
-from shared.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
-from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
-from shared.model.retry import backoff_window_ms
-from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import max_output_tokens_error
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.messages.system import ApiErrorSystemMessage, InformationalSystemMessage
+from agentbus_redis.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
+from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.model.retry import backoff_window_ms
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from services.runtime.usage_store import usage_from_hash
+from agentbus_redis.stores.usage import usage_from_hash
 from tests.integration.fake_model import FakeModelProcess, start_fake_model
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,

@@ -14,9 +14,9 @@ from collections.abc import Callable
 import orjson
 import pytest
 
-from services.runtime.topology import Topology
-from services.transcripts.layout import session_file
-from shared.messages import AssistantMessage
+from agentbus_redis.messages.kinds import AssistantMessage
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (

@@ -8,16 +8,16 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from services.normalization.worker import NormalizationWorker
-from services.runtime.codec import entry_fields
-from services.runtime.entries import StreamEntry
-from services.runtime.key_calls import KeyCalls
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import LogEntry
-from shared.factories import create_assistant_message, create_user_message
-from shared.messages import Message
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import Message
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.runtime.key_calls import KeyCalls
+from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.workers.normalization.worker import NormalizationWorker
 
 pytestmark = pytest.mark.integration
 

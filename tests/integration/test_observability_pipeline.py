@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.client import AgentbusClient
-from services.observability.tracing import new_root, parse_traceparent
-from services.runtime.codec import DATA_FIELD
-from services.transcripts.layout import session_file
-from shared.content import TextBlock, ToolUseBlock
-from shared.events import AssistantReply, UserPrompt
-from shared.factories import create_assistant_message
+from agentbus_redis.bus.events import AssistantReply, UserPrompt
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.observability.tracing import new_root, parse_traceparent
+from agentbus_redis.runtime.codec import DATA_FIELD
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 from tests.services.acl_redis import AclRedis, start_acl_redis
 from tests.services.test_deploy_files import dashboard_metric_names, k8s_prometheus_queries
@@ -43,7 +43,7 @@ class AclCluster(WorkerCluster):
     def run_streams_init(self) -> subprocess.CompletedProcess[str]:
         """``agentbus streams init`` as the operator user (what compose's streams-init service runs)."""
         env = {**self.env(), "REDIS_URL": self.acl.url("operator")}
-        command = [sys.executable, "-m", "services.cli.main", "streams", "init"]
+        command = [sys.executable, "-m", "agentbus_redis.cli.main", "streams", "init"]
         return subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=60)
 
     def start(self, name: str, count: int = 1) -> list[Worker]:

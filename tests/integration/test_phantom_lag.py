@@ -1,6 +1,6 @@
 """Issue 15, phantom lag: after an AOF rewrite and a restart, Redis 7.0's ``XINFO GROUPS`` reports ``lag > 0``
 forever for groups that read and acked everything. "Drained" is decided from last-delivered-id against the
-stream's last-generated-id and the pending list (``services.runtime.drain.group_drained``), by replay's wait
+stream's last-generated-id and the pending list (``agentbus_redis.streams.drain.group_drained``), by replay's wait
 and ``agentbus streams info``."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from services.client import AgentbusClient
-from services.replay import wait_until_persisted
-from services.runtime.drain import GroupPosition, group_drained, group_positions, stream_progress
-from services.runtime.local_redis import LocalRedis, start_local_redis
-from services.runtime.settings import Settings
-from services.runtime.streams import StreamNames
-from services.runtime.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.replay import wait_until_persisted
+from agentbus_redis.streams.drain import GroupPosition, group_drained, group_positions, stream_progress
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TRANSCRIPTS_GROUP, Topology
 
 pytestmark = pytest.mark.integration
 
@@ -103,7 +103,7 @@ async def test_replay_wait_is_not_fooled_by_phantom_lag(phantom_redis: LocalRedi
 def _streams_info(server: LocalRedis) -> list[dict[str, object]]:
     env = {**os.environ, "REDIS_URL": server.url, "AGENTBUS_SHARDS": str(SHARDS)}
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "streams", "info", "--json"],
+        [sys.executable, "-m", "agentbus_redis.cli.main", "streams", "info", "--json"],
         env=env,
         capture_output=True,
         check=False,

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from services.client import AgentbusClient
-from services.replay import replay_transcript
-from services.transcripts.layout import session_file
-from services.transcripts.pi_mirror import pi_session_path
-from services.transcripts.pi_view import pi_request, read_pi_file
-from shared.api_validation import validate_api_request
-from shared.messages import TombstoneMessage, parse_message
-from shared.normalize import to_api_request
-from shared.pi.entries import PiMessageEntry
-from shared.pi.session import looks_like_pi_session
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.messages.kinds import TombstoneMessage, parse_message
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.pi.entries import PiMessageEntry
+from agentbus_redis.pi.session import looks_like_pi_session
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.replay import replay_transcript
+from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.transcript_files.pi_mirror import pi_session_path
+from agentbus_redis.transcript_files.pi_view import pi_request, read_pi_file
 from tests.conftest import CORPUS_ROOT, corpus_cases
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.test_replay_equivalence import settings_of
@@ -84,7 +84,7 @@ async def test_replayed_generated_pi_session_persists_the_offline_request(
 
 def agentbus(cluster: WorkerCluster, *args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args],
+        [sys.executable, "-m", "agentbus_redis.cli.main", *args],
         env=cluster.env(),
         capture_output=True,
         check=False,

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from services.client import AgentbusClient, PublishedRequest
-from services.demo import stream_events_for
-from services.transcripts.layout import session_file
-from shared.api_validation import validate_api_request
-from shared.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE
-from shared.content import TextBlock, ToolUseBlock
-from shared.factories import create_assistant_message
-from shared.messages import Message, TombstoneMessage
-from shared.normalize import to_api_request
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import Message, TombstoneMessage
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
+from agentbus_redis.transcript_files.layout import session_file
 from tests.conftest import ON_EVERY_TARGET
 from tests.integration.cluster import WorkerCluster, eventually
 
@@ -140,8 +140,8 @@ async def test_conversation_with_every_failure_path_through_two_instances_of_eac
         assert await bus.redis.xlen(cluster.names.dead_letter_stream(bus.topology.requests_for(SESSION))) == 0
 
         # The transcript holds exactly the persisted messages of the log, tombstoned ones removed.
-        from services.replay import wait_until_persisted
-        from services.runtime.settings import Settings
+        from agentbus_redis.config.settings import Settings
+        from agentbus_redis.sdk.replay import wait_until_persisted
 
         settings = Settings(
             redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd

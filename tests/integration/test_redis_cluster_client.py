@@ -8,12 +8,12 @@ import asyncio
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-from services.runtime.key_calls import KeyCalls
-from services.runtime.local_cluster import LocalRedisCluster
-from services.runtime.redis_client import SlotMoved, is_cluster_url, lane_client, node_of, worker_redis
-from services.runtime.stream_admin import init_streams, stream_report
-from services.runtime.streams import StreamNames, key_slot
-from services.runtime.topology import Topology
+from agentbus_redis.local.redis_cluster import LocalRedisCluster
+from agentbus_redis.runtime.key_calls import KeyCalls
+from agentbus_redis.runtime.redis_client import SlotMoved, is_cluster_url, lane_client, node_of, worker_redis
+from agentbus_redis.runtime.stream_admin import init_streams, stream_report
+from agentbus_redis.streams.names import StreamNames, key_slot
+from agentbus_redis.streams.topology import Topology
 
 
 def test_a_cluster_is_named_by_its_url_scheme() -> None:

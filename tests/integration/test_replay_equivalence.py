@@ -17,18 +17,18 @@ from typing import Any, cast
 
 import pytest
 
-from services.client import AgentbusClient
-from services.replay import ReplayPlan, replay_transcript, wait_until_persisted
-from services.runtime.settings import Settings
-from services.transcripts.api_view import api_view_of_transcript
-from services.transcripts.layout import session_file
-from shared.api_types import MessageParam, MessagesRequest
-from shared.api_validation import validate_api_request
-from shared.events import IngressPayload, RecordedMessage
-from shared.messages import AssistantMessage, UserMessage, parse_message
-from shared.normalize import NormalizeOptions, to_api_request, validate_request
-from shared.session_ids import claude_session_id
-from shared.transcript import TranscriptMessage
+from agentbus_redis.api.types import MessageParam, MessagesRequest
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.bus.events import IngressPayload, RecordedMessage
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage, parse_message
+from agentbus_redis.normalize import NormalizeOptions, to_api_request, validate_request
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.replay import ReplayPlan, replay_transcript, wait_until_persisted
+from agentbus_redis.session_ids import claude_session_id
+from agentbus_redis.transcript import TranscriptMessage
+from agentbus_redis.transcript_files.api_view import api_view_of_transcript
+from agentbus_redis.transcript_files.layout import session_file
 from tests.conftest import CORPUS_ROOT, ON_EVERY_TARGET, corpus_cases, on_targets, requires_corpus
 from tests.integration.cluster import WorkerCluster
 from tests.shared.generated_sessions import GENERATED_SESSIONS, thinking_loop_session, tool_rounds_session
@@ -184,7 +184,7 @@ def test_cli_replay_prints_the_session_and_its_transcript(replay_cluster: Worker
     path.write_bytes(tool_rounds_session())
     session = "replay-cli-tool-heavy"
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "replay", str(path), "--session", session, "--timeout", "30"],
+        [sys.executable, "-m", "agentbus_redis.cli.main", "replay", str(path), "--session", session, "--timeout", "30"],
         env=replay_cluster.env(),
         capture_output=True,
         check=False,

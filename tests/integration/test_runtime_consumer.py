@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime import failure_counts
-from services.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Output, Poison
-from services.runtime.deadletter import REASON_HANDLER_FAILED, REASON_MAX_DELIVERIES, list_dead_letters
-from services.runtime.entries import StreamEntry
-from services.runtime.key_calls import KeyCalls
+from agentbus_redis.runtime import failure_counts
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Output, Poison
+from agentbus_redis.runtime.key_calls import KeyCalls
+from agentbus_redis.streams.deadletter import REASON_HANDLER_FAILED, REASON_MAX_DELIVERIES, list_dead_letters
+from agentbus_redis.streams.entries import StreamEntry
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.deadletter import (
+from agentbus_redis.streams.deadletter import (
     DeadLetter,
     DeadLetterDecodeError,
     dead_letter_streams,
@@ -16,8 +16,8 @@ from services.runtime.deadletter import (
     replay_dead_letter,
     show_dead_letter,
 )
-from services.runtime.entries import StreamEntry, id_text
-from services.runtime.streams import StreamNames
+from agentbus_redis.streams.entries import StreamEntry, id_text
+from agentbus_redis.streams.names import StreamNames
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Fenced reads (``services/runtime/fenced_reads.py``): an ordered lane takes entries only while its lease
+"""Fenced reads (``runtime/fenced_reads.py``): an ordered lane takes entries only while its lease
 epoch holds, and waits for them in the same round trip (ecosystem.md §5.3 point 3)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from services.runtime import fenced_reads
-from services.runtime.batch import Fence
-from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Output
-from services.runtime.entries import StreamEntry
-from services.runtime.key_calls import Fenced
+from agentbus_redis.runtime import fenced_reads
+from agentbus_redis.runtime.batch import Fence
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Output
+from agentbus_redis.runtime.key_calls import Fenced
+from agentbus_redis.streams.entries import StreamEntry
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from services.runtime.key_calls import Fenced, KeyCalls
+from agentbus_redis.runtime.key_calls import Fenced, KeyCalls
 
 pytestmark = pytest.mark.integration
 

@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Fence, Output
-from services.runtime.entries import StreamEntry
-from services.runtime.lanes import ShardLanes
-from services.runtime.leases import LeaseConfig, ShardLeases
-from services.runtime.streams import StreamNames
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchHandler, BatchOutcome, ConsumerConfig, Fence, Output
+from agentbus_redis.runtime.lanes import ShardLanes
+from agentbus_redis.runtime.leases import LeaseConfig, ShardLeases
+from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.streams.names import StreamNames
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.entries import id_text
-from services.runtime.leases import LeaseConfig, ShardLeases, current_epoch, preferred_owner
-from services.runtime.streams import StreamNames
+from agentbus_redis.runtime.leases import LeaseConfig, ShardLeases, current_epoch, preferred_owner
+from agentbus_redis.streams.entries import id_text
+from agentbus_redis.streams.names import StreamNames
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Output
-from services.runtime.entries import StreamEntry
-from services.runtime.local_redis import LocalRedis, start_local_redis
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Output
+from agentbus_redis.streams.entries import StreamEntry
 
 pytestmark = pytest.mark.integration
 

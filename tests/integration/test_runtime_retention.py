@@ -1,4 +1,4 @@
-"""Retention of the work streams against a real Redis (``services/runtime/retention.py``, ecosystem.md P6):
+"""Retention of the work streams against a real Redis (``workers/retention.py``, ecosystem.md P6):
 ``XTRIM MINID`` behind every group — pending and unread entries stay, lag stays known."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from services.runtime.retention import StreamTrimmer, TrimTarget
+from agentbus_redis.workers.retention import StreamTrimmer, TrimTarget
 
 pytestmark = pytest.mark.integration
 

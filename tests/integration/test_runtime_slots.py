@@ -8,8 +8,8 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.entries import StreamEntry
-from services.runtime.slots import Job, JobSlots
+from agentbus_redis.runtime.slots import Job, JobSlots
+from agentbus_redis.streams.entries import StreamEntry
 
 pytestmark = pytest.mark.integration
 

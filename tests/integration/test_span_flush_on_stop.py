@@ -3,7 +3,7 @@
 uvicorn re-raises the signal once the app shut down, so the SDK's ``atexit`` shutdown never runs: without the
 flush of the worker's shutdown, every span of the last ``OTEL_BSP_SCHEDULE_DELAY`` was lost. The schedule delay
 here is an hour, so nothing but that flush can export the span; every worker type shares the shutdown path
-(``services/runtime/worker_app.build_app``), the tool worker stands in for them.
+(``workers/process.build_app``), the tool worker stands in for them.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.codec import entry_fields
-from services.runtime.topology import Topology
-from shared.content import ToolUseBlock
-from shared.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.bus.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.messages.content import ToolUseBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.test_tool_catalog_workers import console_spans
 

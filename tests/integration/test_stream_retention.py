@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.replay import replay_transcript
-from services.runtime.retention import work_streams
-from services.runtime.settings import Settings
-from services.transcripts.api_view import api_view_of_transcript
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.sdk.replay import replay_transcript
+from agentbus_redis.transcript_files.api_view import api_view_of_transcript
+from agentbus_redis.workers.retention import work_streams
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.shared.generated_sessions import GENERATED_SESSIONS
 

@@ -1,4 +1,4 @@
-"""Issue 25, "no wait without an owner": ingestion's stuck-turn sweep (shared/stuck_turns.py) with a short
+"""Issue 25, "no wait without an owner": ingestion's stuck-turn sweep (bus/stuck_turns.py) with a short
 bound (2 s), against real worker processes (ingestion, normalization, tools with ``ask_policy=approve``).
 
 - A prompt no model ever answers (no model worker: the wait lost its owner) is ended with Claude Code's
@@ -15,11 +15,11 @@ import urllib.request
 
 import pytest
 
-from services.client import AgentbusClient
-from services.conversation import ApiError, ConversationEvent, TextDelta, TurnEnd
-from shared.content import TextBlock
-from shared.messages import AssistantMessage
-from shared.model.error_texts import REQUEST_TIMED_OUT
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.kinds import AssistantMessage
+from agentbus_redis.model.error_texts import REQUEST_TIMED_OUT
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.sdk.conversation import ApiError, ConversationEvent, TextDelta, TurnEnd
 from tests.integration.approval_helpers import APPROVE_ENV, counting_call, new_session, pending_for, reply_with
 from tests.integration.cluster import WorkerCluster
 from tests.integration.model_side import ModelSide, Reply, reply_events, request_id_of

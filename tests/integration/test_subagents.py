@@ -21,25 +21,25 @@ from typing import Any
 
 import pytest
 
-from services.client import AgentbusClient, PublishedRequest
-from services.runtime.usage_store import record_priced_usage
-from services.transcripts.layout import session_file
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.api_validation import validate_api_request
-from shared.constants import (
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import (
     INTERRUPT_MESSAGE_FOR_TOOL_USE,
     REJECT_MESSAGE,
     SUBAGENT_REJECT_MESSAGE,
     dont_ask_reject_message,
 )
-from shared.content import ToolUseBlock
-from shared.factories import create_assistant_message
-from shared.json_types import JsonObject
-from shared.messages import ProgressMessage
-from shared.model.cost import DEFAULT_PRICES
-from shared.model.session_config import SessionModelConfig
-from shared.session_ids import claude_session_id
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.messages.content import ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import ProgressMessage
+from agentbus_redis.model.cost import DEFAULT_PRICES
+from agentbus_redis.model.session_config import SessionModelConfig
+from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
+from agentbus_redis.session_ids import claude_session_id
+from agentbus_redis.stores.usage import record_priced_usage
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.layout import session_file
 from tests.cli.process import agentbus, cli_env
 from tests.integration.cluster import WorkerCluster, eventually
 

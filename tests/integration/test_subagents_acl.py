@@ -26,20 +26,20 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 
-from services.agents.ingestion_hooks import CANCEL_MARKER_TTL_MS
-from services.agents.relay import ChildRelay
-from services.agents.stop import resolve_running_child
-from services.agents.store import AgentStore
-from services.agents.tree import session_tree
-from services.runtime.key_calls import KeyCalls
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from shared.agents.background import output_file_path
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.agents.record import ChildRecord
-from shared.agents.results import interrupted_result
-from shared.events import LogEntry
-from shared.model.session_config import SessionModelConfig
+from agentbus_redis.agents.background import output_file_path
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.agents.record import ChildRecord
+from agentbus_redis.agents.results import interrupted_result
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.model.session_config import SessionModelConfig
+from agentbus_redis.runtime.key_calls import KeyCalls
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.subagents.ingestion_hooks import CANCEL_MARKER_TTL_MS
+from agentbus_redis.subagents.relay import ChildRelay
+from agentbus_redis.subagents.stop import resolve_running_child
+from agentbus_redis.subagents.store import AgentStore
+from agentbus_redis.subagents.tree import session_tree
 from tests.cli.process import agentbus, cli_env
 from tests.integration.cluster import eventually
 from tests.integration.fake_model import FakeModelProcess

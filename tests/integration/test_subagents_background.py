@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from services.client import AgentbusClient
-from services.transcripts.layout import session_file
-from shared.agents.background import async_launched_text, output_file_path
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.agents.send_message import continued_in_background_text, not_a_child, still_running, unknown_agent
-from shared.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, auto_reject_message
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.agents.background import async_launched_text, output_file_path
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.agents.send_message import continued_in_background_text, not_a_child, still_running, unknown_agent
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, auto_reject_message
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.layout import session_file
 from tests.cli.process import agentbus, cli_env
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess

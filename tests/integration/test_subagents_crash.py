@@ -44,26 +44,26 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from services.agents.store import AgentStore
-from services.cli.transcript import app as transcript_cli
-from services.client import AgentbusClient
-from services.runtime.approval_store import ApprovalStore
-from services.runtime.streams import DEAD_LETTER_SUFFIX
-from services.runtime.topology import (
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.agents.turn import shows_tool_activity
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.cli.transcript import app as transcript_cli
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import REJECT_MESSAGE, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import ToolResultBlock
+from agentbus_redis.messages.kinds import AssistantMessage, ProgressMessage, UserMessage
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.stores.approvals import ApprovalStore
+from agentbus_redis.streams.names import DEAD_LETTER_SUFFIX
+from agentbus_redis.streams.topology import (
     INGESTION_GROUP,
     NORMALIZATION_GROUP,
     TRANSCRIPTS_GROUP,
     Topology,
 )
-from services.transcripts.layout import session_file
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.agents.turn import shows_tool_activity
-from shared.constants import REJECT_MESSAGE, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import ToolResultBlock
-from shared.events import LogEntry
-from shared.json_types import JsonObject
-from shared.messages import AssistantMessage, ProgressMessage, UserMessage
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.subagents.store import AgentStore
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.approval_helpers import APPROVE_ENV
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from services.conversation import TaskNotification, TaskProgress, TaskStarted, TurnEnd
-from services.transcripts.layout import session_file
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.constants import REJECT_MESSAGE
-from shared.messages import AttachmentMessage
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.messages.constants import REJECT_MESSAGE
+from agentbus_redis.messages.kinds import AttachmentMessage
+from agentbus_redis.sdk.conversation import TaskNotification, TaskProgress, TaskStarted, TurnEnd
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.layout import session_file
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (

@@ -11,10 +11,10 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from services.runtime import redis_client
-from services.runtime.settings import RateLimitSettings, TenantRateLimit
-from services.runtime.streams import StreamNames
-from services.runtime.token_bucket import TokenBucket, rate_limit_key
+from agentbus_redis.config.settings import RateLimitSettings, TenantRateLimit
+from agentbus_redis.runtime import redis_client
+from agentbus_redis.stores.token_bucket import TokenBucket, rate_limit_key
+from agentbus_redis.streams.names import StreamNames
 from tests.conftest import ON_EVERY_TARGET
 
 pytestmark = [pytest.mark.integration, ON_EVERY_TARGET]

@@ -12,9 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 
-from services.runtime.redis_client import worker_redis
-from services.runtime.streams import StreamNames
-from services.runtime.tool_catalog import (
+from agentbus_redis.runtime.redis_client import worker_redis
+from agentbus_redis.stores.tool_catalog import (
     ToolCatalogCache,
     ToolCatalogPublisher,
     epoch_ms,
@@ -22,10 +21,11 @@ from services.runtime.tool_catalog import (
     read_catalog_snapshot,
     read_tool_catalog,
 )
-from services.runtime.topology import Topology
-from services.tool_execution.registry import default_registry
-from services.tool_execution.workspace import Workspace
-from shared.tool_definitions import ToolDefinition
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.tools.definitions import ToolDefinition
+from agentbus_redis.workers.tools.registry import default_registry
+from agentbus_redis.workers.tools.workspace import Workspace
 from tests.conftest import ON_EVERY_TARGET, flushed_target_url
 from tests.integration.cluster import eventually
 from tests.services.acl_redis import start_acl_redis

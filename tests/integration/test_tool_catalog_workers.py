@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.codec import entry_fields
-from services.runtime.tool_catalog import read_catalog_snapshot, read_tool_catalog
-from services.runtime.topology import Topology
-from shared.content import ToolUseBlock
-from shared.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.bus.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.messages.content import ToolUseBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.stores.tool_catalog import read_catalog_snapshot, read_tool_catalog
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

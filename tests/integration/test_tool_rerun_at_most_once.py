@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import TextBlock, ToolUseBlock
-from shared.factories import create_assistant_message
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
 from tests.integration.approval_helpers import result_block, result_for
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.work_holders import await_job_holder

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime.codec import entry_fields
-from services.runtime.deadletter import REASON_MAX_DELIVERIES, list_dead_letters
-from services.runtime.entries import id_text
-from services.runtime.topology import TOOLS_GROUP, Topology
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.bus.events import ToolJob, ToolResultReport, parse_ingress
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.streams.deadletter import REASON_MAX_DELIVERIES, list_dead_letters
+from agentbus_redis.streams.entries import id_text
+from agentbus_redis.streams.topology import TOOLS_GROUP, Topology
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

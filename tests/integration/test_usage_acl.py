@@ -10,10 +10,10 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import NoPermissionError
 
-from services.client import AgentbusClient
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from services.runtime.usage_store import record_usage
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.stores.usage import record_usage
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
 from tests.services.acl_redis import AclRedis, start_acl_redis
 
 pytestmark = pytest.mark.integration

@@ -8,17 +8,17 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from services.runtime import redis_client
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from services.runtime.usage_store import (
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.cost import DEFAULT_PRICES
+from agentbus_redis.runtime import redis_client
+from agentbus_redis.stores.usage import (
     read_usage,
     record_priced_usage,
     record_usage,
     seen_key,
 )
-from shared.json_types import JsonObject
-from shared.model.cost import DEFAULT_PRICES
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
 from tests.conftest import ON_EVERY_TARGET
 
 pytestmark = [pytest.mark.integration, ON_EVERY_TARGET]

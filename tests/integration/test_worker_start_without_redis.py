@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.client import AgentbusClient
-from services.runtime.local_redis import LocalRedis, free_port
-from services.runtime.topology import Topology
+from agentbus_redis.local.redis_server import LocalRedis, free_port
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

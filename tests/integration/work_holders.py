@@ -1,7 +1,7 @@
 """Which worker process holds a piece of work right now, for tests that SIGKILL exactly that one: the lease
 owner of a session's shard in an ordered lane, the tool worker with a session's job pending, the model
 worker streaming a session's reply. Consumer and lease-owner names are ``<worker>-<host>-<pid>-<random>``
-(``services/runtime/worker_app.process_owner``)."""
+(``workers/process.process_owner``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from services.client import AgentbusClient
-from services.runtime.codec import DATA_FIELD
-from services.runtime.topology import TOOLS_GROUP, Topology
+from agentbus_redis.runtime.codec import DATA_FIELD
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.streams.topology import TOOLS_GROUP, Topology
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 
 

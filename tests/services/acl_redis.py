@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from services.runtime.local_redis import free_port
+from agentbus_redis.local.redis_server import free_port
 from tests.conftest import REPO_ROOT
 
 ACL_FILE = REPO_ROOT / "deploy" / "redis" / "users.acl"

@@ -12,10 +12,10 @@ import asyncio
 import sys
 from pathlib import Path
 
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from shared.factories import create_user_message
-from shared.ids import random_uuid
+from agentbus_redis.ids import random_uuid
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 
 SESSION_ID = "kill9-session"
 CWD = "/kill9/project"

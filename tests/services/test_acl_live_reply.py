@@ -1,4 +1,4 @@
-"""deploy/redis/users.acl covers the live reply stream (shared/live_reply.py): ingestion writes it, a producer
+"""deploy/redis/users.acl covers the live reply stream (bus/live_reply.py): ingestion writes it, a producer
 (``agentbus chat``, ``bus.converse``) reads it together with the session's log and the shard's tool
 deadlines, and may not write it."""
 
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis
 
-from services.runtime.streams import StreamNames
-from services.runtime.topology import INGESTION_GROUP, Topology
-from shared.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS
+from agentbus_redis.bus.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import INGESTION_GROUP, Topology
 from tests.services.acl_redis import AclRedis, start_acl_redis
 
 pytestmark = pytest.mark.integration

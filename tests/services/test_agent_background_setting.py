@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from services.agents.launcher import AgentTool
-from services.agents.setup import agent_setup
-from services.runtime.settings import Settings
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from services.tool_execution.tool import ToolContext, ToolError
-from shared.agents.tool import BACKGROUND_DISABLED, AgentInput
-from shared.permissions import PermissionContext
+from agentbus_redis.agents.tool import BACKGROUND_DISABLED, AgentInput
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.subagents.launcher import AgentTool
+from agentbus_redis.subagents.setup import agent_setup
+from agentbus_redis.tools.tool import ToolContext, ToolError
 
 
 def agent_tool(background_tasks: bool | None, monkeypatch: pytest.MonkeyPatch) -> AgentTool:

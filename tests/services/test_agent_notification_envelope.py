@@ -1,15 +1,15 @@
-"""A5.4 the queued prompt a background child's end publishes to its parent (services/agents/background.py):
+"""A5.4 the queued prompt a background child's end publishes to its parent (subagents/background.py):
 a limit's error goes into the ``failed`` summary, an interrupted child is ``killed``, the key is the
 round's call (notified at most once), and the prompt waits for the parent's turn (``queued``)."""
 
 from __future__ import annotations
 
-from services.agents.background import notification_envelope
-from shared.agents.record import ChildRecord
-from shared.agents.results import interrupted_result, wall_time_exceeded
-from shared.events import UserPrompt
-from shared.factories import create_assistant_message, create_user_message
-from shared.messages import Message
+from agentbus_redis.agents.record import ChildRecord
+from agentbus_redis.agents.results import interrupted_result, wall_time_exceeded
+from agentbus_redis.bus.events import UserPrompt
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import Message
+from agentbus_redis.subagents.background import notification_envelope
 
 RECORD = ChildRecord(
     session_id="p:agent-a0123456789abcdef",

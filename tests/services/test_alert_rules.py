@@ -13,12 +13,12 @@ from typing import Any, Final, get_args
 import pytest
 import yaml
 
-from services.observability.labels import STREAM_FAMILIES, WORKER_TYPES
-from services.observability.metrics import exported_sample_names
-from services.observability.model_metrics import CallOutcome
-from services.observability.wiring import DEFAULT_PROGRESS_TIMEOUT_S
-from services.runtime.settings import ToolSettings
-from shared.approvals import APPROVAL_OUTCOMES
+from agentbus_redis.approvals.records import APPROVAL_OUTCOMES
+from agentbus_redis.config.settings import ToolSettings
+from agentbus_redis.observability.labels import STREAM_FAMILIES, WORKER_TYPES
+from agentbus_redis.observability.metrics import exported_sample_names
+from agentbus_redis.observability.model_metrics import CallOutcome
+from agentbus_redis.observability.wiring import DEFAULT_PROGRESS_TIMEOUT_S
 from tests.conftest import REPO_ROOT
 
 PROMETHEUS_DIR: Final = REPO_ROOT / "deploy" / "prometheus"

@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from services.cli.normalize import normalize_command
-from shared.api_validation import validate_api_request
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.cli.normalize import normalize_command
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from tests.conftest import CORPUS_ROOT, corpus_cases
 
 CORPUS_FILES = corpus_cases("claude-code")
@@ -217,7 +217,7 @@ def test_installed_agentbus_script_runs_normalize(corpus_root: Path) -> None:
 
 
 def test_agentbus_root_app_registers_normalize_and_transcript() -> None:
-    from services.cli.main import app as root
+    from agentbus_redis.cli.main import app as root
 
     group: Any = typer.main.get_command(root)  # the root loads a command when asked for it by name
     context = group.make_context("agentbus", [], resilient_parsing=True)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from shared.api_validation import validate_api_request
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.ids import random_uuid
-from shared.pi.messages import PiAssistantMessage, PiToolResultMessage
-from shared.pi.request import llm_view
-from shared.pi.session import read_pi_session
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.ids import random_uuid
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.pi.messages import PiAssistantMessage, PiToolResultMessage
+from agentbus_redis.pi.request import llm_view
+from agentbus_redis.pi.session import read_pi_session
 from tests.conftest import corpus_cases
 from tests.shared.generated_sessions import GENERATED_SESSIONS
 from tests.shared.pi.generated import late_result, tool_rounds
@@ -26,7 +26,11 @@ USER_SIDE = {"user", "bashExecution", "custom", "compactionSummary", "branchSumm
 
 def agentbus(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args], capture_output=True, text=True, check=False, timeout=120
+        [sys.executable, "-m", "agentbus_redis.cli.main", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from services.cli.main import app
+from agentbus_redis.cli.main import app
 
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
 """Refusals happen before any connection: ``replay`` must not need a bus to refuse a file."""
@@ -37,7 +37,7 @@ COMMANDS = {
 def agentbus(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "REDIS_URL": UNREACHABLE_REDIS}
     return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args],
+        [sys.executable, "-m", "agentbus_redis.cli.main", *args],
         env=env,
         capture_output=True,
         text=True,

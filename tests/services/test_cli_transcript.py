@@ -7,14 +7,14 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from services.cli.transcript import app
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.factories import create_user_message
-from shared.messages import AssistantMessage, AssistantPayload, Message
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.cli.transcript import app
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.messages.kinds import AssistantMessage, AssistantPayload, Message
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 
 runner = CliRunner()
 EDGE_CASES = "claude-code/daaain__claude-code-log/edge_cases.jsonl"

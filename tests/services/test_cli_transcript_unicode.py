@@ -12,8 +12,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from services.cli.transcript import app as transcript_app
-from shared.api_validation import validate_api_request
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.cli.transcript import app as transcript_app
 from tests.shared.transcript_builders import assistant, jsonl, tool_result, tool_use, user
 
 SCRIPT = Path(sys.executable).with_name("agentbus")

@@ -24,14 +24,14 @@ import yaml
 from pydantic import AliasChoices, BaseModel
 from typer.testing import CliRunner
 
-from services.cli.main import app as cli_app
-from services.cli.up import FAKE_MODEL_KEY
-from services.observability.endpoints import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
-from services.observability.metrics import exported_sample_names
-from services.runtime.redis_client import is_cluster_url
-from services.runtime.settings import Settings
-from services.runtime.streams import StreamNames
-from services.runtime.topology import (
+from agentbus_redis.cli.main import app as cli_app
+from agentbus_redis.cli.up import FAKE_MODEL_KEY
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.observability.endpoints import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
+from agentbus_redis.observability.metrics import exported_sample_names
+from agentbus_redis.runtime.redis_client import is_cluster_url
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import (
     INGESTION_GROUP,
     LANE_OF_GROUP,
     MODEL_GROUP,
@@ -40,7 +40,7 @@ from services.runtime.topology import (
     TRANSCRIPTS_GROUP,
     Topology,
 )
-from services.workers import WORKER_FACTORIES
+from agentbus_redis.workers.registry import WORKER_FACTORIES
 from tests.conftest import REPO_ROOT
 from tests.services.acl_redis import AclRedis, dev_password, start_acl_redis
 
@@ -213,7 +213,7 @@ def k8s_prometheus_queries() -> list[set[str]]:
 # ---------------------------------------------------------------------------------------- the commands
 def test_env_helpers_know_the_settings() -> None:
     assert {"REDIS_URL", "LOG_LEVEL", "AGENTBUS_HTTP_PORT", "AGENTBUS_SHARDS", "AGENTBUS_TOOLS__WORKSPACE"} <= KNOWN_ENV
-    assert "AGENTBUS_BUILD_COMMIT" in KNOWN_ENV  # read by services/observability/metrics.py
+    assert "AGENTBUS_BUILD_COMMIT" in KNOWN_ENV  # read by observability/metrics.py
     assert "AGENTBUS_NOT_A_SETTING" not in KNOWN_ENV
 
 

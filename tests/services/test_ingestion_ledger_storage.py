@@ -1,17 +1,17 @@
-"""How ingestion stores a session's ledger (``services/ingestion/ledger_cache.py``): the state JSON round
-trips, and the wire objects inside it are dumped as wire objects (shared/wire.py), R1.1 losslessness."""
+"""How ingestion stores a session's ledger (``workers/ingestion/ledger_cache.py``): the state JSON round
+trips, and the wire objects inside it are dumped as wire objects (wire.py), R1.1 losslessness."""
 
 from __future__ import annotations
 
 import orjson
 
-from services.ingestion.ledger_cache import dump_state, load_state
-from shared.clock import FixedClock
-from shared.content import ToolUseBlock
-from shared.events import AssistantReply, IngressEnvelope, IngressPayload, StreamEvent, UserPrompt
-from shared.factories import create_assistant_message
-from shared.ids import SequentialIds
-from shared.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.bus.events import AssistantReply, IngressEnvelope, IngressPayload, StreamEvent, UserPrompt
+from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.workers.ingestion.ledger_cache import dump_state, load_state
 
 START = {
     "type": "message_start",
@@ -86,7 +86,7 @@ def test_a_payload_that_leaves_the_stored_state_as_it_was_says_so() -> None:
 
 def test_r10_1_the_model_is_due_flag_survives_the_store() -> None:
     """A session waiting for the model keeps waiting across a restart or a shard takeover, so an interrupt
-    there still ends the turn with the interrupt text (shared/turn_state.py); a state stored before the
+    there still ends the turn with the interrupt text (bus/turn_state.py); a state stored before the
     flag existed reads as idle."""
     ledger = SessionLedger(new_ledger_state("s1"), tool_deadline_ms=1000, clock=FixedClock(), ids=SequentialIds(1))
     prompt = IngressEnvelope(session_id="s1", idempotency_key="k", payload=UserPrompt(content="go", uuid="u1"))

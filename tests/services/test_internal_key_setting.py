@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.settings import MissingInternalKey, Settings
-from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.config.settings import MissingInternalKey, Settings
 
 
 def test_workers_refuse_to_run_without_the_internal_key(monkeypatch: pytest.MonkeyPatch) -> None:

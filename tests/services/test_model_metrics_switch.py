@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import REGISTRY
 
-from services.observability import metrics, model_metrics
+from agentbus_redis.observability import metrics, model_metrics
 
 MODEL = "claude-sonnet-4-6"
 

@@ -1,5 +1,5 @@
 """Issue 25: a reply's events reach the log complete and in order, or the call is abandoned whole — never a
-gap (services/model/publisher.py). Against a private redis-server that is stopped and started again."""
+gap (workers/model/publisher.py). Against a private redis-server that is stopped and started again."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 import redis.asyncio as aioredis
 from anthropic import AsyncAnthropic
 
-from services.model.call import ModelCall
-from services.model.publisher import PublishFailed, SessionPublisher
-from services.runtime.local_redis import LocalRedis, start_local_redis
-from services.runtime.settings import ModelSettings
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from shared.events import AssistantReply, StreamEvent, StreamFallback, parse_ingress
-from shared.json_types import JsonObject
+from agentbus_redis.bus.events import AssistantReply, StreamEvent, StreamFallback, parse_ingress
+from agentbus_redis.config.settings import ModelSettings
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.workers.model.call import ModelCall
+from agentbus_redis.workers.model.publisher import PublishFailed, SessionPublisher
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -1,15 +1,15 @@
-"""The model worker's hand-built stream-event entries equal what the bus models dump (services/model/publisher.py)."""
+"""The model worker's hand-built stream-event entries equal what the bus models dump (workers/model/publisher.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.model.publisher import SessionPublisher
-from services.runtime.codec import signed_entry_fields
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from shared.events import IngressEnvelope, StreamEvent, parse_ingress
-from shared.json_types import JsonObject
+from agentbus_redis.bus.events import IngressEnvelope, StreamEvent, parse_ingress
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.runtime.codec import signed_entry_fields
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.workers.model.publisher import SessionPublisher
 
 KEY = b"k" * 32
 EVENTS: list[JsonObject] = [

@@ -1,9 +1,9 @@
-"""The model worker's at-most-once rules (services/model/worker.py): which request an in-flight record answered."""
+"""The model worker's at-most-once rules (workers/model/worker.py): which request an in-flight record answered."""
 
 from __future__ import annotations
 
-from services.model.worker import answered_already, continues_tool_loop, count_recoveries, request_digest
-from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.workers.model.worker import answered_already, continues_tool_loop, count_recoveries, request_digest
 
 PROMPT = {"messages": [{"role": "user", "content": "hi"}]}
 DIGEST = request_digest(PROMPT)

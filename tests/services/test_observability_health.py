@@ -12,8 +12,8 @@ import redis.asyncio as aioredis
 from faststream.asgi import AsgiFastStream
 from redis.exceptions import ResponseError
 
-from services.observability.endpoints import observability_routes
-from services.observability.health import Health
+from agentbus_redis.observability.endpoints import observability_routes
+from agentbus_redis.observability.health import Health
 
 
 class FakeClock:
@@ -180,7 +180,7 @@ async def test_readyz_fails_without_redis() -> None:
 
 
 async def test_metrics_route_serves_the_exposition() -> None:
-    importlib.import_module("services.observability.metrics")  # registers agentbus_build_info, as workers do
+    importlib.import_module("agentbus_redis.observability.metrics")  # registers agentbus_build_info, as workers do
     status, body, headers = await call(make_app(Health()), "/metrics")
     assert status == 200
     assert isinstance(body, bytes)

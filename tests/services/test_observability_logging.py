@@ -10,7 +10,7 @@ import orjson
 import pytest
 import structlog
 
-from services.observability.logging import (
+from agentbus_redis.observability.logging import (
     bind_message,
     clear_message_context,
     configure_logging,
@@ -19,7 +19,7 @@ from services.observability.logging import (
     message_context,
     parse_level,
 )
-from services.observability.tracing import WorkerTracer
+from agentbus_redis.observability.tracing import WorkerTracer
 
 
 class TextOut(io.StringIO):

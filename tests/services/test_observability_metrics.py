@@ -9,14 +9,14 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from services.observability import metrics
-from services.observability.consumer_metrics import ConsumerStatsCollector
-from services.observability.labels import OTHER, LabelGuard, stream_family, tool_label
-from services.observability.stream_stats import StreamStatsPoller, WatchedStream
-from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Poison
-from services.runtime.entries import StreamEntry
-from services.runtime.settings import Settings
-from shared.normalize.report import RepairKind
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.normalize.report import RepairKind
+from agentbus_redis.observability import metrics
+from agentbus_redis.observability.consumer_metrics import ConsumerStatsCollector
+from agentbus_redis.observability.labels import OTHER, LabelGuard, stream_family, tool_label
+from agentbus_redis.observability.stream_stats import StreamStatsPoller, WatchedStream
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig, Poison
+from agentbus_redis.streams.entries import StreamEntry
 
 
 def sample(name: str, **labels: str) -> float:
@@ -131,11 +131,11 @@ def test_build_info_is_published() -> None:
 def _version() -> str:
     from importlib.metadata import version
 
-    return version("agentbus")
+    return version("agentbus-redis")
 
 
 def _commit() -> str:
-    from services.runtime.build_info import build_commit
+    from agentbus_redis.config.build_info import build_commit
 
     return build_commit()
 

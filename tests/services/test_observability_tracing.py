@@ -10,8 +10,8 @@ import textwrap
 import pytest
 import structlog
 
-from services.observability import tracing
-from services.observability.tracing import (
+from agentbus_redis.observability import tracing
+from agentbus_redis.observability.tracing import (
     SAMPLED,
     TraceContext,
     TraceparentError,
@@ -156,7 +156,7 @@ OTEL_SCRIPT = textwrap.dedent(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
 
-    from services.observability.tracing import WorkerTracer
+    from agentbus_redis.observability.tracing import WorkerTracer
 
     tracer = WorkerTracer("tools")
     with tracer.start("run_tools", "TRACEPARENT", attributes={"session.id": "s1"}) as span:
@@ -184,7 +184,7 @@ def test_with_opentelemetry_sdk_spans_are_real_and_ids_match() -> None:
 
 CONSOLE_SCRIPT = textwrap.dedent(
     """
-    from services.observability.tracing import WorkerTracer, configure_tracing
+    from agentbus_redis.observability.tracing import WorkerTracer, configure_tracing
 
     assert configure_tracing("agentbus-test") is True
     span = WorkerTracer("transcripts").start("persist", None)

@@ -10,19 +10,19 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from services.observability.stream_stats import unregister_stream_stats
-from services.observability.wiring import (
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.observability.stream_stats import unregister_stream_stats
+from agentbus_redis.observability.wiring import (
     WorkerObservability,
     leases_of,
     shard_of_stream,
     watched_streams,
     worker_type,
 )
-from services.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig
-from services.runtime.entries import StreamEntry
-from services.runtime.leases import ShardLeases
-from services.runtime.settings import Settings
-from services.runtime.streams import StreamNames
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, ConsumerConfig
+from agentbus_redis.runtime.leases import ShardLeases
+from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.streams.names import StreamNames
 from tests.services.test_observability_health import call
 
 

@@ -8,7 +8,7 @@ import asyncio
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.runtime.periodic import PeriodicTask
+from agentbus_redis.runtime.periodic import PeriodicTask
 
 
 class Flaky(PeriodicTask):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.price_table import PriceTableError, load_price_table
-from services.runtime.settings import PricingSettings, Settings
-from shared.model.cost import DEFAULT_PRICES
+from agentbus_redis.config.settings import PricingSettings, Settings
+from agentbus_redis.model.cost import DEFAULT_PRICES
+from agentbus_redis.stores.price_table import PriceTableError, load_price_table
 
 
 def test_m10_3_without_a_file_the_shipped_table_prices() -> None:

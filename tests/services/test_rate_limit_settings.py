@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.settings import RateLimitSettings, Settings
-from services.runtime.streams import StreamNames
-from services.runtime.token_bucket import rate_limit_key
+from agentbus_redis.config.settings import RateLimitSettings, Settings
+from agentbus_redis.stores.token_bucket import rate_limit_key
+from agentbus_redis.streams.names import StreamNames
 
 
 def test_limits_are_read_from_the_environment_with_tenant_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

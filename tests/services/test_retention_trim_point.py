@@ -1,11 +1,11 @@
-"""The trim point of a work stream (``services/runtime/retention.py``, ecosystem.md P6): pure cases."""
+"""The trim point of a work stream (``workers/retention.py``, ecosystem.md P6): pure cases."""
 
 from __future__ import annotations
 
-from services.runtime.drain import GroupPosition
-from services.runtime.retention import TrimTarget, trim_point, work_streams
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
+from agentbus_redis.streams.drain import GroupPosition
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.workers.retention import TrimTarget, trim_point, work_streams
 
 NOW = 10_000_000
 

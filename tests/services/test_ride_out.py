@@ -1,4 +1,4 @@
-"""services/runtime/ride_out.py: which errors are ridden out, for how long, and the one error after."""
+"""runtime/ride_out.py: which errors are ridden out, for how long, and the one error after."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from redis.exceptions import ClusterDownError, ReadOnlyError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from services.cli.errors import explain
-from services.runtime.ride_out import RedisUnavailable, ride_out
+from agentbus_redis.cli.errors import explain
+from agentbus_redis.runtime.ride_out import RedisUnavailable, ride_out
 
 
 class Flaky:

@@ -3,8 +3,8 @@ pending entries it re-reads alone."""
 
 from __future__ import annotations
 
-from services.runtime.deadletter import REASON_HANDLER_FAILED, REASON_MAX_DELIVERIES
-from services.runtime.failure_counts import error_text, exhausted, is_suspect
+from agentbus_redis.runtime.failure_counts import error_text, exhausted, is_suspect
+from agentbus_redis.streams.deadletter import REASON_HANDLER_FAILED, REASON_MAX_DELIVERIES
 
 
 def test_an_entry_that_failed_max_deliveries_times_is_dead_lettered_for_its_handler_failures() -> None:

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from redis.crc import key_slot
 
-from services.runtime.leases import assign_shards, preferred_owner
-from services.runtime.streams import (
+from agentbus_redis.runtime.leases import assign_shards, preferred_owner
+from agentbus_redis.streams.names import (
     CLUSTER_SLOTS,
     StreamNames,
     dead_letter_stream,

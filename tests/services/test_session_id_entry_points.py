@@ -11,21 +11,21 @@ import pytest
 import redis.asyncio as aioredis
 from typer.testing import CliRunner
 
-from services.cli.main import app
-from services.client import AgentbusClient
-from services.runtime.codec import entry_fields
-from services.runtime.entries import StreamEntry
-from services.runtime.streams import StreamNames
-from services.runtime.topology import Topology
-from services.transcripts.layout import session_file, subagent_dir
-from services.transcripts.lines import SessionStamp
-from services.transcripts.session_lock import SessionLock, session_lock_path
-from services.transcripts.store import StoreConfig, TranscriptStore
-from services.transcripts.worker import TranscriptWorker
-from shared.events import LogEntry
-from shared.factories import create_user_message
-from shared.ingress_limits import IngressEntryTooLarge
-from shared.session_ids import InvalidSessionId
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.bus.ingress_limits import IngressEntryTooLarge
+from agentbus_redis.cli.main import app
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.session_ids import InvalidSessionId
+from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
+from agentbus_redis.transcript_files.layout import session_file, subagent_dir
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.session_lock import SessionLock, session_lock_path
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
+from agentbus_redis.workers.transcripts.worker import TranscriptWorker
 
 BAD_IDS = ["../../escape-test", "..", ".", "a/b", "line\nbreak", "esc\x1b[0m", "x" * 300]
 TOPOLOGY = Topology(StreamNames(prefix="doorsdk:", shards=2))

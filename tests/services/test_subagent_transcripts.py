@@ -10,14 +10,14 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from services.cli.transcript import app
-from services.transcripts.api_view import api_view_of_transcript
-from services.transcripts.layout import session_file
-from services.transcripts.store import TranscriptStore
-from shared.agents.ids import agent_id_for, child_session_id
-from shared.factories import create_assistant_message, create_user_message
-from shared.session_ids import claude_session_id
-from shared.transcript import read_transcript, verify_transcript
+from agentbus_redis.agents.ids import agent_id_for, child_session_id
+from agentbus_redis.cli.transcript import app
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.session_ids import claude_session_id
+from agentbus_redis.transcript import read_transcript, verify_transcript
+from agentbus_redis.transcript_files.api_view import api_view_of_transcript
+from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.transcript_files.store import TranscriptStore
 
 CWD = "/agentbus"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.runtime.settings import ToolSettings
-from services.runtime.streams import StreamNames
-from services.runtime.tool_catalog import ToolCatalogPublisher
-from services.runtime.topology import Topology
+from agentbus_redis.config.settings import ToolSettings
+from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher
+from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.streams.topology import Topology
 
 
 def test_catalog_ttl_must_exceed_the_refresh_interval() -> None:

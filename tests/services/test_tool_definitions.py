@@ -1,5 +1,5 @@
 """M1.8: each tool's ``{name, description, input_schema}`` as the model sees it, derived from the input model the
-tool validates calls with (shared/tool_schema.py), checked here with a real JSON Schema validator."""
+tool validates calls with (tools/schema.py), checked here with a real JSON Schema validator."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from services.tool_execution.registry import ToolRegistry, default_registry
-from services.tool_execution.tool import AnyTool
-from services.tool_execution.workspace import Workspace
-from shared.tool_schema import ToolSchemaError, api_input_schema
+from agentbus_redis.tools.schema import ToolSchemaError, api_input_schema
+from agentbus_redis.tools.tool import AnyTool
+from agentbus_redis.workers.tools.registry import ToolRegistry, default_registry
+from agentbus_redis.workers.tools.workspace import Workspace
 
 ACCEPTED: dict[str, list[dict[str, Any]]] = {
     "Read": [{"file_path": "a.txt"}, {"file_path": "/w/a.txt", "offset": 0, "limit": 5}],
@@ -125,7 +125,7 @@ def test_m1_8_schema_rejects_what_the_tool_rejects(registry: ToolRegistry) -> No
 
 
 def test_m1_8_descriptions_state_the_instances_limits(tmp_path: Path) -> None:
-    from services.tool_execution.builtin import BashTool, GlobTool, ReadTool
+    from agentbus_redis.workers.tools.builtin import BashTool, GlobTool, ReadTool
 
     workspace = Workspace.at(tmp_path)
     assert "up to 500 lines" in ReadTool(workspace, default_limit=500).description()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from services.tool_execution import results
-from services.tool_execution.tool_spans import error_type_of
+from agentbus_redis.workers.tools import results
+from agentbus_redis.workers.tools.tool_spans import error_type_of
 from tests.cli.process import REPO_ROOT
 
 JOB_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -32,13 +32,13 @@ SCRIPT = textwrap.dedent(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
 
-    from services.observability.tracing import WorkerTracer
-    from services.tool_execution.executor import execute_tool_uses
-    from services.tool_execution.registry import default_registry
-    from services.tool_execution.tool_spans import ToolCallSpans
-    from services.tool_execution.workspace import Workspace
-    from shared.content import ToolUseBlock
-    from shared.permissions import PermissionContext
+    from agentbus_redis.observability.tracing import WorkerTracer
+    from agentbus_redis.workers.tools.executor import execute_tool_uses
+    from agentbus_redis.workers.tools.registry import default_registry
+    from agentbus_redis.workers.tools.tool_spans import ToolCallSpans
+    from agentbus_redis.workers.tools.workspace import Workspace
+    from agentbus_redis.messages.content import ToolUseBlock
+    from agentbus_redis.permissions.decide import PermissionContext
 
     root, traceparent = sys.argv[1], sys.argv[2]
     workspace = Workspace.at(root)

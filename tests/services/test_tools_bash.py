@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from services.tool_execution.builtin.bash import NO_OUTPUT, BashTool
-from services.tool_execution.tool import ToolContext, ToolError, ToolOutput, ToolProgress
-from services.tool_execution.workspace import Workspace
+from agentbus_redis.tools.tool import ToolContext, ToolError, ToolOutput, ToolProgress
+from agentbus_redis.workers.tools.builtin.bash import NO_OUTPUT, BashTool
+from agentbus_redis.workers.tools.workspace import Workspace
 
 
 @pytest.fixture
@@ -151,9 +151,9 @@ def test_flags(workspace: Workspace) -> None:
 PEAK_RSS_PROBE = """
 import asyncio, json, resource, sys
 from pathlib import Path
-from services.tool_execution.builtin.bash import BashTool
-from services.tool_execution.tool import ToolContext
-from services.tool_execution.workspace import Workspace
+from agentbus_redis.workers.tools.builtin.bash import BashTool
+from agentbus_redis.tools.tool import ToolContext
+from agentbus_redis.workers.tools.workspace import Workspace
 
 async def main() -> None:
     # No progress report during the command: nothing may be kept for one either.

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from services.tool_execution.builtin import builtin_tools
-from services.tool_execution.executor import execute_tool_uses
-from services.tool_execution.registry import ToolRegistry
-from services.tool_execution.workspace import Workspace
-from shared.clock import FixedClock
-from shared.constants import REJECT_MESSAGE
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.ids import SequentialIds
-from shared.messages import UserMessage
-from shared.permissions import PermissionContext
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import REJECT_MESSAGE
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.workers.tools.builtin import builtin_tools
+from agentbus_redis.workers.tools.executor import execute_tool_uses
+from agentbus_redis.workers.tools.registry import ToolRegistry
+from agentbus_redis.workers.tools.workspace import Workspace
 from tests.shared.bash_cases import ISSUE_15_VARIANTS, RUN_TIME_PROGRAM
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from services.tool_execution.executor import execute_tool_uses
-from services.tool_execution.registry import default_registry
-from services.tool_execution.tool import ToolError
-from services.tool_execution.workspace import PathOutsideWorkspace, Workspace
-from shared.clock import FixedClock
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.ids import SequentialIds
-from shared.messages import UserMessage
-from shared.permissions import PermissionContext
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.tools.tool import ToolError
+from agentbus_redis.workers.tools.executor import execute_tool_uses
+from agentbus_redis.workers.tools.registry import default_registry
+from agentbus_redis.workers.tools.workspace import PathOutsideWorkspace, Workspace
 
 
 @pytest.fixture

@@ -11,12 +11,18 @@ from typing import Any
 
 import pytest
 
-from services.tool_execution import results
-from services.tool_execution.builtin import BashTool, ReadTool, WriteTool, builtin_tools
-from services.tool_execution.builtin.edit import EditTool
-from services.tool_execution.executor import ToolTimeouts, execute_tool_uses, plan_batches
-from services.tool_execution.registry import DuplicateToolName, ToolRegistry, default_registry
-from services.tool_execution.tool import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import (
+    REJECT_MESSAGE,
+    SUBAGENT_REJECT_MESSAGE,
+    USER_REJECTED_TOOL_USE,
+    dont_ask_reject_message,
+)
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import ProgressMessage, UserMessage
+from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.tools.tool import (
     AnyTool,
     InterruptBehavior,
     Tool,
@@ -26,18 +32,12 @@ from services.tool_execution.tool import (
     ToolOutput,
     ToolProgress,
 )
-from services.tool_execution.workspace import Workspace
-from shared.clock import FixedClock
-from shared.constants import (
-    REJECT_MESSAGE,
-    SUBAGENT_REJECT_MESSAGE,
-    USER_REJECTED_TOOL_USE,
-    dont_ask_reject_message,
-)
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.ids import SequentialIds
-from shared.messages import ProgressMessage, UserMessage
-from shared.permissions import PermissionContext
+from agentbus_redis.workers.tools import results
+from agentbus_redis.workers.tools.builtin import BashTool, ReadTool, WriteTool, builtin_tools
+from agentbus_redis.workers.tools.builtin.edit import EditTool
+from agentbus_redis.workers.tools.executor import ToolTimeouts, execute_tool_uses, plan_batches
+from agentbus_redis.workers.tools.registry import DuplicateToolName, ToolRegistry, default_registry
+from agentbus_redis.workers.tools.workspace import Workspace
 
 ASSISTANT_UUID = "aaaaaaaa-0000-4000-8000-000000000001"
 

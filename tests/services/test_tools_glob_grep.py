@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from services.tool_execution.builtin.glob import TRUNCATION_NOTE, GlobTool
-from services.tool_execution.builtin.grep import SKIPPED_LISTED, GrepTool, SkippedFile, skipped_note
-from services.tool_execution.tool import AnyTool, ToolContext, ToolError, ToolOutput
-from services.tool_execution.workspace import Workspace
+from agentbus_redis.tools.tool import AnyTool, ToolContext, ToolError, ToolOutput
+from agentbus_redis.workers.tools.builtin.glob import TRUNCATION_NOTE, GlobTool
+from agentbus_redis.workers.tools.builtin.grep import SKIPPED_LISTED, GrepTool, SkippedFile, skipped_note
+from agentbus_redis.workers.tools.workspace import Workspace
 
 
 @pytest.fixture

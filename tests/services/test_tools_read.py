@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from services.tool_execution.builtin.read import EMPTY_FILE_WARNING, ReadTool, number_lines
-from services.tool_execution.tool import ToolContext, ToolError, ToolOutput
-from services.tool_execution.workspace import Workspace
-from shared.content import ImageBlock
+from agentbus_redis.messages.content import ImageBlock
+from agentbus_redis.tools.tool import ToolContext, ToolError, ToolOutput
+from agentbus_redis.workers.tools.builtin.read import EMPTY_FILE_WARNING, ReadTool, number_lines
+from agentbus_redis.workers.tools.workspace import Workspace
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from services.tool_execution.builtin._files import format_size, structured_patch
-from services.tool_execution.builtin.edit import FILE_EXISTS, NO_CHANGES, EditTool, ambiguous, not_found
-from services.tool_execution.builtin.write import WriteTool
-from services.tool_execution.tool import AnyTool, ToolContext, ToolError, ToolOutput
-from services.tool_execution.workspace import Workspace
+from agentbus_redis.tools.tool import AnyTool, ToolContext, ToolError, ToolOutput
+from agentbus_redis.workers.tools.builtin._files import format_size, structured_patch
+from agentbus_redis.workers.tools.builtin.edit import FILE_EXISTS, NO_CHANGES, EditTool, ambiguous, not_found
+from agentbus_redis.workers.tools.builtin.write import WriteTool
+from agentbus_redis.workers.tools.workspace import Workspace
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from shared.clock import FixedClock
-from shared.ids import SequentialIds
-from shared.transcript import read_transcript, resume_session, verify_transcript
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.transcript import read_transcript, resume_session, verify_transcript
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 from tests.conftest import CORPUS_ROOT, corpus_cases
 
 CORPUS_FILES = corpus_cases("claude-code")

@@ -1,4 +1,4 @@
-"""Shared ``syncfs`` rounds for transcript files (``services/transcripts/filesystem_sync.py``, R7.2 durability)."""
+"""Shared ``syncfs`` rounds for transcript files (``transcript_files/filesystem_sync.py``, R7.2 durability)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from services.transcripts import filesystem_sync
-from services.transcripts.errors import TranscriptFileClosed, TranscriptSyncFailed
-from services.transcripts.filesystem_sync import FilesystemSync, syncfs_supported
-from services.transcripts.store import StoreConfig, TranscriptStore
-from services.transcripts.writer import FSYNC_POOL, DurableJsonlFile
-from shared.factories import create_user_message
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.transcript_files import filesystem_sync
+from agentbus_redis.transcript_files.errors import TranscriptFileClosed, TranscriptSyncFailed
+from agentbus_redis.transcript_files.filesystem_sync import FilesystemSync, syncfs_supported
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
+from agentbus_redis.transcript_files.writer import FSYNC_POOL, DurableJsonlFile
 
 pytestmark = pytest.mark.skipif(not syncfs_supported(), reason="syncfs reports errors only on Linux >= 5.8")
 

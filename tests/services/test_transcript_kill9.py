@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from services.transcripts.tail_recovery import TornTail, torn_sidecar
-from shared.factories import create_user_message
-from shared.messages import UserMessage
-from shared.transcript.reader import read_transcript
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.transcript.reader import read_transcript
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
+from agentbus_redis.transcript_files.tail_recovery import TornTail, torn_sidecar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("kill9_writer.py")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from services.transcripts.files import ensure_private_dir
-from services.transcripts.layout import (
+from agentbus_redis.session_ids import claude_session_id
+from agentbus_redis.transcript_files.files import ensure_private_dir
+from agentbus_redis.transcript_files.layout import (
     djb2_hash,
     sanitize_path,
     session_file,
@@ -18,7 +19,6 @@ from services.transcripts.layout import (
     subagent_meta_file,
     write_subagent_meta,
 )
-from shared.session_ids import claude_session_id
 
 
 def test_r7_1_sanitize_path_replaces_every_non_alphanumeric() -> None:

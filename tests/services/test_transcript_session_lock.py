@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from services.transcripts.errors import TranscriptSessionBusy
-from services.transcripts.session_lock import LOCKS_DIR, SessionLock
-from services.transcripts.store import StoreConfig, TranscriptStore
+from agentbus_redis.transcript_files.errors import TranscriptSessionBusy
+from agentbus_redis.transcript_files.session_lock import LOCKS_DIR, SessionLock
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 from tests.services.test_transcript_store import CWD, SESSION, STAMP, assistant, lines_of, parents, user
 
 

@@ -11,13 +11,10 @@ from typing import Any
 
 import pytest
 
-from services.transcripts.cleaning import CleaningPolicy
-from services.transcripts.layout import legacy_session_file
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from shared.clock import FixedClock
-from shared.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from shared.factories import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import (
     annotate_boundary_with_preserved_segment,
     create_attachment_message,
     create_compact_boundary_message,
@@ -25,9 +22,12 @@ from shared.factories import (
     create_progress_message,
     create_user_message,
 )
-from shared.ids import SequentialIds
-from shared.messages import AssistantMessage, AssistantPayload, AttachmentMessage, Message, UserMessage
-from shared.session_ids import claude_session_id
+from agentbus_redis.messages.kinds import AssistantMessage, AssistantPayload, AttachmentMessage, Message, UserMessage
+from agentbus_redis.session_ids import claude_session_id
+from agentbus_redis.transcript_files.cleaning import CleaningPolicy
+from agentbus_redis.transcript_files.layout import legacy_session_file
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 
 CWD = "/home/alice/proj"
 SESSION = "s1"

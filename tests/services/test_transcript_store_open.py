@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from shared.factories import create_user_message
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 
 CWD = "/home/alice/proj"
 CONFIG = StoreConfig(stamp=SessionStamp(entrypoint="cli", git_branch=None))

@@ -13,12 +13,12 @@ import pytest
 import structlog
 from prometheus_client import REGISTRY
 
-from services.observability import metrics
-from services.transcripts.layout import session_file
-from services.transcripts.lines import SessionStamp
-from services.transcripts.store import StoreConfig, TranscriptStore
-from services.transcripts.tail_recovery import TornTail, recover_torn_tail, report_torn_tail, torn_sidecar
-from shared.factories import create_user_message
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.observability import metrics
+from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.transcript_files.lines import SessionStamp
+from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
+from agentbus_redis.transcript_files.tail_recovery import TornTail, recover_torn_tail, report_torn_tail, torn_sidecar
 from tests.integration.cluster import WorkerCluster, eventually
 from tests.shared.transcript_builders import jsonl, user
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from services.transcripts.errors import TranscriptFileClosed
-from services.transcripts.tail_recovery import TornTail, recover_torn_tail, torn_sidecar
-from services.transcripts.writer import DurableJsonlFile
+from agentbus_redis.transcript_files.errors import TranscriptFileClosed
+from agentbus_redis.transcript_files.tail_recovery import TornTail, recover_torn_tail, torn_sidecar
+from agentbus_redis.transcript_files.writer import DurableJsonlFile
 
 
 def _line(n: int) -> str:

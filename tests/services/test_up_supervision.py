@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from services.cli.up_logs import WorkerLogs, shown_on_console
-from services.runtime.supervisor import RestartPolicy, bind_listener_near
+from agentbus_redis.cli.up_logs import WorkerLogs, shown_on_console
+from agentbus_redis.local.supervisor import RestartPolicy, bind_listener_near
 
 
 def test_restart_backoff_doubles_to_a_cap_and_gives_up_after_max_restarts() -> None:

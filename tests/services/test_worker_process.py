@@ -1,4 +1,4 @@
-"""What a worker process sets up for itself before serving (``services/workers.py``)."""
+"""What a worker process sets up for itself before serving (``workers/registry.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def test_a_worker_freezes_its_startup_heap_and_collects_young_objects_less_often
     """Startup objects leave the collector's reach and the youngest generation is collected every
     ``GC_THRESHOLDS[0]`` allocations (in a child process: the test run's own collector stays as it is)."""
     probe = (
-        "import gc; from services.workers import GC_THRESHOLDS, freeze_startup_heap; "
+        "import gc; from agentbus_redis.workers.registry import GC_THRESHOLDS, freeze_startup_heap; "
         "freeze_startup_heap(); "
         "assert gc.get_threshold() == GC_THRESHOLDS, gc.get_threshold(); "
         "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count()"

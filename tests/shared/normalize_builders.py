@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from shared.content import (
+from agentbus_redis.json_types import JsonObject, JsonValue
+from agentbus_redis.messages.content import (
     ContentBlock,
     ImageBlock,
     ServerToolResultBlock,
@@ -16,9 +17,8 @@ from shared.content import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from shared.factories import create_user_message
-from shared.json_types import JsonObject, JsonValue
-from shared.messages import ApiMessage, AssistantMessage, AssistantPayload, AttachmentMessage, UserMessage
+from agentbus_redis.messages.factories import create_user_message
+from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, AssistantPayload, AttachmentMessage, UserMessage
 
 TIMESTAMP = "2026-01-01T00:00:00.000Z"
 _counter = itertools.count(1)

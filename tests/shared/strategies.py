@@ -11,7 +11,8 @@ retracted, which tool_uses must survive, and which real result each surviving to
 Every tool_use carries a unique ``input["marker"]`` and every real result a unique text, so the
 checks do not depend on how the normalizer rewrites ids.
 
-:func:`pairing_inputs` generates user/assistant lists for :func:`shared.pairing.ensure_tool_result_pairing`
+:func:`pairing_inputs` generates user/assistant lists for
+:func:`agentbus_redis.messages.pairing.ensure_tool_result_pairing`
 alone, over a tiny id pool so duplicates and orphans are frequent.
 """
 
@@ -23,9 +24,10 @@ from typing import Literal, Protocol
 
 from hypothesis import strategies as st
 
-from shared.clock import FixedClock
-from shared.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, LOCAL_COMMAND_CAVEAT
-from shared.content import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, LOCAL_COMMAND_CAVEAT
+from agentbus_redis.messages.content import (
     ContentBlock,
     DocumentBlock,
     ImageBlock,
@@ -39,7 +41,7 @@ from shared.content import (
     ToolUseBlock,
     UnknownBlock,
 )
-from shared.factories import (
+from agentbus_redis.messages.factories import (
     create_assistant_api_error_message,
     create_attachment_message,
     create_compact_boundary_message,
@@ -47,8 +49,7 @@ from shared.factories import (
     create_local_command_message,
     create_progress_message,
 )
-from shared.json_types import JsonObject
-from shared.messages import (
+from agentbus_redis.messages.kinds import (
     ApiMessage,
     AssistantMessage,
     AssistantPayload,
@@ -57,8 +58,8 @@ from shared.messages import (
     UserMessage,
     UserPayload,
 )
-from shared.system_messages import ApiErrorSystemMessage
-from shared.tombstones import tombstones_for
+from agentbus_redis.messages.system import ApiErrorSystemMessage
+from agentbus_redis.messages.tombstones import tombstones_for
 
 _PNG = {
     "type": "base64",

@@ -12,10 +12,15 @@ from typing import Any
 import pydantic
 import pytest
 
-from shared.api_types import MessagesRequest
-from shared.api_validation import ApiViolation, assert_valid_api_request, validate_api_request
-from shared.errors import AgentbusError, InvalidApiRequest
-from shared.json_types import JsonValue
+from agentbus_redis.api.types import MessagesRequest
+from agentbus_redis.api.validation import (
+    ApiViolation,
+    InvalidApiRequest,
+    assert_valid_api_request,
+    validate_api_request,
+)
+from agentbus_redis.errors import AgentbusError
+from agentbus_redis.json_types import JsonValue
 
 Block = dict[str, Any]
 Message = dict[str, Any]

@@ -1,13 +1,13 @@
 """Human approval rules (agent-loop.md §H), pure: the texts (H5, H6.3), suggestions (H4.2, H7.3), the
-session's rule updates (H7.1) and ingestion's approval book (shared/approval_ledger.py) — parks, answers,
+session's rule updates (H7.1) and ingestion's approval book (approvals/ledger.py) — parks, answers,
 deadlines, interrupts, R8.5 tails, exactly one resolution."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.approval_ledger import APPROVAL_MISMATCH, UNKNOWN_APPROVAL
-from shared.approvals import (
+from agentbus_redis.approvals.ledger import APPROVAL_MISMATCH, UNKNOWN_APPROVAL
+from agentbus_redis.approvals.records import (
     ApprovalAnswer,
     ApprovalRequested,
     AskedCall,
@@ -19,21 +19,28 @@ from shared.approvals import (
     rule_text,
     with_session_permissions,
 )
-from shared.clock import FixedClock
-from shared.constants import (
+from agentbus_redis.bus.events import (
+    AssistantReply,
+    DeadlineSweep,
+    IngressEnvelope,
+    IngressPayload,
+    Interrupt,
+    ToolResultReport,
+)
+from agentbus_redis.bus.internal_events import forged_internal_problem
+from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import (
     REJECT_MESSAGE,
     REJECT_MESSAGE_WITH_REASON_PREFIX,
     SUBAGENT_REJECT_MESSAGE,
     SUBAGENT_REJECT_MESSAGE_WITH_REASON_PREFIX,
 )
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.events import AssistantReply, DeadlineSweep, IngressEnvelope, IngressPayload, Interrupt, ToolResultReport
-from shared.factories import create_assistant_message, create_user_message
-from shared.ids import SequentialIds
-from shared.internal_events import forged_internal_problem
-from shared.json_types import JsonObject
-from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
-from shared.permissions import PermissionContext, check_permission, decide
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.permissions.decide import PermissionContext, check_permission, decide
 
 BASH: JsonObject = {"command": "make deploy"}
 

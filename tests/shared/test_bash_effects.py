@@ -1,10 +1,10 @@
-"""shared/bash_effects.py: which Bash commands a re-run tool job may run again (they only read and print)."""
+"""permissions/bash/effects.py: which Bash commands a re-run tool job may run again (they only read and print)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.bash_effects import runs_without_side_effects
+from agentbus_redis.permissions.bash.effects import runs_without_side_effects
 
 
 @pytest.mark.parametrize(

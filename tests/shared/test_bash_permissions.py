@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.bash_parse import parse_command_line
-from shared.bash_wrappers import Arg, resolve_invocations
-from shared.permission_rules import bash_rule_could_match
-from shared.permissions import PermissionContext, check_permission, decide
+from agentbus_redis.permissions.bash.parse import parse_command_line
+from agentbus_redis.permissions.bash.wrappers import Arg, resolve_invocations
+from agentbus_redis.permissions.decide import PermissionContext, check_permission, decide
+from agentbus_redis.permissions.rules import bash_rule_could_match
 from tests.shared.bash_cases import ISSUE_15_VARIANTS
 
 RUN_TIME_PROGRAMS = [

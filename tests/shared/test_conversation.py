@@ -1,4 +1,4 @@
-"""shared/conversation.py: the turn's events and when it ends, fed what ingestion's real ledger logs (and the
+"""bus/conversation.py: the turn's events and when it ends, fed what ingestion's real ledger logs (and the
 live deltas it would write) for each scenario — pure, no Redis."""
 
 from __future__ import annotations
@@ -6,10 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from services.demo import stream_events_for
-from shared.constants import INTERRUPT_MESSAGE, max_output_tokens_error
-from shared.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from shared.conversation import (
+from agentbus_redis.bus.conversation import (
     ApiError,
     ApiRetry,
     ConversationEvent,
@@ -25,7 +22,7 @@ from shared.conversation import (
     input_summary,
     one_line,
 )
-from shared.events import (
+from agentbus_redis.bus.events import (
     AssistantReply,
     IngressEnvelope,
     IngressPayload,
@@ -37,24 +34,27 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import (
+from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.bus.live_reply import LiveDelta, LiveDeltas
+from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE, max_output_tokens_error
+from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import (
     create_assistant_api_error_message,
     create_assistant_message,
     create_informational_message,
     create_user_message,
 )
-from shared.json_types import JsonObject
-from shared.ledger import SessionLedger, new_ledger_state
-from shared.live_reply import LiveDelta, LiveDeltas
-from shared.streaming_replies import DEFAULT_MAX_OUTPUT_TOKENS
-from shared.system_messages import ApiErrorSystemMessage
+from agentbus_redis.messages.system import ApiErrorSystemMessage
+from agentbus_redis.streaming.replies import DEFAULT_MAX_OUTPUT_TOKENS
 
 SESSION = "tracked"
 
 
 class Session:
     """A session's ledger (ingestion's pure rules) and what a watcher reads: log entries and live deltas,
-    in the order ``services/conversation.py`` merges them."""
+    in the order ``sdk/conversation.py`` merges them."""
 
     def __init__(self) -> None:
         self.ledger = SessionLedger(new_ledger_state(SESSION))

@@ -6,10 +6,11 @@ from typing import TypedDict
 
 import pytest
 
-from shared import constants as c
-from shared.clock import Clock, FixedClock
-from shared.content import TextBlock, ToolUseBlock
-from shared.factories import (
+from agentbus_redis.clock import Clock, FixedClock
+from agentbus_redis.ids import IdSource, SequentialIds
+from agentbus_redis.messages import constants as c
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
+from agentbus_redis.messages.factories import (
     annotate_boundary_with_preserved_segment,
     create_assistant_api_error_message,
     create_assistant_message,
@@ -25,7 +26,6 @@ from shared.factories import (
     is_synthetic_message,
     prepare_user_content,
 )
-from shared.ids import IdSource, SequentialIds
 
 
 class Deps(TypedDict):

@@ -1,8 +1,8 @@
-"""Issue 15, size limits: the ingress entry size rule (shared/ingress_limits.py)."""
+"""Issue 15, size limits: the ingress entry size rule (bus/ingress_limits.py)."""
 
 from __future__ import annotations
 
-from shared.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES, IngressEntryTooLarge, entry_size_problem
+from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES, IngressEntryTooLarge, entry_size_problem
 
 
 def test_default_limit_is_the_messages_api_request_limit() -> None:

@@ -1,12 +1,11 @@
-"""Issue 15, internal events cannot be forged (shared/internal_events.py): the authenticator, and
+"""Issue 15, internal events cannot be forged (bus/internal_events.py): the authenticator, and
 what an entry without one may not do."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.events import (
+from agentbus_redis.bus.events import (
     AssistantReply,
     DeadlineSweep,
     IngressEnvelope,
@@ -17,15 +16,16 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_assistant_message, create_progress_message, create_user_message
-from shared.internal_events import (
+from agentbus_redis.bus.internal_events import (
     INTERNAL_KEY_PREFIX,
     forged_internal_problem,
     idempotency_slot,
     internal_event_proof,
     is_authentic,
 )
-from shared.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_progress_message, create_user_message
 
 KEY = b"worker-secret"
 

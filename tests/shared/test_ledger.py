@@ -1,4 +1,4 @@
-"""Ingestion rules (shared/ledger.py): sequencing, chain placement, tool jobs, placeholders,
+"""Ingestion rules (bus/ledger.py): sequencing, chain placement, tool jobs, placeholders,
 tombstones and interrupts at the ingestion boundary."""
 
 from __future__ import annotations
@@ -7,15 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.constants import (
-    INTERRUPT_MESSAGE,
-    INTERRUPT_MESSAGE_FOR_TOOL_USE,
-    INTERRUPTED_BY_USER,
-    SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
-)
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import (
+from agentbus_redis.bus.events import (
     AssistantReply,
     IngressEnvelope,
     IngressPayload,
@@ -27,10 +19,22 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_assistant_api_error_message, create_assistant_message, create_user_message
-from shared.ids import SequentialIds
-from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
-from shared.messages import AssistantMessage, TombstoneMessage, UserMessage
+from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import (
+    INTERRUPT_MESSAGE,
+    INTERRUPT_MESSAGE_FOR_TOOL_USE,
+    INTERRUPTED_BY_USER,
+    SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
+)
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import (
+    create_assistant_api_error_message,
+    create_assistant_message,
+    create_user_message,
+)
+from agentbus_redis.messages.kinds import AssistantMessage, TombstoneMessage, UserMessage
 
 
 @pytest.fixture

@@ -1,13 +1,11 @@
-"""Ingestion rules for bad input from live producers (shared/ledger.py): what is refused before it is
+"""Ingestion rules for bad input from live producers (bus/ledger.py): what is refused before it is
 logged, so one bad entry cannot disturb a session (issue 4: bad input is dead-lettered with a reason)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
-from shared.events import (
+from agentbus_redis.bus.events import (
     AssistantReply,
     IngressEnvelope,
     IngressPayload,
@@ -17,10 +15,12 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_assistant_message, create_user_message
-from shared.ids import SequentialIds
-from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
-from shared.messages import UserMessage
+from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import UserMessage
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from shared.content import CONTENT_BLOCKS_ADAPTER, TextBlock, ToolUseBlock, UnknownBlock, is_malformed
-from shared.events import LogEntry
-from shared.messages import (
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.messages.content import CONTENT_BLOCKS_ADAPTER, TextBlock, ToolUseBlock, UnknownBlock, is_malformed
+from agentbus_redis.messages.kinds import (
     AssistantMessage,
     AttachmentMessage,
     ProgressMessage,
@@ -23,7 +23,7 @@ from shared.messages import (
     dump_message,
     parse_message,
 )
-from shared.system_messages import (
+from agentbus_redis.messages.system import (
     ApiErrorSystemMessage,
     CompactBoundarySystemMessage,
     LocalCommandSystemMessage,
@@ -205,7 +205,7 @@ def test_constructed_blocks_always_dump_their_type() -> None:
 
 
 def test_validation_does_not_run_the_constructor() -> None:
-    """Wire losslessness (shared/wire.py): a discriminator absent from the input stays absent — validation
+    """Wire losslessness (wire.py): a discriminator absent from the input stays absent — validation
     does not go through ``WireModel.__init__`` (which would cost every validated object a Python call)
     — while one a constructor left to its default is dumped."""
     read = TextBlock.model_validate({"text": "x"})

@@ -7,8 +7,8 @@ from datetime import date
 import pytest
 from pydantic import ValidationError
 
-from shared.json_types import JsonObject
-from shared.model.cost import (
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.cost import (
     DEFAULT_PRICES,
     ModelPrices,
     PriceTable,
@@ -18,8 +18,8 @@ from shared.model.cost import (
     parse_price_table,
     price_call,
 )
-from shared.model.usage_totals import ModelUsage, SessionUsage, call_usage, combine_usage, nano_usd
-from shared.usage import EMPTY_USAGE, update_usage
+from agentbus_redis.model.usage_totals import ModelUsage, SessionUsage, call_usage, combine_usage, nano_usd
+from agentbus_redis.streaming.usage import EMPTY_USAGE, update_usage
 
 SONNET_4_5 = "claude-sonnet-4-5-20250929"
 

@@ -1,11 +1,11 @@
-"""M4 retry policy and M7 error texts (shared/model/retry.py, shared/model/error_texts.py)."""
+"""M4 retry policy and M7 error texts (model/retry.py, model/error_texts.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.model.error_texts import assistant_error_for, model_not_found, sdk_error_message
-from shared.model.retry import (
+from agentbus_redis.model.error_texts import assistant_error_for, model_not_found, sdk_error_message
+from agentbus_redis.model.retry import (
     ApiFailure,
     GiveUp,
     Retry,

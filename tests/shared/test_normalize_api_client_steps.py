@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.constants import ADVISOR_RESPONSE, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import ToolResultBlock
-from shared.errors import PairingRepairRequired
-from shared.ids import SequentialIds
-from shared.messages import ApiMessage
-from shared.normalize import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import ADVISOR_RESPONSE, SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import ToolResultBlock
+from agentbus_redis.messages.kinds import ApiMessage
+from agentbus_redis.messages.pairing import PairingRepairRequired
+from agentbus_redis.normalize import (
     NormalizeOptions,
     RepairKind,
     apply_api_client_steps,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.factories import derive_uuid
-from shared.json_types import JsonObject, JsonValue
-from shared.normalize import RepairKind, normalize_attachment_for_api
-from shared.normalize.attachments import PRODUCE_NOTHING, wrap_command_text
+from agentbus_redis.json_types import JsonObject, JsonValue
+from agentbus_redis.messages.factories import derive_uuid
+from agentbus_redis.normalize import RepairKind, normalize_attachment_for_api
+from agentbus_redis.normalize.attachments.render import PRODUCE_NOTHING, wrap_command_text
 from tests.shared.normalize_builders import attachment, wire
 
 HUMAN_WRAP = (

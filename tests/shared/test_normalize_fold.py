@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from shared.constants import TOOL_REFERENCES_REMOVED_NO_SEARCH, TOOL_REFERENCES_REMOVED_UNAVAILABLE
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.factories import create_assistant_api_error_message, create_local_command_message
-from shared.ids import SequentialIds
-from shared.messages import AssistantMessage, Message, UserMessage
-from shared.normalize import NormalizeOptions, RepairKind, normalize_messages_for_api
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import TOOL_REFERENCES_REMOVED_NO_SEARCH, TOOL_REFERENCES_REMOVED_UNAVAILABLE
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_api_error_message, create_local_command_message
+from agentbus_redis.messages.kinds import AssistantMessage, Message, UserMessage
+from agentbus_redis.normalize import NormalizeOptions, RepairKind, normalize_messages_for_api
 from tests.shared.normalize_builders import (
     assistant,
     attachment,

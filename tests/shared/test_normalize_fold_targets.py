@@ -10,12 +10,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from shared.messages import ApiMessage, AssistantMessage, UserMessage
-from shared.normalize import NormalizeOptions
-from shared.normalize.content_ops import is_tool_result_message
-from shared.normalize.fold import _append_user, fold_messages, fold_user
-from shared.normalize.merge import merge_assistant_messages
-from shared.normalize.tool_blocks import normalize_tool_uses
+from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
+from agentbus_redis.normalize import NormalizeOptions
+from agentbus_redis.normalize.content_ops import is_tool_result_message
+from agentbus_redis.normalize.fold import _append_user, fold_messages, fold_user
+from agentbus_redis.normalize.merge import merge_assistant_messages
+from agentbus_redis.normalize.tool_blocks import normalize_tool_uses
 from tests.shared.normalize_builders import assistant, shape, text, tool_result, tool_use, user, wire
 
 OPTIONS = NormalizeOptions()

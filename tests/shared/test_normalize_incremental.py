@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.clock import FixedClock
-from shared.ids import SequentialIds
-from shared.messages import Message, TombstoneMessage
-from shared.normalize import NormalizeOptions, to_api_request, validate_request
-from shared.normalize.incremental import INCREMENTAL_FROM, RequestBuilder, is_human_prompt
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.kinds import Message, TombstoneMessage
+from agentbus_redis.normalize import NormalizeOptions, to_api_request, validate_request
+from agentbus_redis.normalize.incremental import INCREMENTAL_FROM, RequestBuilder, is_human_prompt
 from tests.shared.normalize_builders import assistant, image, text, tool_result, tool_use, user
 from tests.shared.test_normalize_pipeline import _corpus_histories, _messages
 

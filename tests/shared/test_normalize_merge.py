@@ -3,8 +3,8 @@ smooshIntoToolResult."""
 
 from __future__ import annotations
 
-from shared.content import TextBlock, ToolResultBlock
-from shared.normalize import merge_user_messages, merge_user_messages_and_tool_results, smoosh_into_tool_result
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock
+from agentbus_redis.normalize import merge_user_messages, merge_user_messages_and_tool_results, smoosh_into_tool_result
 from tests.shared.normalize_builders import image, text, tool_reference, tool_result, user, wire
 
 

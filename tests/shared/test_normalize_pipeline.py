@@ -10,14 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from shared.api_validation import validate_api_request
-from shared.clock import FixedClock
-from shared.content import ContentBlock, UnknownBlock
-from shared.factories import create_compact_boundary_message, create_local_command_message
-from shared.ids import SequentialIds
-from shared.messages import Message, TombstoneMessage, parse_message
-from shared.normalize import NormalizedRequest, NormalizeOptions, RepairKind, to_api_request, validate_request
-from shared.normalize.pipeline import user_context_text
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import ContentBlock, UnknownBlock
+from agentbus_redis.messages.factories import create_compact_boundary_message, create_local_command_message
+from agentbus_redis.messages.kinds import Message, TombstoneMessage, parse_message
+from agentbus_redis.normalize import NormalizedRequest, NormalizeOptions, RepairKind, to_api_request, validate_request
+from agentbus_redis.normalize.pipeline import user_context_text
 from tests.shared.normalize_builders import (
     assistant,
     attachment,

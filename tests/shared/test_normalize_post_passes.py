@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from shared.content import RedactedThinkingBlock, TextBlock, ToolResultBlock
-from shared.errors import ImageSizeError
-from shared.factories import derive_short_message_id
-from shared.messages import AssistantMessage, Message, UserMessage
-from shared.normalize import NormalizeOptions, RepairKind, normalize_messages_for_api
-from shared.normalize.post_passes import relocate_tool_reference_siblings, smoosh_system_reminder_siblings
+from agentbus_redis.errors import ImageSizeError
+from agentbus_redis.messages.content import RedactedThinkingBlock, TextBlock, ToolResultBlock
+from agentbus_redis.messages.factories import derive_short_message_id
+from agentbus_redis.messages.kinds import AssistantMessage, Message, UserMessage
+from agentbus_redis.normalize import NormalizeOptions, RepairKind, normalize_messages_for_api
+from agentbus_redis.normalize.post_passes import relocate_tool_reference_siblings, smoosh_system_reminder_siblings
 from tests.shared.normalize_builders import (
     assistant,
     image,

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from shared.factories import create_assistant_api_error_message, create_local_command_message, create_progress_message
-from shared.ids import SequentialIds
-from shared.messages import Message
-from shared.normalize import reorder_attachments_for_api
-from shared.normalize.prepass import (
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.factories import (
+    create_assistant_api_error_message,
+    create_local_command_message,
+    create_progress_message,
+)
+from agentbus_redis.messages.kinds import Message
+from agentbus_redis.messages.system import ApiErrorSystemMessage, CompactBoundarySystemMessage
+from agentbus_redis.normalize import reorder_attachments_for_api
+from agentbus_redis.normalize.prepass import (
     INTERACTIVE_MEDIA_ERRORS,
     NON_INTERACTIVE_MEDIA_ERRORS,
     build_media_strip_targets,
     drop_virtual_messages,
     filter_api_bound,
 )
-from shared.system_messages import ApiErrorSystemMessage, CompactBoundarySystemMessage
 from tests.shared.normalize_builders import TIMESTAMP, assistant, attachment, image, text, tool_result, user
 
 

@@ -1,7 +1,7 @@
 """Property-based chaos tests: whatever history Claude Code (or a broken transcript) hands us, the
 normalized request is one the Messages API accepts, and nothing real is lost or invented.
 
-Oracles: :func:`shared.api_validation.validate_api_request` (API §1/§3) for acceptance; the facts
+Oracles: :func:`agentbus_redis.api.validation.validate_api_request` (API §1/§3) for acceptance; the facts
 recorded by :func:`tests.shared.strategies.chaos_histories` for retraction (R6.1/R6.3) and for the
 results pairing must keep (R4.25–R4.28).
 """
@@ -15,16 +15,20 @@ from typing import TYPE_CHECKING
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 
-from shared.clock import FixedClock
-from shared.content import ToolResultBlock
-from shared.errors import PairingRepairRequired
-from shared.ids import SequentialIds
-from shared.messages import ApiMessage, AssistantMessage, UserMessage
-from shared.pairing import ensure_tool_result_pairing, tool_result_ids, tool_use_ids
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import ToolResultBlock
+from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
+from agentbus_redis.messages.pairing import (
+    PairingRepairRequired,
+    ensure_tool_result_pairing,
+    tool_result_ids,
+    tool_use_ids,
+)
 from tests.shared.strategies import ChaosHistory, chaos_histories, describe_all, pairing_inputs
 
 if TYPE_CHECKING:
-    from shared.normalize import NormalizedRequest
+    from agentbus_redis.normalize import NormalizedRequest
 
 CHAOS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -32,7 +36,7 @@ Block = Mapping[str, object]
 
 
 def _normalize(history: ChaosHistory) -> NormalizedRequest:
-    from shared.normalize import to_api_request
+    from agentbus_redis.normalize import to_api_request
 
     return to_api_request(list(history.messages), prompt="next", clock=FixedClock(), ids=SequentialIds())
 
@@ -76,7 +80,7 @@ def _show(history: ChaosHistory, request: Mapping[str, object]) -> None:
 @given(chaos_histories())
 def test_normalized_request_is_accepted_by_the_api(history: ChaosHistory) -> None:
     """API §1/§3: the validator finds nothing to object to, whatever the history."""
-    from shared.api_validation import validate_api_request
+    from agentbus_redis.api.validation import validate_api_request
 
     result = _normalize(history)
     _show(history, result.request)

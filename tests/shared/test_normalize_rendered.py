@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.api_validation import validate_api_request
-from shared.messages import Message, parse_message
-from shared.normalize import to_api_request
-from shared.normalize.rendered import TASK_NOTIFICATION_PREAMBLE
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.messages.kinds import Message, parse_message
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.normalize.rendered import TASK_NOTIFICATION_PREAMBLE
 
 Line = dict[str, Any]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.json_types import JsonObject
-from shared.messages import parse_message
-from shared.normalize import message_to_param, to_messages_request
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.kinds import parse_message
+from agentbus_redis.normalize import message_to_param, to_messages_request
 from tests.shared.normalize_builders import assistant, text, thinking, tool_result, tool_use, user
 
 

@@ -12,16 +12,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.api_validation import validate_api_request
-from shared.clock import FixedClock
-from shared.content import RedactedThinkingBlock
-from shared.ids import SequentialIds
-from shared.json_types import JsonObject
-from shared.messages import Message, TombstoneMessage
-from shared.model.request import ModelDefaults, build_model_params, request_body
-from shared.model.session_config import SessionModelConfig
-from shared.normalize import NormalizeOptions, RepairKind, to_api_request, validate_request
-from shared.normalize.thinking_models import open_turn_thinking_models
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.content import RedactedThinkingBlock
+from agentbus_redis.messages.kinds import Message, TombstoneMessage
+from agentbus_redis.model.request import ModelDefaults, build_model_params, request_body
+from agentbus_redis.model.session_config import SessionModelConfig
+from agentbus_redis.normalize import NormalizeOptions, RepairKind, to_api_request, validate_request
+from agentbus_redis.normalize.thinking_models import open_turn_thinking_models
 from tests.shared.normalize_builders import assistant, text, thinking, tool_result, tool_use, user
 from tests.shared.test_normalize_pipeline import _messages
 

@@ -6,14 +6,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.constants import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.errors import AgentbusError
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.json_types import JsonValue
+from agentbus_redis.messages.constants import (
     NO_CONTENT_MESSAGE,
     ORPHANED_TOOL_RESULT_REMOVED,
     SYNTHETIC_TOOL_RESULT_PLACEHOLDER,
     TOOL_USE_INTERRUPTED,
 )
-from shared.content import (
+from agentbus_redis.messages.content import (
     ContentBlock,
     ServerToolResultBlock,
     ServerToolUseBlock,
@@ -22,12 +25,10 @@ from shared.content import (
     ToolUseBlock,
     UnknownBlock,
 )
-from shared.errors import AgentbusError, PairingRepairRequired
-from shared.ids import SequentialIds
-from shared.json_types import JsonValue
-from shared.messages import ApiMessage, AssistantMessage, AssistantPayload, UserMessage, UserPayload
-from shared.pairing import (
+from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, AssistantPayload, UserMessage, UserPayload
+from agentbus_redis.messages.pairing import (
     PairingFix,
+    PairingRepairRequired,
     PairingReport,
     ensure_tool_result_pairing,
     tool_result_ids,

@@ -1,6 +1,6 @@
-"""Claude Code's permission model for the headless bus (shared/permissions.py and friends).
+"""Claude Code's permission model for the headless bus (permissions/decide.py and friends).
 
-Syntax reading under test (documented in shared/permission_rules.py): ``Tool``; ``Tool(content)``;
+Syntax reading under test (documented in permissions/rules.py): ``Tool``; ``Tool(content)``;
 ``Bash(prefix:*)`` / exact / wildcard; ``Read|Edit(path)`` with ``//abs``, ``~/home``, ``/`` and ``./``
 anchored at the workspace root, bare names matching at any depth; ``WebFetch(domain:host)``;
 ``mcp__server`` / ``mcp__server__tool``.
@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from shared.bash_parse import parse_command_line
-from shared.constants import (
+from agentbus_redis.errors import AgentbusError, InvalidPermissionRule
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import (
     REJECT_MESSAGE,
     SUBAGENT_REJECT_MESSAGE,
     auto_reject_message,
     dont_ask_reject_message,
 )
-from shared.errors import AgentbusError, InvalidPermissionRule
-from shared.json_types import JsonObject
-from shared.path_glob import gitignore_match, glob_match, normalize_posix
-from shared.permission_rules import parse_rule, path_rule_matches
-from shared.permissions import PermissionContext, check_permission, decide
+from agentbus_redis.permissions.bash.parse import parse_command_line
+from agentbus_redis.permissions.decide import PermissionContext, check_permission, decide
+from agentbus_redis.permissions.path_glob import gitignore_match, glob_match, normalize_posix
+from agentbus_redis.permissions.rules import parse_rule, path_rule_matches
 
 WS = "/ws"
 HOME = "/home/u"

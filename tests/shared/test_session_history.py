@@ -1,12 +1,16 @@
-"""When the normalizer asks the model (shared/session_history.py)."""
+"""When the normalizer asks the model (bus/session_history.py)."""
 
 from __future__ import annotations
 
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.events import LogEntry
-from shared.factories import create_assistant_message, create_user_interruption_message, create_user_message
-from shared.messages import Message, TombstoneMessage
-from shared.session_history import SessionHistory
+from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.bus.session_history import SessionHistory
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import (
+    create_assistant_message,
+    create_user_interruption_message,
+    create_user_message,
+)
+from agentbus_redis.messages.kinds import Message, TombstoneMessage
 
 
 def feed(history: SessionHistory, *messages: Message) -> None:

@@ -1,12 +1,12 @@
-"""Issue 15, session ids are checked: the one grammar (shared/session_ids.py) every entry point and
+"""Issue 15, session ids are checked: the one grammar (session_ids.py) every entry point and
 every path-building function uses."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.errors import AgentbusError
-from shared.session_ids import InvalidSessionId, check_session_id, session_id_problem
+from agentbus_redis.errors import AgentbusError
+from agentbus_redis.session_ids import InvalidSessionId, check_session_id, session_id_problem
 
 
 @pytest.mark.parametrize(

@@ -8,21 +8,21 @@ from typing import Any
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.constants import CONTEXT_WINDOW_EXCEEDED_ERROR, SYNTHETIC_MODEL, max_output_tokens_error
-from shared.content import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.errors import ContentNormalizationError, StreamAccumulationError, UpdateTargetMissing
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.json_types import JsonValue
+from agentbus_redis.messages.constants import CONTEXT_WINDOW_EXCEEDED_ERROR, SYNTHETIC_MODEL, max_output_tokens_error
+from agentbus_redis.messages.content import (
     ServerToolUseBlock,
     TextBlock,
     ThinkingBlock,
     ToolUseBlock,
     UnknownBlock,
 )
-from shared.content_from_api import assistant_from_api_response, normalize_content_from_api
-from shared.errors import ContentNormalizationError, StreamAccumulationError, UpdateTargetMissing
-from shared.ids import SequentialIds
-from shared.json_types import JsonValue
-from shared.messages import AssistantMessage, Message, StreamEventMessage, TombstoneMessage, parse_message
-from shared.streaming import (
+from agentbus_redis.messages.from_api import assistant_from_api_response, normalize_content_from_api
+from agentbus_redis.messages.kinds import AssistantMessage, Message, StreamEventMessage, TombstoneMessage, parse_message
+from agentbus_redis.streaming.accumulate import (
     REFUSAL_SUGGESTED_MODEL,
     AssistantMessageUpdated,
     StreamAccumulator,
@@ -30,7 +30,7 @@ from shared.streaming import (
     apply_assistant_update,
     refusal_error_text,
 )
-from shared.usage import EMPTY_USAGE, update_usage
+from agentbus_redis.streaming.usage import EMPTY_USAGE, update_usage
 
 MESSAGE_START_USAGE: dict[str, Any] = {
     "input_tokens": 1200,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.constants import max_output_tokens_error
-from shared.ids import SequentialIds
-from shared.json_types import JsonObject
-from shared.messages import AssistantMessage
-from shared.streaming_replies import OpenReply
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import max_output_tokens_error
+from agentbus_redis.messages.kinds import AssistantMessage
+from agentbus_redis.streaming.replies import OpenReply
 
 CUT_REPLY: list[JsonObject] = [
     {

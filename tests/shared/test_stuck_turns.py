@@ -1,15 +1,12 @@
-"""No wait without an owner (issue 25): when a session's wait is stuck (shared/stuck_turns.py) and how the
+"""No wait without an owner (issue 25): when a session's wait is stuck (bus/stuck_turns.py) and how the
 ledger ends it (a ``StuckTurnSweep`` applied in order) — pure, no Redis."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.approvals import ApprovalRequested, AskedCall
-from shared.clock import FixedClock
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import (
+from agentbus_redis.approvals.records import ApprovalRequested, AskedCall
+from agentbus_redis.bus.events import (
     AssistantReply,
     IngressEnvelope,
     IngressPayload,
@@ -18,13 +15,16 @@ from shared.events import (
     ToolResultReport,
     UserPrompt,
 )
-from shared.factories import create_assistant_message, create_user_message
-from shared.ids import SequentialIds
-from shared.internal_events import forged_internal_problem
-from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
-from shared.messages import AssistantMessage, UserMessage
-from shared.model.error_texts import REQUEST_TIMED_OUT
-from shared.stuck_turns import SessionWait, session_wait, stuck_at_ms, stuck_wait
+from agentbus_redis.bus.internal_events import forged_internal_problem
+from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.bus.stuck_turns import SessionWait, session_wait, stuck_at_ms, stuck_wait
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.model.error_texts import REQUEST_TIMED_OUT
 
 BOUND_MS = 10_000
 TOOL_DEADLINE_MS = 60_000

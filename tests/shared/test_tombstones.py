@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.content import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from shared.messages import (
+from agentbus_redis.messages.content import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import (
     AssistantMessage,
     AssistantPayload,
     Message,
@@ -14,8 +14,8 @@ from shared.messages import (
     UserPayload,
     parse_message,
 )
-from shared.system_messages import InformationalSystemMessage
-from shared.tombstones import apply_tombstones, retracted_uuids, tombstones_for
+from agentbus_redis.messages.system import InformationalSystemMessage
+from agentbus_redis.messages.tombstones import apply_tombstones, retracted_uuids, tombstones_for
 
 
 def user(uuid: str, *content: TextBlock | ToolResultBlock) -> UserMessage:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.tool_catalog import CatalogEntry, merge_catalog
-from shared.tool_definitions import ToolDefinition
+from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
+from agentbus_redis.tools.definitions import ToolDefinition
 
 SCHEMA = {"type": "object", "properties": {}}
 

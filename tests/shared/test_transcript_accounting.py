@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.clock import utc_now
-from shared.ids import random_uuid
-from shared.transcript import diagnose_no_conversation, read_transcript, resume_session, skipped_lines
+from agentbus_redis.clock import utc_now
+from agentbus_redis.ids import random_uuid
+from agentbus_redis.transcript import diagnose_no_conversation, read_transcript, resume_session, skipped_lines
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from shared.content import ToolResultBlock, ToolUseBlock
-from shared.errors import BrokenTranscriptChain
-from shared.messages import AssistantMessage, UserMessage
-from shared.system_messages import CompactBoundarySystemMessage
-from shared.transcript import (
+from agentbus_redis.errors import BrokenTranscriptChain
+from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.messages.system import CompactBoundarySystemMessage
+from agentbus_redis.transcript import (
     Transcript,
     TranscriptMessage,
     TranscriptParse,

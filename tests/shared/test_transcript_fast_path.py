@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from shared.content import CONTENT_BLOCKS_ADAPTER, UnknownBlock
-from shared.errors import TranscriptLineError
-from shared.messages import STORED_TYPES, UserMessage, parse_message
-from shared.system_messages import OtherSystemMessage
-from shared.transcript import TRANSCRIPT_LINE_ADAPTER, parse_line, remove_chain_fields
-from shared.transcript.lines import OtherMessageLine, TranscriptLine, model_refusal
+from agentbus_redis.errors import TranscriptLineError
+from agentbus_redis.messages.content import CONTENT_BLOCKS_ADAPTER, UnknownBlock
+from agentbus_redis.messages.kinds import STORED_TYPES, UserMessage, parse_message
+from agentbus_redis.messages.system import OtherSystemMessage
+from agentbus_redis.transcript import TRANSCRIPT_LINE_ADAPTER, parse_line, remove_chain_fields
+from agentbus_redis.transcript.lines import OtherMessageLine, TranscriptLine, model_refusal
 from tests.shared.transcript_builders import CLAUDE_CODE_CORPUS, corpus_files
 
 VALID_USER = '{"type":"user","uuid":"u","timestamp":"t","message":{"role":"user","content":"hi"}'

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
-from shared.transcript import (
+from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
+from agentbus_redis.transcript import (
     TranscriptParse,
     build_transcript,
     main_chain,

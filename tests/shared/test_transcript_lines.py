@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import TranscriptLineError
-from shared.messages import AssistantMessage, ProgressMessage, UserMessage
-from shared.system_messages import CompactBoundarySystemMessage
-from shared.transcript import (
+from agentbus_redis.errors import TranscriptLineError
+from agentbus_redis.messages.kinds import AssistantMessage, ProgressMessage, UserMessage
+from agentbus_redis.messages.system import CompactBoundarySystemMessage
+from agentbus_redis.transcript import (
     METADATA_TYPES,
     FileHistorySnapshotLine,
     OtherEntryLine,

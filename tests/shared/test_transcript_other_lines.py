@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from shared.api_validation import validate_api_request
-from shared.clock import FixedClock
-from shared.ids import SequentialIds
-from shared.messages import AssistantMessage, UserMessage
-from shared.normalize import to_api_request
-from shared.system_messages import OtherSystemMessage
-from shared.transcript import (
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.messages.system import OtherSystemMessage
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.transcript import (
     OtherMessageLine,
     build_transcript,
     dump_line,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.messages import UserMessage
-from shared.transcript import OtherMessageLine, SummaryLine, model_refusal, read_transcript, verify_transcript
+from agentbus_redis.messages.kinds import UserMessage
+from agentbus_redis.transcript import OtherMessageLine, SummaryLine, model_refusal, read_transcript, verify_transcript
 from tests.shared.transcript_builders import CLAUDE_CODE_CORPUS, jsonl, user
 
 GOOD = jsonl(user("u1", None, "one"), user("u2", "u1", "two"))

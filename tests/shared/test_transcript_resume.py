@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.constants import CONTINUE_FROM_WHERE_YOU_LEFT_OFF, NO_RESPONSE_REQUESTED, SYNTHETIC_MODEL
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.errors import BrokenTranscriptChain
-from shared.ids import SequentialIds
-from shared.messages import AssistantMessage, AttachmentMessage, UserMessage
-from shared.system_messages import CompactBoundarySystemMessage
-from shared.transcript import (
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.errors import BrokenTranscriptChain
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.constants import CONTINUE_FROM_WHERE_YOU_LEFT_OFF, NO_RESPONSE_REQUESTED, SYNTHETIC_MODEL
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import AssistantMessage, AttachmentMessage, UserMessage
+from agentbus_redis.messages.system import CompactBoundarySystemMessage
+from agentbus_redis.transcript import (
     KAIROS_TERMINAL_TOOLS,
     ResumeResult,
     TranscriptMessage,

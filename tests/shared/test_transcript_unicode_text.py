@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from shared.transcript import (
+from agentbus_redis.transcript import (
     decode_utf8_replacing,
     dump_line,
     escape_lone_surrogates,
@@ -15,7 +15,7 @@ from shared.transcript import (
     replace_lone_surrogates,
     well_formed_json,
 )
-from shared.transcript.unicode_text import json_line_lone_surrogates
+from agentbus_redis.transcript.unicode_text import json_line_lone_surrogates
 from tests.shared.transcript_builders import jsonl, user
 
 

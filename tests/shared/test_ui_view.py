@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.constants import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_FOR_TOOL_USE, NO_CONTENT_MESSAGE
-from shared.content import (
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_FOR_TOOL_USE, NO_CONTENT_MESSAGE
+from agentbus_redis.messages.content import (
     ContentBlock,
     ImageBlock,
     ServerToolResultBlock,
@@ -19,10 +21,8 @@ from shared.content import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from shared.factories import create_compact_boundary_message, derive_uuid
-from shared.ids import SequentialIds
-from shared.json_types import JsonObject
-from shared.messages import (
+from agentbus_redis.messages.factories import create_compact_boundary_message, derive_uuid
+from agentbus_redis.messages.kinds import (
     AssistantMessage,
     AssistantPayload,
     AttachmentMessage,
@@ -32,8 +32,8 @@ from shared.messages import (
     UserPayload,
     parse_message,
 )
-from shared.system_messages import ApiErrorSystemMessage, InformationalSystemMessage
-from shared.ui_view import (
+from agentbus_redis.messages.system import ApiErrorSystemMessage, InformationalSystemMessage
+from agentbus_redis.messages.ui_view import (
     errored_server_tool_uses,
     is_not_empty_message,
     normalize_messages,

@@ -17,9 +17,9 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from services.model.fake_server import FakeModelAdmin
-from services.model.fake_steps import HangStep
-from services.runtime.supervisor import LISTEN_FD_ENV, bind_listener
+from agentbus_redis.local.supervisor import LISTEN_FD_ENV, bind_listener
+from agentbus_redis.workers.model.fake_server import FakeModelAdmin
+from agentbus_redis.workers.model.fake_steps import HangStep
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def fake_model_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``agentbus fake-model --port 0 --script demo`` and the URL it printed."""
-    command = [sys.executable, "-m", "services.cli.main", "fake-model", "--port", "0", "--script", "demo"]
+    command = [sys.executable, "-m", "agentbus_redis.cli.main", "fake-model", "--port", "0", "--script", "demo"]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
@@ -70,7 +70,7 @@ def test_cli_fake_model_serves_the_demo_and_stops_on_signal(
 def test_cli_fake_model_refuses_a_port_in_use(fake_model_process: tuple[subprocess.Popen[str], str]) -> None:
     _, url = fake_model_process
     port = url.rsplit(":", 1)[1]
-    command = [sys.executable, "-m", "services.cli.main", "fake-model", "--port", port]
+    command = [sys.executable, "-m", "agentbus_redis.cli.main", "fake-model", "--port", port]
     done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
     assert done.stderr.startswith(f"agentbus: cannot listen on 127.0.0.1:{port}: ")
@@ -79,7 +79,14 @@ def test_cli_fake_model_refuses_a_port_in_use(fake_model_process: tuple[subproce
 def test_cli_fake_model_serves_the_socket_up_hands_down_and_answers_readyz() -> None:
     listener = bind_listener("127.0.0.1", 0)
     port = listener.getsockname()[1]
-    command = [sys.executable, "-m", "services.cli.main", "fake-model", "--port", "1"]  # the handed-down socket wins
+    command = [
+        sys.executable,
+        "-m",
+        "agentbus_redis.cli.main",
+        "fake-model",
+        "--port",
+        "1",
+    ]  # the handed-down socket wins
     env = {**os.environ, LISTEN_FD_ENV: str(listener.fileno())}
     with (
         listener,

@@ -14,8 +14,8 @@ import httpx2
 import orjson
 import pytest
 
-from services.model.fake_server import FakeModelServer
-from services.model.fake_steps import HangStep, HttpErrorStep, ReplyStep, prompt_too_long_message
+from agentbus_redis.workers.model.fake_server import FakeModelServer
+from agentbus_redis.workers.model.fake_steps import HangStep, HttpErrorStep, ReplyStep, prompt_too_long_message
 
 MODEL = "claude-test-model"
 PROMPT: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Tell me a long story."}]

@@ -10,8 +10,8 @@ import urllib.request
 import anthropic
 import orjson
 
-from services.model.fake_server import FakeModelServer
-from services.model.fake_steps import ReplyStep
+from agentbus_redis.workers.model.fake_server import FakeModelServer
+from agentbus_redis.workers.model.fake_steps import ReplyStep
 
 MODEL = "claude-test-model"
 PROMPT: list[anthropic.types.MessageParam] = [{"role": "user", "content": "Read both files, please."}]

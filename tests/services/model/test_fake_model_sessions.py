@@ -11,9 +11,9 @@ import anthropic
 import orjson
 import pytest
 
-from services.model.fake_server import FakeModelServer
-from services.model.fake_steps import RecordedRequest, ReplyStep
-from shared.json_types import JsonValue
+from agentbus_redis.json_types import JsonValue
+from agentbus_redis.workers.model.fake_server import FakeModelServer
+from agentbus_redis.workers.model.fake_steps import RecordedRequest, ReplyStep
 
 MODEL = "claude-test-model"
 

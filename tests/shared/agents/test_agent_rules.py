@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from shared.agents.definitions import (
+from agentbus_redis.agents.definitions import (
     GENERAL_PURPOSE,
     GENERAL_PURPOSE_PROMPT,
     AgentCatalog,
@@ -19,7 +19,7 @@ from shared.agents.definitions import (
     child_tools,
     parse_definitions,
 )
-from shared.agents.ids import (
+from agentbus_redis.agents.ids import (
     AGENT_ID_PATTERN,
     agent_id_for,
     child_session_id,
@@ -28,9 +28,9 @@ from shared.agents.ids import (
     parse_child_session,
     root_session_id,
 )
-from shared.agents.limits import AgentLimits, child_deadline_ms, depth_problem, fan_out_problem
-from shared.agents.progress import agent_progress
-from shared.agents.results import (
+from agentbus_redis.agents.limits import AgentLimits, child_deadline_ms, depth_problem, fan_out_problem
+from agentbus_redis.agents.progress import agent_progress
+from agentbus_redis.agents.results import (
     NO_ASSISTANT_MESSAGES,
     NO_OUTPUT_TEXT,
     ChildFacts,
@@ -39,7 +39,7 @@ from shared.agents.results import (
     interrupted_result,
     wall_time_exceeded,
 )
-from shared.agents.tool import (
+from agentbus_redis.agents.tool import (
     AgentInput,
     agent_denied,
     agent_not_found,
@@ -47,18 +47,18 @@ from shared.agents.tool import (
     agent_type_of,
     denied_agent_types,
 )
-from shared.agents.turn import turn_outcome
-from shared.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE, USER_REJECTED_TOOL_USE
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.factories import (
+from agentbus_redis.agents.turn import turn_outcome
+from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE, USER_REJECTED_TOOL_USE
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import (
     create_assistant_api_error_message,
     create_assistant_message,
     create_user_interruption_message,
     create_user_message,
 )
-from shared.messages import AssistantMessage, TombstoneMessage, UserMessage
-from shared.permission_rules import parse_rules
-from shared.session_ids import session_id_problem
+from agentbus_redis.messages.kinds import AssistantMessage, TombstoneMessage, UserMessage
+from agentbus_redis.permissions.rules import parse_rules
+from agentbus_redis.session_ids import session_id_problem
 
 FACTS = ChildFacts(
     agent_id="a0123456789abcdef", agent_type=GENERAL_PURPOSE, prompt="Find it", description="find", started_ms=1_000
@@ -394,8 +394,8 @@ def test_a3_7_child_mode_is_the_definitions_unless_the_parent_bypasses_or_accept
 
 
 def test_a6_1_shell_progress_of_a_child_is_forwarded_with_its_own_ids() -> None:
-    from shared.agents.progress import forwarded_shell_progress
-    from shared.factories import create_progress_message
+    from agentbus_redis.agents.progress import forwarded_shell_progress
+    from agentbus_redis.messages.factories import create_progress_message
 
     bash = create_progress_message(
         tool_use_id="toolu_child_bash",

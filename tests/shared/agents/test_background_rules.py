@@ -1,12 +1,12 @@
 """Pure rules of background sub-agents and SendMessage (agent-loop.md A1.2, A3.4, A4.4, A5.3, A5.4, A9) and
-the queued prompt that delivers a task notification (shared/queued_prompts.py)."""
+the queued prompt that delivers a task notification (bus/queued_prompts.py)."""
 
 from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
 
-from shared.agents.background import (
+from agentbus_redis.agents.background import (
     BACKGROUND_TOOLS,
     TASK_NOTIFICATION_ORIGIN,
     async_launched_text,
@@ -17,17 +17,24 @@ from shared.agents.background import (
     summary_text,
     task_notification,
 )
-from shared.agents.definitions import GENERAL_PURPOSE_AGENT, child_tools
-from shared.agents.send_message import SendMessageInput, send_message_tool_definition
-from shared.agents.tool import RUN_IN_BACKGROUND_FIELD, agent_tool_definition
-from shared.agents.turn import turn_outcome
-from shared.clock import FixedClock
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import AssistantReply, IngressEnvelope, IngressPayload, Interrupt, ToolResultReport, UserPrompt
-from shared.factories import create_assistant_message, create_user_message
-from shared.ids import SequentialIds
-from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
-from shared.messages import AssistantMessage, Message, UserMessage
+from agentbus_redis.agents.definitions import GENERAL_PURPOSE_AGENT, child_tools
+from agentbus_redis.agents.send_message import SendMessageInput, send_message_tool_definition
+from agentbus_redis.agents.tool import RUN_IN_BACKGROUND_FIELD, agent_tool_definition
+from agentbus_redis.agents.turn import turn_outcome
+from agentbus_redis.bus.events import (
+    AssistantReply,
+    IngressEnvelope,
+    IngressPayload,
+    Interrupt,
+    ToolResultReport,
+    UserPrompt,
+)
+from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import AssistantMessage, Message, UserMessage
 
 AGENT = "a0123456789abcdef"
 OUTPUT = "/work/.agentbus/tasks/a0123456789abcdef.output"

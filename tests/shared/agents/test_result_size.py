@@ -3,10 +3,10 @@ cut says the original size (the spec gives no persisted-output format to use ins
 
 from __future__ import annotations
 
-from shared.agents.results import ChildFacts, completed_result, cut_note
-from shared.agents.tool import AGENT_RESULT_SIZE_LIMIT
-from shared.content import TextBlock
-from shared.factories import create_assistant_message, create_user_message
+from agentbus_redis.agents.results import ChildFacts, completed_result, cut_note
+from agentbus_redis.agents.tool import AGENT_RESULT_SIZE_LIMIT
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
 
 FACTS = ChildFacts(
     agent_id="a0123456789abcdef", agent_type="general-purpose", prompt="p", description="d", started_ms=0

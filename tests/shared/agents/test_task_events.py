@@ -1,25 +1,25 @@
-"""A6.3 SDK task events of a sub-agent (shared/agents/task_events.py): their exact shapes, when they are
+"""A6.3 SDK task events of a sub-agent (agents/task_events.py): their exact shapes, when they are
 due, and that they stay SDK-only — out of the Messages API request, the transcript and the parent chain —
 while a watcher (``bus.converse``) and ``agentbus tail`` see them typed."""
 
 from __future__ import annotations
 
-from services.cli.bus import describe
-from services.transcripts.cleaning import CleaningPolicy, clean_messages_for_logging
-from shared.agents.record import ChildRecord
-from shared.agents.task_events import last_tool_use, task_notification, task_progress, task_started, task_usage
-from shared.chain_cursor import ChainCursor
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.conversation import TaskNotification, TaskProgress, TaskStarted, TurnTracker
-from shared.events import IngressEnvelope, LogEntry, SystemNotice
-from shared.factories import create_assistant_message, create_user_message
-from shared.internal_events import forged_internal_problem
-from shared.json_types import JsonObject
-from shared.ledger import SessionLedger, new_ledger_state
-from shared.messages import AssistantMessage, Message, UserMessage, parse_message
-from shared.normalize import to_api_request
-from shared.session_history import SessionHistory
-from shared.system_messages import TaskStartedSystemMessage, TaskSystemMessage, is_sdk_only
+from agentbus_redis.agents.record import ChildRecord
+from agentbus_redis.agents.task_events import last_tool_use, task_notification, task_progress, task_started, task_usage
+from agentbus_redis.bus.conversation import TaskNotification, TaskProgress, TaskStarted, TurnTracker
+from agentbus_redis.bus.events import IngressEnvelope, LogEntry, SystemNotice
+from agentbus_redis.bus.internal_events import forged_internal_problem
+from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.bus.session_history import SessionHistory
+from agentbus_redis.cli.bus import describe
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.chain_cursor import ChainCursor
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import AssistantMessage, Message, UserMessage, parse_message
+from agentbus_redis.messages.system import TaskStartedSystemMessage, TaskSystemMessage, is_sdk_only
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.transcript_files.cleaning import CleaningPolicy, clean_messages_for_logging
 
 NOW = "2026-01-01T00:00:00Z"
 RECORD = ChildRecord(

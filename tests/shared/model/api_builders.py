@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from shared.json_types import JsonObject
+from agentbus_redis.json_types import JsonObject
 
 
 def text(value: str, **extra: Any) -> JsonObject:

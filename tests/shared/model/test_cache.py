@@ -7,8 +7,8 @@ import copy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.json_types import JsonObject
-from shared.model.cache import (
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.cache import (
     MAX_CACHE_BREAKPOINTS,
     apply_cache_breakpoints,
     cache_control,

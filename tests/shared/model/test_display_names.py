@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.model.display_names import model_display_name
-from shared.model.error_texts import switched_model_notice
+from agentbus_redis.model.display_names import model_display_name
+from agentbus_redis.model.error_texts import switched_model_notice
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.model.genai import (
+from agentbus_redis.model.genai import (
     ERROR_TYPES,
     OTHER,
     error_attributes,
@@ -19,8 +19,8 @@ from shared.model.genai import (
     token_usage_points,
     usage_attributes,
 )
-from shared.model.request import ModelDefaults, build_model_params
-from shared.model.session_config import SessionModelConfig
+from agentbus_redis.model.request import ModelDefaults, build_model_params
+from agentbus_redis.model.session_config import SessionModelConfig
 
 
 def test_m11_1_span_name() -> None:

@@ -1,19 +1,20 @@
-"""A3.8 / R10.6 ``maxTurns`` (shared/model/max_turns.py) and where the rule is read: the normalizer's
-trigger (shared/session_history.py), a child's turn (shared/agents/turn.py), a watcher's turn
-(shared/conversation.py), the internal-event check (shared/internal_events.py) and the API request."""
+"""A3.8 / R10.6 ``maxTurns`` (model/max_turns.py) and where the rule is read: the normalizer's
+trigger (bus/session_history.py), a child's turn (agents/turn.py), a watcher's turn
+(bus/conversation.py), the internal-event check (bus/internal_events.py) and the API request."""
 
 from __future__ import annotations
 
-from shared.agents.turn import may_end_turn, turn_outcome
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.conversation import TurnTracker
-from shared.events import AttachmentNotice, IngressEnvelope, LogEntry
-from shared.factories import create_assistant_message, create_user_message
-from shared.internal_events import forged_internal_problem
-from shared.json_types import JsonObject
-from shared.messages import Message
-from shared.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
-from shared.model.max_turns import (
+from agentbus_redis.agents.turn import may_end_turn, turn_outcome
+from agentbus_redis.bus.conversation import TurnTracker
+from agentbus_redis.bus.events import AttachmentNotice, IngressEnvelope, LogEntry
+from agentbus_redis.bus.internal_events import forged_internal_problem
+from agentbus_redis.bus.session_history import SessionHistory
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.factories import create_assistant_message, create_user_message
+from agentbus_redis.messages.kinds import Message
+from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.model.max_turns import (
     ended_at_max_turns,
     is_max_turns_reached,
     max_turns_attachment,
@@ -21,8 +22,7 @@ from shared.model.max_turns import (
     over_max_turns,
     turns_in_request,
 )
-from shared.normalize import to_api_request
-from shared.session_history import SessionHistory
+from agentbus_redis.normalize import to_api_request
 
 
 def request(*messages: JsonObject) -> JsonObject:

@@ -13,10 +13,10 @@ from anthropic.resources.messages import AsyncMessages
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.api_validation import validate_api_request
-from shared.json_types import JsonObject
-from shared.model.cache import MAX_CACHE_BREAKPOINTS, count_cache_breakpoints
-from shared.model.request import (
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.cache import MAX_CACHE_BREAKPOINTS, count_cache_breakpoints
+from agentbus_redis.model.request import (
     AGENT_SDK_PREFIX,
     CLI_PREFIX,
     CREATE_KEYWORDS,
@@ -32,9 +32,9 @@ from shared.model.request import (
     with_max_tokens,
     with_model,
 )
-from shared.model.session_config import SessionModelConfig
-from shared.model.thinking import open_turn_assistants
-from shared.tool_definitions import ToolDefinition
+from agentbus_redis.model.session_config import SessionModelConfig
+from agentbus_redis.model.thinking import open_turn_assistants
+from agentbus_redis.tools.definitions import ToolDefinition
 from tests.shared.model.api_builders import MARKER, assistant, messages, text, thinking, tool_result, tool_use, user
 
 SESSION = "3f2a0c9e-0000-4000-8000-000000000001"
@@ -391,7 +391,7 @@ THINKING_MODE_RULES = {"missing_leading_thinking", "thinking_while_disabled"}
 def test_api_1_10_built_request_passes_the_thinking_mode_rules(
     history: list[JsonObject], model: str, thinking_config: JsonObject | None
 ) -> None:
-    """Whatever the history, the request sent breaks neither thinking-mode rule of shared/api_validation
+    """Whatever the history, the request sent breaks neither thinking-mode rule of api/validation
     (a tool loop without leading thinking goes without thinking; with thinking off the open turn holds
     none) — except where an open-turn message holds nothing but thinking (it cannot be fixed here)."""
     body = build({"messages": history}, config=SessionModelConfig(model=model, thinking=thinking_config))

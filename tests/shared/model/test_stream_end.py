@@ -1,11 +1,11 @@
-"""How the worker closes a reply complete by M2.5 but cut before ``message_stop`` (shared/model/stream_end.py)."""
+"""How the worker closes a reply complete by M2.5 but cut before ``message_stop`` (model/stream_end.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.model.stream_end import closing_events, loop_stop_reason
-from shared.streaming import StreamAccumulator
+from agentbus_redis.model.stream_end import closing_events, loop_stop_reason
+from agentbus_redis.streaming.accumulate import StreamAccumulator
 
 
 def test_r10_6_the_loop_goes_on_only_from_a_finished_tool_use() -> None:

@@ -7,9 +7,9 @@ import copy
 import pytest
 from hypothesis import given
 
-from shared.api_request_view import THINKING_TYPES, read_request
-from shared.json_types import JsonObject
-from shared.model.thinking import (
+from agentbus_redis.api.request_view import THINKING_TYPES, read_request
+from agentbus_redis.json_types import JsonObject
+from agentbus_redis.model.thinking import (
     DEFAULT_THINKING_CAPABILITIES,
     open_turn_assistants,
     open_turn_blocks_thinking,

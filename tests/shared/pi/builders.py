@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from shared.pi.messages import PiLlmMessage, PiMessage
+from agentbus_redis.pi.messages import PiLlmMessage, PiMessage
 
 Obj = dict[str, Any]
 MODEL = {"api": "anthropic-messages", "provider": "anthropic", "model": "claude-opus-4-5"}

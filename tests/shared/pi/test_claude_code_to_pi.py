@@ -13,14 +13,19 @@ from typing import Any
 
 import pytest
 
-from shared.api_validation import ApiViolation, validate_api_request
-from shared.clock import utc_now
-from shared.ids import random_uuid
-from shared.normalize import to_api_request
-from shared.pi.claude_code import CLAUDE_CODE_STASH, claude_code_to_session, merge_reply_lines, session_to_claude_code
-from shared.pi.request import claude_code_messages, llm_view, pi_own_request, with_prompt
-from shared.pi.session import read_pi_session
-from shared.transcript import resume_session
+from agentbus_redis.api.validation import ApiViolation, validate_api_request
+from agentbus_redis.clock import utc_now
+from agentbus_redis.ids import random_uuid
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.pi.claude_code import (
+    CLAUDE_CODE_STASH,
+    claude_code_to_session,
+    merge_reply_lines,
+    session_to_claude_code,
+)
+from agentbus_redis.pi.request import claude_code_messages, llm_view, pi_own_request, with_prompt
+from agentbus_redis.pi.session import read_pi_session
+from agentbus_redis.transcript import resume_session
 from tests.shared.generated_sessions import GENERATED_SESSIONS, current_client_session
 
 PROMPT = "continue"

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from shared.api_validation import validate_api_request
-from shared.ids import random_uuid
-from shared.normalize import to_api_request
-from shared.pi.claude_code import claude_code_to_session, session_to_claude_code
-from shared.pi.entries import PiMessageEntry
-from shared.pi.messages import PiToolResultMessage
-from shared.pi.request import claude_code_messages, llm_view, pi_own_request
-from shared.pi.session import PiSession, read_pi_session, write_pi_session
-from shared.pi.transform import normalize_anthropic_tool_call_id
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.ids import random_uuid
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.pi.claude_code import claude_code_to_session, session_to_claude_code
+from agentbus_redis.pi.entries import PiMessageEntry
+from agentbus_redis.pi.messages import PiToolResultMessage
+from agentbus_redis.pi.request import claude_code_messages, llm_view, pi_own_request
+from agentbus_redis.pi.session import PiSession, read_pi_session, write_pi_session
+from agentbus_redis.pi.transform import normalize_anthropic_tool_call_id
 from tests.conftest import CORPUS_ROOT, corpus_cases
 
 PI_FILES = corpus_cases("pi")

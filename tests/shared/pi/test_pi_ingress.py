@@ -1,19 +1,19 @@
 """Issue 17, producers: a pi-shaped message published on the bus is mapped at the ingestion boundary into
-the Claude Code model (P10, shared/pi/ingress.py), so the ledger and everything after it see one model."""
+the Claude Code model (P10, pi/ingress.py), so the ledger and everything after it see one model."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.clock import FixedClock
-from shared.content import TextBlock, ToolResultBlock, ToolUseBlock
-from shared.events import IngressEnvelope, PiMessagePayload
-from shared.ids import SequentialIds
-from shared.internal_events import forged_internal_problem
-from shared.ledger import LedgerOutput, SessionLedger, new_ledger_state
-from shared.messages import AssistantMessage, UserMessage
-from shared.pi.ingress import pi_message_to_claude_code
-from shared.pi.messages import PI_MESSAGE_ADAPTER
+from agentbus_redis.bus.events import IngressEnvelope, PiMessagePayload
+from agentbus_redis.bus.internal_events import forged_internal_problem
+from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
+from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
+from agentbus_redis.pi.ingress import pi_message_to_claude_code
+from agentbus_redis.pi.messages import PI_MESSAGE_ADAPTER
 from tests.shared.pi.builders import Obj, a, tc, text, tr, u
 
 NOW = "2026-01-01T00:00:00.000Z"
@@ -79,7 +79,7 @@ def test_the_ledger_applies_a_pi_turn_as_its_claude_code_messages(ledger: Sessio
 
 
 def test_a_pi_tool_result_for_a_dispatched_call_is_the_tool_workers(ledger: SessionLedger) -> None:
-    """shared/internal_events.py: a pi toolResult answers its call like a tool_result does."""
+    """bus/internal_events.py: a pi toolResult answers its call like a tool_result does."""
     out = send(ledger, pi(a(tc("toolu_9")), "m1"), "k1")
     assert len(out.tool_jobs) == 1
     forged = IngressEnvelope(session_id="s1", idempotency_key="k2", payload=pi(tr("toolu_9"), "m2"))

@@ -1,10 +1,10 @@
-"""P7–P9: ``transcript verify|repair`` of a pi session (shared/pi/integrity.py)."""
+"""P7–P9: ``transcript verify|repair`` of a pi session (pi/integrity.py)."""
 
 from __future__ import annotations
 
-from shared.ids import SequentialIds
-from shared.pi.integrity import repair_pi_session, verify_pi_session
-from shared.pi.session import PiSession, read_pi_session, write_pi_session
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.pi.integrity import repair_pi_session, verify_pi_session
+from agentbus_redis.pi.session import PiSession, read_pi_session, write_pi_session
 from tests.shared.pi.builders import a, entry, header, session_file, tc, text, tr, u
 
 

@@ -11,14 +11,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.api_validation import validate_api_request
-from shared.ids import SequentialIds
-from shared.normalize import to_api_request
-from shared.pi.claude_code import claude_code_to_session, session_to_claude_code
-from shared.pi.messages import PiAssistantMessage, PiToolResultMessage
-from shared.pi.request import claude_code_messages, llm_view
-from shared.pi.session import read_pi_session
-from shared.pi.transform import normalize_anthropic_tool_call_id, repair_orphans
+from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.normalize import to_api_request
+from agentbus_redis.pi.claude_code import claude_code_to_session, session_to_claude_code
+from agentbus_redis.pi.messages import PiAssistantMessage, PiToolResultMessage
+from agentbus_redis.pi.request import claude_code_messages, llm_view
+from agentbus_redis.pi.session import read_pi_session
+from agentbus_redis.pi.transform import normalize_anthropic_tool_call_id, repair_orphans
 from tests.shared.pi.builders import MODEL, Obj, header, session_file
 
 OTHER_MODEL = {"api": "openai-responses", "provider": "openai", "model": "gpt-5"}

@@ -7,13 +7,19 @@ import json
 
 import pytest
 
-from shared.ids import SequentialIds
-from shared.pi.anthropic import convert_messages, sanitize_surrogates
-from shared.pi.context import LAST_ENTRY, build_session_context
-from shared.pi.entries import PiCompaction, PiMessageEntry, PiOtherEntry
-from shared.pi.messages import PiAssistantMessage, PiBranchSummary, PiCompactionSummary, PiOtherMessage, PiUserMessage
-from shared.pi.session import NotAPiSession, looks_like_pi_session, read_pi_session, write_pi_session
-from shared.pi.transform import PiTargetModel
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.pi.anthropic import convert_messages, sanitize_surrogates
+from agentbus_redis.pi.context import LAST_ENTRY, build_session_context
+from agentbus_redis.pi.entries import PiCompaction, PiMessageEntry, PiOtherEntry
+from agentbus_redis.pi.messages import (
+    PiAssistantMessage,
+    PiBranchSummary,
+    PiCompactionSummary,
+    PiOtherMessage,
+    PiUserMessage,
+)
+from agentbus_redis.pi.session import NotAPiSession, looks_like_pi_session, read_pi_session, write_pi_session
+from agentbus_redis.pi.transform import PiTargetModel
 from tests.shared.pi.builders import Obj, a, entry, header, llm, session_file, tc, text, tr, u
 
 TARGET = PiTargetModel(api="anthropic-messages", provider="anthropic", id="claude-opus-4-5")

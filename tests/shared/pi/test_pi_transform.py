@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from shared.pi.constants import (
+from agentbus_redis.pi.constants import (
     BRANCH_SUMMARY_PREFIX,
     COMPACTION_SUMMARY_PREFIX,
     COMPACTION_SUMMARY_SUFFIX,
     NO_RESULT_PROVIDED,
 )
-from shared.pi.content import PiText, PiThinking, PiToolCall
-from shared.pi.convert import IMAGES_DISABLED, bash_execution_to_text, convert_to_llm
-from shared.pi.messages import (
+from agentbus_redis.pi.content import PiText, PiThinking, PiToolCall
+from agentbus_redis.pi.convert import IMAGES_DISABLED, bash_execution_to_text, convert_to_llm
+from agentbus_redis.pi.messages import (
     PiAssistantMessage,
     PiBashExecution,
     PiBranchSummary,
@@ -22,7 +22,7 @@ from shared.pi.messages import (
     PiToolResultMessage,
     PiUserMessage,
 )
-from shared.pi.transform import PiTargetModel, normalize_anthropic_tool_call_id, transform_messages
+from agentbus_redis.pi.transform import PiTargetModel, normalize_anthropic_tool_call_id, transform_messages
 from tests.shared.pi.builders import a, llm, tc, text, tr, u
 
 TARGET = PiTargetModel(api="anthropic-messages", provider="anthropic", id="claude-opus-4-5")

@@ -1,0 +1,134 @@
+"""The Python SDK: publish prompts, follow turns, answer approvals, replay transcripts."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentbus_redis.sdk.approvals import PendingApproval, answer_key, find_approval, follow_approvals
+    from agentbus_redis.sdk.client import AgentbusClient, NotReplicated, PublishedRequest, RedisUnavailable
+    from agentbus_redis.sdk.conversation import (
+        ApiError,
+        ApiRetry,
+        AssistantMessageComplete,
+        Conversation,
+        ConversationEvent,
+        ConversationTimeout,
+        Interrupted,
+        Notice,
+        Retracted,
+        TaskNotification,
+        TaskProgress,
+        TaskStarted,
+        TextDelta,
+        ThinkingDelta,
+        ToolCall,
+        ToolProgress,
+        ToolResult,
+        TurnEnd,
+        converse,
+    )
+    from agentbus_redis.sdk.replay import (
+        PUBLISH_CHUNK,
+        RESUMED_TYPES,
+        ProgressCallback,
+        ReplayPlan,
+        ReplayReport,
+        plan_pi_replay,
+        plan_replay,
+        replay_transcript,
+        wait_until_persisted,
+    )
+
+__all__ = [
+    "PUBLISH_CHUNK",
+    "RESUMED_TYPES",
+    "AgentbusClient",
+    "ApiError",
+    "ApiRetry",
+    "AssistantMessageComplete",
+    "Conversation",
+    "ConversationEvent",
+    "ConversationTimeout",
+    "Interrupted",
+    "NotReplicated",
+    "Notice",
+    "PendingApproval",
+    "ProgressCallback",
+    "PublishedRequest",
+    "RedisUnavailable",
+    "ReplayPlan",
+    "ReplayReport",
+    "Retracted",
+    "TaskNotification",
+    "TaskProgress",
+    "TaskStarted",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCall",
+    "ToolProgress",
+    "ToolResult",
+    "TurnEnd",
+    "answer_key",
+    "converse",
+    "find_approval",
+    "follow_approvals",
+    "plan_pi_replay",
+    "plan_replay",
+    "replay_transcript",
+    "wait_until_persisted",
+]
+
+_MODULE_OF = {
+    "AgentbusClient": "client",
+    "ApiError": "conversation",
+    "ApiRetry": "conversation",
+    "AssistantMessageComplete": "conversation",
+    "Conversation": "conversation",
+    "ConversationEvent": "conversation",
+    "ConversationTimeout": "conversation",
+    "Interrupted": "conversation",
+    "NotReplicated": "client",
+    "Notice": "conversation",
+    "PUBLISH_CHUNK": "replay",
+    "PendingApproval": "approvals",
+    "ProgressCallback": "replay",
+    "PublishedRequest": "client",
+    "RESUMED_TYPES": "replay",
+    "RedisUnavailable": "client",
+    "ReplayPlan": "replay",
+    "ReplayReport": "replay",
+    "Retracted": "conversation",
+    "TaskNotification": "conversation",
+    "TaskProgress": "conversation",
+    "TaskStarted": "conversation",
+    "TextDelta": "conversation",
+    "ThinkingDelta": "conversation",
+    "ToolCall": "conversation",
+    "ToolProgress": "conversation",
+    "ToolResult": "conversation",
+    "TurnEnd": "conversation",
+    "answer_key": "approvals",
+    "converse": "conversation",
+    "find_approval": "approvals",
+    "follow_approvals": "approvals",
+    "plan_pi_replay": "replay",
+    "plan_replay": "replay",
+    "replay_transcript": "replay",
+    "wait_until_persisted": "replay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The façade imports a module only when one of its names is asked for (import time matters for the CLI).
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,140 @@
+"""Building and serializing transcript lines (R7.3).
+
+A message line is ``{chain fields} + {the message's own fields} + {session stamp}`` with JavaScript
+object-spread semantics: a later key overrides the value of an earlier one but keeps its position, and
+a key whose value is "undefined" (``None`` in the stamp, unset chain fields) is absent from the line.
+Lines are compact JSON (no spaces), non-ASCII characters unescaped, like ``JSON.stringify``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import orjson
+
+from agentbus_redis.config.build_info import DISTRIBUTION
+from agentbus_redis.json_types import JsonObject, JsonValue
+
+IN_MEMORY_ONLY_FIELDS = ("parentUuid", "isSidechain")
+"""R7.19 ``removeExtraFields``: chain position is the store's business, never the message's. A message
+that still carries them (e.g. read from another transcript) gets them reassigned (R7.8)."""
+
+
+_OWN_FIELDS_FIRST = ("type", "subtype", "message", "uuid", "timestamp")
+"""Claude Code's factories put these first; pydantic would dump ``uuid``/``timestamp`` first."""
+
+
+def _agentbus_version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def read_git_branch(cwd: str) -> str | None:
+    """The checked-out branch of the git work tree containing ``cwd`` (``None`` outside git or on a
+    detached HEAD). Reads ``.git/HEAD`` directly: no subprocess per write batch."""
+    directory = Path(cwd)
+    for candidate in (directory, *directory.parents):
+        git = candidate / ".git"
+        try:
+            if git.is_file():  # a worktree or submodule: ".git" is "gitdir: <path>"
+                pointer = git.read_text(encoding="utf-8").strip()
+                if not pointer.startswith("gitdir:"):
+                    return None
+                git = (candidate / pointer.removeprefix("gitdir:").strip()).resolve()
+            head_file = git / "HEAD"
+            if not head_file.is_file():
+                continue
+            head = head_file.read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        prefix = "ref: refs/heads/"
+        return head.removeprefix(prefix) if head.startswith(prefix) else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStamp:
+    """R7.3: the fields stamped last on every message line (they always win)."""
+
+    user_type: str = "external"
+    """``$USER_TYPE`` in Claude Code."""
+    entrypoint: str | None = None
+    """``$CLAUDE_CODE_ENTRYPOINT`` (cli, sdk-ts, sdk-py…); absent when ``None``."""
+    version: str = field(default_factory=_agentbus_version)
+    slug: str | None = None
+    git_branch: Callable[[str], str | None] | None = read_git_branch
+    """Looked up once per write batch from the batch's cwd; ``None`` disables the lookup."""
+
+    def values(self, *, cwd: str, session_id: str) -> dict[str, JsonValue | None]:
+        """The stamp of one write batch, in Claude Code's key order (``None`` = key removed)."""
+        return {
+            "userType": self.user_type,
+            "entrypoint": self.entrypoint,
+            "cwd": cwd,
+            "sessionId": session_id,
+            "version": self.version,
+            "gitBranch": self.git_branch(cwd) if self.git_branch is not None else None,
+            "slug": self.slug,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChainFields:
+    """R7.3/R7.8: the chain part of a line, computed by the store."""
+
+    parent_uuid: str | None
+    is_sidechain: bool
+    logical_parent_uuid: str | None = None
+    """Only written for compact boundaries (R7.8)."""
+    with_logical_parent: bool = False
+    team_name: str | None = None
+    agent_name: str | None = None
+    prompt_id: str | None = None
+    """Written on user lines only."""
+    agent_id: str | None = None
+
+
+def build_line(message_wire: JsonObject, chain: ChainFields, stamp: dict[str, JsonValue | None]) -> JsonObject:
+    """R7.3: assemble one message line (see the module docstring for the merge semantics)."""
+    line: dict[str, JsonValue | None] = {"parentUuid": chain.parent_uuid}
+    if chain.with_logical_parent:
+        line["logicalParentUuid"] = chain.logical_parent_uuid
+    line["isSidechain"] = chain.is_sidechain
+    if chain.team_name is not None:
+        line["teamName"] = chain.team_name
+    if chain.agent_name is not None:
+        line["agentName"] = chain.agent_name
+    if chain.prompt_id is not None and message_wire.get("type") == "user":
+        line["promptId"] = chain.prompt_id
+    if chain.agent_id is not None:
+        line["agentId"] = chain.agent_id
+    own = {key: message_wire[key] for key in _OWN_FIELDS_FIRST if key in message_wire}
+    own.update(message_wire)
+    for key, value in own.items():
+        if key not in IN_MEMORY_ONLY_FIELDS:
+            line[key] = value
+    line.update(stamp)
+    return {key: value for key, value in line.items() if value is not None or key not in stamp}
+
+
+def dumps_line(line: JsonValue) -> str:
+    """Compact JSON like ``JSON.stringify``: no spaces, non-ASCII as is, key order kept.
+
+    orjson is the fast path; the stdlib handles what orjson refuses (integers over 64 bits, lone
+    surrogates, which are escaped as ``\\udXXX`` just as JavaScript does).
+    """
+    try:
+        return orjson.dumps(line).decode("utf-8")
+    except (orjson.JSONEncodeError, TypeError):
+        text = json.dumps(line, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(line, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        return text

@@ -1,0 +1,1 @@
+"""The five worker types, one package each; no worker imports another."""

@@ -1,0 +1,210 @@
+"""The tool-execution worker process: ``agentbus worker tools`` (run as many as you like)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
+from agentbus_redis.agents.tool import AGENT_TOOL_NAME
+from agentbus_redis.observability.metrics import instrument_handler
+from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.runtime.codec import signed_entry_fields
+from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
+from agentbus_redis.runtime.lane_worker import ensure_groups
+from agentbus_redis.runtime.periodic import PeriodicTask
+from agentbus_redis.runtime.slots import JobSlots
+from agentbus_redis.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher, read_tool_catalog
+from agentbus_redis.streams.deadletter import DeadLetter
+from agentbus_redis.streams.entries import StreamEntry, field_bytes
+from agentbus_redis.streams.topology import TOOLS_GROUP
+from agentbus_redis.subagents.launcher import AgentTool
+from agentbus_redis.subagents.permissions import SessionPermissions
+from agentbus_redis.subagents.send_message import SendMessageTool
+from agentbus_redis.subagents.setup import agent_setup
+from agentbus_redis.subagents.store import AgentStore
+from agentbus_redis.workers.process import WorkerContext
+from agentbus_redis.workers.tools.approvals import ApprovalGate
+from agentbus_redis.workers.tools.executor import ToolTimeouts
+from agentbus_redis.workers.tools.registry import ToolRegistry, default_registry
+from agentbus_redis.workers.tools.worker import ToolWorker, abandoned_job_envelope
+from agentbus_redis.workers.tools.workspace import Workspace
+
+APPROVALS_GAUGE_INTERVAL_S = 5.0
+
+
+class ToolRuntime:
+    """Competing consumer of tool jobs — of every shard's job stream, one consumer each (a job stream per
+    shard keeps each batch of the ordered lanes in one Cluster slot), sharing the worker's job slots — plus
+    the watchers that answer dead-lettered jobs."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        settings = context.settings
+        self.context = context
+        self.topology = context.topology
+        workspace_root = settings.tools.workspace.resolve()
+        workspace_root.mkdir(parents=True, exist_ok=True)
+        permissions = PermissionContext.from_settings(
+            workspace_root=str(workspace_root),
+            allow=settings.tools.allow,
+            deny=settings.tools.deny,
+            ask=settings.tools.ask,
+            mode=settings.tools.permission_mode,
+            ask_policy=settings.tools.ask_policy,
+        )
+        claim_idle_ms = settings.consumer.claim_min_idle_ms
+        self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
+        builtin = default_registry(Workspace.at(workspace_root))
+        self.agent_tool = AgentTool(
+            context.redis,
+            self.topology,
+            setup=agent_setup(settings.agents, cwd=str(workspace_root)),
+            permissions=permissions,
+            internal_key=settings.require_internal_key(),
+            tool_names=lambda: _catalog_names(context, builtin),
+        )
+        registry = ToolRegistry([*builtin, self.agent_tool, SendMessageTool(self.agent_tool)])
+        self.approvals = ApprovalGate(
+            context.redis,
+            self.topology,
+            registry=registry,
+            internal_key=settings.require_internal_key(),
+            consumer=context.owner,
+            timeout_s=settings.tools.approval_timeout_s,
+        )
+        self.catalog = ToolCatalogPublisher(
+            context.redis,
+            self.topology,
+            worker=context.owner,
+            tools=registry.definitions(),
+            refresh_s=settings.tools.catalog_refresh_s,
+            ttl_s=settings.tools.catalog_ttl_s,
+        )
+        self.worker = ToolWorker(
+            context.redis,
+            self.topology,
+            consumer=context.owner,
+            registry=registry,
+            permissions=permissions,
+            timeouts=ToolTimeouts(default_s=settings.tools.timeout_s),
+            keepalive_s=max(claim_idle_ms / 3000, 0.05),
+            internal_key=settings.require_internal_key(),
+            slots=self.slots,
+            approvals=self.approvals,
+        )
+        # One entry per read: the handler takes an entry only when a slot is free to run it (slots.py).
+        # The reclaim sweep scans as much of the pending list as it did when a read took a slot's worth.
+        base = context.consumer_config()
+        handler = instrument_handler("tools", self.worker.handle)
+        config = replace(base, count=1, claim_max_pages=base.claim_max_pages * settings.tools.max_concurrent_jobs)
+        self.jobs = [
+            BatchConsumer(
+                context.redis, stream=stream, group=TOOLS_GROUP, consumer=context.owner, handler=handler, config=config
+            )
+            for stream in self.topology.tool_job_streams()
+        ]
+        self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
+        self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
+        self.abandoned = [
+            BatchConsumer(
+                context.redis,
+                stream=jobs.dead_letter_stream,
+                group=ABANDONED_GROUP,
+                consumer=context.owner,
+                handler=self._answer_abandoned,
+                config=context.consumer_config(),
+            )
+            for jobs in self.jobs
+        ]
+        context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
+        self.approvals_gauge = PendingApprovalsGauge(self.approvals)
+
+    async def _on_interrupt(self, session_id: str) -> None:
+        """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
+        self.worker.interrupt_session(session_id)
+
+    async def _answer_abandoned(self, entries: list[StreamEntry]) -> BatchOutcome:
+        """Placeholder rule: a job that was dead-lettered gets its calls answered by ingestion."""
+        outputs: list[Output] = []
+        poison: dict[str, Poison] = {}
+        for entry in entries:
+            letter = DeadLetter.from_stream_fields(
+                entry.stream, entry.entry_id, {field_bytes(k): v for k, v in entry.fields.items()}
+            )
+            original = StreamEntry(letter.stream, letter.entry_id, dict(letter.fields), letter.delivery_count)
+            job = self.approvals.decode(original)
+            if isinstance(job, Poison):
+                poison[entry.entry_id] = job
+                continue
+            envelope = abandoned_job_envelope(job, letter.reason)
+            fields = signed_entry_fields(envelope, self.worker.internal_key)
+            outputs.append(Output(self.topology.ingress_for(job.session_id), fields))
+        return BatchOutcome(outputs=outputs, poison=poison)
+
+    async def start(self) -> None:
+        await ensure_groups(self.context.redis, self.groups())
+        await self.catalog.publish()  # the model is offered these tools from now on
+        for consumer in self.consumers():
+            consumer.start()
+        self.catalog.start_refreshing()  # and for as long as this worker lives: the entry expires otherwise
+        self.approvals_gauge.start()
+
+    async def stop(self) -> None:
+        """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
+        entries stay pending and are redelivered)."""
+        timeout_s = self.context.settings.tools.timeout_s
+        await self.approvals_gauge.stop()
+        await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
+        self.slots.close()
+        await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
+        await self.slots.finish(timeout_s=timeout_s)
+        await asyncio.gather(*(abandoned.stop() for abandoned in self.abandoned))
+        await self.agent_tool.outputs.close()
+
+    def consumers(self) -> list[BatchConsumer]:
+        return [*self.jobs, *self.abandoned]
+
+    def background_tasks(self) -> dict[str, asyncio.Task[None] | None]:
+        """The loops that must run as long as the worker does (``/healthz`` fails when one ended)."""
+        return {"tool_catalog": self.catalog.task, "approvals_gauge": self.approvals_gauge.task}
+
+    def groups(self) -> list[tuple[str, str]]:
+        return [(jobs.stream, TOOLS_GROUP) for jobs in self.jobs] + [
+            (abandoned.stream, ABANDONED_GROUP) for abandoned in self.abandoned
+        ]
+
+
+class PendingApprovalsGauge(PeriodicTask):
+    """agentbus_approvals_pending: the store's count, read every few seconds (people answer anywhere)."""
+
+    task_name = "approvals-gauge"
+    failure_event = "approvals_gauge_refresh_failed"
+
+    def __init__(self, approvals: ApprovalGate) -> None:
+        super().__init__(APPROVALS_GAUGE_INTERVAL_S)
+        self.approvals = approvals
+
+    async def tick(self) -> None:
+        await self.approvals.refresh_pending()
+
+
+async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:
+    """The tool pool of a parent whose config names none (A3.4): every tool some live worker runs (the
+    catalog the model is offered), else this worker's own."""
+    names = [tool.name for tool in await read_tool_catalog(context.redis, context.topology)]
+    return names or [*builtin.names, AGENT_TOOL_NAME, SEND_MESSAGE_TOOL_NAME]
+
+
+def create(context: WorkerContext) -> ToolRuntime:
+    return ToolRuntime(context)
+
+
+def __getattr__(attribute: str) -> object:
+    """``faststream run agentbus_redis.workers.tools.app:app``: the ASGI app, built from the environment on first
+    use."""
+    if attribute == "app":
+        from agentbus_redis.workers.process import build_app
+
+        return build_app("tools", create)[0]
+    raise AttributeError(attribute)

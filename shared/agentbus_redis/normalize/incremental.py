@@ -1,0 +1,400 @@
+"""``RequestBuilder``: ``to_api_request`` + ``validate_api_request`` for a session that grows, without
+normalizing (or validating) the whole history for every request.
+
+A request is dominated by what is over: a prefix ``H[:k]`` that ends where a new turn (a human prompt)
+or a new tool round (an assistant reply right after the previous round's tool results) begins at
+``H[k]``, every tool call of it answered inside it. Under the conditions below the pipeline's output
+for ``H`` is ``X ++ Y``: ``X`` depends on ``H[:k]`` alone and ``Y`` is the pipeline run on ``H[k:]``
+(without the user-context message, which belongs to ``X``; for a tool-round cut without the
+``(no content)`` leading user message API §1.6 puts before a suffix that starts with a reply). So ``X``
+is computed once — as the pipeline's output for ``H[:k]`` followed by a stand-in for ``H[k]`` (a prompt,
+or a reply), whose own message is then dropped: the stand-in makes the prefix "not last" exactly as
+``H[k]`` does (R4.15, R4.17, the final trim leave it alone) and keeps the open turn where ``H[k]`` keeps
+it — and every later request normalizes only ``H[k:]``. Once that suffix grows past ``reanchor_after``
+messages the prefix moves forward.
+
+Conditions (each checked; any doubt → the full pipeline, so the result is always exactly
+``to_api_request(H)``):
+
+- the cut: ``H[k]`` is a human prompt (not meta, not virtual, no tool_result, non-blank) or a reply
+  after tool results; every tool_use of ``H[:k]`` has its result in ``H[:k]``; the stand-in's message
+  comes out alone after a message of the other role (nothing folded into it, no placeholder results:
+  the seam holds), and the stand-in request validates;
+- across the cut: no uuid, API message id, tool_use id or server tool id on both sides; nothing in
+  ``H[k:]`` answers or references a call of ``H[:k]``, and nothing in ``H[:k]`` one of ``H[k:]``; no
+  tombstone on one side targets the other (nor ``H[k]``), none targets a uuid-less message; ``H[k:]``
+  holds no compact boundary; after a tool-round cut ``H[k:]`` starts no new turn (the open turn, where
+  the thinking rules apply, would move off the prefix's tail: the prefix is re-anchored instead);
+- global passes: R4.16 (whitespace-only assistants) fires on both sides or on neither; no tool id was
+  rewritten and no excess media stripped on either side, and both sides' media stay within the limit;
+- options: R4.20 ``snip`` off, R4.13 relocation (``toolref_defer`` with tool search) off.
+
+Histories shorter than ``INCREMENTAL_FROM`` messages are built in full (the prefix would not pay off).
+
+Validation splits the same way: the stand-in request validated the prefix side once; a spliced request
+is accepted when the suffix's own request validates, the tool ids of the two sides are disjoint and the
+media of both fit. A request that does not pass is rebuilt and validated in full, so the violations
+reported (and the error raised, e.g. R4.21) are always those of the full pipeline. The repairs of a
+spliced request are the prefix's then ``Y``'s: the same counts as the full run, in another order;
+``report.pairing`` is None. ``tests/shared/test_normalize_incremental.py`` checks all of it against the
+full pipeline on every corpus transcript and on random histories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agentbus_redis.api.request_view import SERVER_TOOL_USE_TYPES
+from agentbus_redis.api.types import MessageParam, MessagesRequest, SystemMessageParam
+from agentbus_redis.api.validation import MAX_MEDIA_ITEMS, ApiViolation
+from agentbus_redis.clock import Clock, utc_now
+from agentbus_redis.errors import AgentbusError
+from agentbus_redis.ids import IdSource, random_uuid
+from agentbus_redis.messages.constants import NO_CONTENT_MESSAGE
+from agentbus_redis.messages.content import TextBlock, ToolResultBlock
+from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.messages.kinds import AssistantMessage, Message, TombstoneMessage, UserMessage
+from agentbus_redis.messages.pairing import tool_result_ids, tool_use_ids
+from agentbus_redis.messages.system import CompactBoundarySystemMessage
+from agentbus_redis.messages.tombstones import retracted_uuids
+from agentbus_redis.normalize.api_client_steps import MEDIA_TYPES
+from agentbus_redis.normalize.options import NormalizeOptions
+from agentbus_redis.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
+from agentbus_redis.normalize.rendered import has_system_role_attachments
+from agentbus_redis.normalize.report import NormalizationReport, Repair, RepairKind
+
+STAND_IN_PROMPT = "agentbus: the next turn starts here"
+"""The prompt that stands in for ``H[k]`` while the prefix is normalized (its message is dropped)."""
+
+REANCHOR_AFTER = 24
+"""Move the prefix forward once the suffix normalized per request holds more messages than this."""
+
+INCREMENTAL_FROM = 32
+"""Histories shorter than this are built in full: below ~32 messages anchoring a prefix (one pipeline
+run over the head) plus the suffix run cost more than one run over everything
+(``bench/normalize_incremental.py --turns 2 4 8 16 --calls 1``: 0.7–1.1× at 16–32 messages)."""
+
+_SPLIT_BREAKERS = frozenset({RepairKind.TOOL_ID_REWRITTEN, RepairKind.EXCESS_MEDIA_STRIPPED})
+"""Passes whose choices depend on the whole request: a side that needed one is normalized in full."""
+
+STAND_IN_REPLY = "agentbus: the next tool round starts here"
+"""The reply that stands in for ``H[cut]`` when the cut is inside a turn (its message is dropped)."""
+
+_STAND_IN_REPLY_PARAM = {"role": "assistant", "content": [{"type": "text", "text": STAND_IN_REPLY}]}
+_LEADING_USER_PARAM = {"role": "user", "content": NO_CONTENT_MESSAGE}
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltRequest:
+    """A request and the violations ``validate_api_request`` finds in it (empty: publishable)."""
+
+    result: NormalizedRequest
+    violations: list[ApiViolation]
+    spliced: bool
+    """Built from a cached prefix (False: the full pipeline ran)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    """``X``, the API messages of ``H[:cut]``, and what the split conditions compare against."""
+
+    cut: int
+    round_cut: bool
+    """``H[cut]`` starts a tool round inside a turn (an assistant reply after tool results); False: a turn
+    (a human prompt)."""
+    anchor: Message
+    """``H[cut - 1]``: the history must still hold this very object there."""
+    params: list[MessageParam | SystemMessageParam]
+    repairs: tuple[Repair, ...]
+    whitespace_pass_fired: bool
+    uuids: frozenset[str]
+    message_ids: frozenset[str]
+    tool_use_ids: frozenset[str]
+    referenced_tool_ids: frozenset[str]
+    tombstone_targets: frozenset[str]
+    request_tool_ids: frozenset[str]
+    """Every tool_use and server tool id in ``params``."""
+    media: int
+
+
+class RequestBuilder:
+    """Builds the requests of ONE session whose history only grows (see the module docstring).
+
+    ``build(history)`` equals ``to_api_request(history)`` and its validation, whatever the history; the
+    builder only remembers a prefix, which it drops when ``history[:cut]`` is no longer the same.
+    """
+
+    def __init__(
+        self,
+        *,
+        options: NormalizeOptions,
+        clock: Clock = utc_now,
+        ids: IdSource = random_uuid,
+        reanchor_after: int = REANCHOR_AFTER,
+        incremental_from: int = INCREMENTAL_FROM,
+    ) -> None:
+        self.options = options
+        self.clock = clock
+        self.ids = ids
+        self.reanchor_after = reanchor_after
+        self.incremental_from = incremental_from
+        self._suffix_options = options.model_copy(update={"user_context": None})
+        self._prefix: _Prefix | None = None
+        self._enabled = not options.snip and not (options.toolref_defer and options.tool_search_enabled)
+
+    def build(self, history: Sequence[Message]) -> BuiltRequest:
+        """The request for ``history`` and its violations. Raises what ``to_api_request`` raises."""
+        if len(history) < self.incremental_from or has_system_role_attachments(history):
+            # role "system" messages are placed over the whole history (per-turn output_config compares
+            # each turn with the one before): no prefix/suffix split for such a history.
+            return self._full(history)
+        prefix = self._current_prefix(history)
+        if prefix is not None:
+            spliced = self._splice(prefix, history)
+            if spliced is not None:
+                return spliced
+        return self._full(history)
+
+    def _full(self, history: Sequence[Message]) -> BuiltRequest:
+        result = to_api_request(history, options=self.options, clock=self.clock, ids=self.ids)
+        return BuiltRequest(result, validate_request(result.request, options=self.options), spliced=False)
+
+    def _current_prefix(self, history: Sequence[Message]) -> _Prefix | None:
+        if not self._enabled:
+            return None
+        prefix = self._prefix
+        if prefix is not None and not (prefix.cut < len(history) and history[prefix.cut - 1] is prefix.anchor):
+            prefix = self._prefix = None
+        # After a tool-round cut a new turn moves the open turn (thinking rules) off the prefix's tail:
+        # such a prefix can no longer split, so it moves forward or goes.
+        stale = prefix is not None and prefix.round_cut and any(map(is_human_prompt, history[prefix.cut :]))
+        if prefix is None or stale or len(history) - prefix.cut > self.reanchor_after:
+            moved = self._anchor(history, after=prefix.cut if prefix is not None else 0)
+            if moved is not None:
+                prefix = self._prefix = moved
+            elif stale:
+                prefix = self._prefix = None
+        return prefix
+
+    # ------------------------------------------------------------------------------------------ the cut
+    def _anchor(self, history: Sequence[Message], *, after: int) -> _Prefix | None:
+        """A prefix ending before the latest turn or tool round that closes every call before it, if the
+        pipeline splits there (checked with a stand-in for ``H[cut]``)."""
+        cut = _latest_cut(history, after=after)
+        if cut is None:
+            return None
+        head = history[:cut]
+        round_cut = isinstance(history[cut], AssistantMessage)
+        try:
+            if round_cut:
+                with_stand_in = to_api_request(
+                    [*head, _stand_in_reply(self.clock, self.ids)], options=self.options, clock=self.clock, ids=self.ids
+                )
+            else:
+                with_stand_in = to_api_request(
+                    head, options=self.options, prompt=STAND_IN_PROMPT, clock=self.clock, ids=self.ids
+                )
+        except AgentbusError:
+            return None
+        messages = with_stand_in.request["messages"]
+        repairs = with_stand_in.report.repairs
+        stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
+        seam_holds = (
+            len(messages) >= 2
+            and messages[-1] == stand_in
+            and messages[-2]["role"] == ("user" if round_cut else "assistant")
+        )
+        if (
+            not seam_holds
+            or _breaks_split(repairs)
+            or validate_request(with_stand_in.request, options=self.options, allow_prefill=round_cut)
+        ):
+            return None
+        params = messages[:-1]
+        tombstone_targets = _tombstone_targets(head)
+        if tombstone_targets is None:
+            return None
+        return _Prefix(
+            cut=cut,
+            round_cut=round_cut,
+            anchor=history[cut - 1],
+            params=params,
+            repairs=repairs,
+            whitespace_pass_fired=_fired(repairs, RepairKind.WHITESPACE_ASSISTANT_DROPPED),
+            uuids=frozenset(_uuids(head)),
+            message_ids=frozenset(_message_ids(head)),
+            tool_use_ids=frozenset(tid for message in head for tid in tool_use_ids(message)),
+            referenced_tool_ids=frozenset(_referenced_tool_ids(head)),
+            tombstone_targets=tombstone_targets,
+            request_tool_ids=frozenset(_request_tool_ids(params)),
+            media=sum(_media_count(param) for param in params),
+        )
+
+    # ------------------------------------------------------------------------------------------ splice
+    def _splice(self, prefix: _Prefix, history: Sequence[Message]) -> BuiltRequest | None:
+        suffix = history[prefix.cut :]
+        if not _suffix_separable(prefix, suffix):
+            return None
+        try:
+            tail = to_api_request(suffix, options=self._suffix_options, clock=self.clock, ids=self.ids)
+        except AgentbusError:
+            return None  # the full run raises the error with its own numbering
+        tail_messages = tail.request["messages"]
+        repairs = tail.report.repairs
+        if prefix.round_cut:
+            # The suffix starts with an assistant reply: the pipeline put the "(no content)" leading user
+            # message first (API §1.6), which the full request does not have — it continues the prefix.
+            leading = [r for r in repairs if r.kind is RepairKind.LEADING_USER_INSERTED]
+            if len(leading) != 1 or tail_messages[:1] != [_LEADING_USER_PARAM] or len(tail_messages) < 2:
+                return None
+            tail_messages = tail_messages[1:]
+            repairs = tuple(r for r in repairs if r is not leading[0])
+        if (
+            not tail_messages
+            or tail_messages[0]["role"] != ("assistant" if prefix.round_cut else "user")
+            or _breaks_split(repairs)
+            or _fired(repairs, RepairKind.WHITESPACE_ASSISTANT_DROPPED) != prefix.whitespace_pass_fired
+        ):
+            return None
+        media = prefix.media + sum(_media_count(param) for param in tail_messages)
+        tail_tool_ids = _request_tool_ids(tail_messages)
+        if media > min(self.options.media_limit, MAX_MEDIA_ITEMS) or not prefix.request_tool_ids.isdisjoint(
+            tail_tool_ids
+        ):
+            return None
+        request: MessagesRequest = {**tail.request, "messages": [*prefix.params, *tail_messages]}
+        # The suffix's own request (for a tool-round cut: with its leading user message) validates the
+        # suffix side, the stand-in request validated the prefix side: the open turn is the same on both
+        # (a tool-round cut is refused once a new turn begins), so the full request is valid when both are.
+        if validate_request(tail.request, options=self.options):
+            return None  # rebuilt in full: the violations reported are the full request's
+        report = NormalizationReport(repairs=(*prefix.repairs, *repairs))
+        return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
+
+
+# ---------------------------------------------------------------------------------------------- rules
+def _stand_in_reply(clock: Clock, ids: IdSource) -> AssistantMessage:
+    return create_assistant_message(STAND_IN_REPLY, clock=clock, ids=ids)
+
+
+def is_human_prompt(message: Message) -> bool:
+    """A prompt a person typed: a user message that is not meta or virtual, answers no tool call and
+    says something."""
+    if not isinstance(message, UserMessage) or message.is_meta or message.is_virtual or message.uuid is None:
+        return False
+    content = message.message.content
+    if isinstance(content, str):
+        return bool(content.strip())
+    if any(isinstance(block, ToolResultBlock) for block in content):
+        return False
+    return any(isinstance(block, TextBlock) and block.text.strip() for block in content)
+
+
+def is_round_start(history: Sequence[Message], index: int) -> bool:
+    """``history[index]`` is an assistant reply that follows the tool results of the previous round."""
+    if index == 0 or not isinstance(history[index], AssistantMessage):
+        return False
+    previous = history[index - 1]
+    return isinstance(previous, UserMessage) and bool(tool_result_ids(previous))
+
+
+def _latest_cut(history: Sequence[Message], *, after: int) -> int | None:
+    """The largest ``k > after`` where a turn (human prompt) or a tool round starts and every call of
+    ``history[:k]`` is answered inside it."""
+    open_calls: set[str] = set()
+    latest: int | None = None
+    for index, message in enumerate(history):
+        if index > after and not open_calls and (is_human_prompt(message) or is_round_start(history, index)):
+            latest = index
+        open_calls.update(tool_use_ids(message))
+        open_calls.difference_update(tool_result_ids(message))
+    return latest
+
+
+def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
+    """The cross-cut conditions of the module docstring, checked on the suffix (O(len(suffix))); a new turn
+    after a tool-round cut is handled by ``_current_prefix``."""
+    first = suffix[0]
+    if not (isinstance(first, AssistantMessage) if prefix.round_cut else is_human_prompt(first)):
+        return False
+    targets = _tombstone_targets(suffix)
+    if targets is None or not targets.isdisjoint(prefix.uuids) or getattr(first, "uuid", None) in targets:
+        return False
+    suffix_uuids = set(_uuids(suffix))
+    if not suffix_uuids.isdisjoint(prefix.uuids) or not suffix_uuids.isdisjoint(prefix.tombstone_targets):
+        return False
+    if not prefix.message_ids.isdisjoint(_message_ids(suffix)):
+        return False
+    calls = {tid for message in suffix for tid in tool_use_ids(message)}
+    if not calls.isdisjoint(prefix.tool_use_ids) or not calls.isdisjoint(prefix.referenced_tool_ids):
+        return False
+    if not prefix.tool_use_ids.isdisjoint(_referenced_tool_ids(suffix)):
+        return False
+    return not any(isinstance(message, CompactBoundarySystemMessage) for message in suffix)
+
+
+def _breaks_split(repairs: Iterable[Repair]) -> bool:
+    return any(repair.kind in _SPLIT_BREAKERS for repair in repairs)
+
+
+def _fired(repairs: Iterable[Repair], kind: RepairKind) -> bool:
+    return any(repair.kind is kind for repair in repairs)
+
+
+def _uuids(messages: Iterable[Message]) -> Iterable[str]:
+    for message in messages:
+        uuid = getattr(message, "uuid", None)
+        if isinstance(uuid, str):
+            yield uuid
+
+
+def _message_ids(messages: Iterable[Message]) -> set[str]:
+    return {m.message.id for m in messages if isinstance(m, AssistantMessage) and m.message.id is not None}
+
+
+def _referenced_tool_ids(messages: Iterable[Message]) -> set[str]:
+    """Tool ids a message answers or points at (tool results, progress, sub-agent lines)."""
+    referenced: set[str] = set()
+    for message in messages:
+        referenced.update(tool_result_ids(message))
+        for field_name in ("tool_use_id", "parent_tool_use_id"):
+            value = getattr(message, field_name, None)
+            if isinstance(value, str):
+                referenced.add(value)
+    return referenced
+
+
+def _tombstone_targets(messages: Sequence[Message]) -> frozenset[str] | None:
+    """The uuids the tombstones of ``messages`` retract (R6.3); None when one targets a uuid-less message
+    (matched by equality, which the uuid sets cannot check across the cut)."""
+    tombstones = [message for message in messages if isinstance(message, TombstoneMessage)]
+    if any(not isinstance(getattr(tombstone.message, "uuid", None), str) for tombstone in tombstones):
+        return None
+    return frozenset(retracted_uuids(tombstones))
+
+
+def _blocks(param: MessageParam | SystemMessageParam) -> list[Mapping[str, object]]:
+    content = param["content"]
+    return [block for block in content if isinstance(block, Mapping)] if isinstance(content, list) else []
+
+
+def _request_tool_ids(params: Iterable[MessageParam | SystemMessageParam]) -> set[str]:
+    return {
+        block_id
+        for param in params
+        for block in _blocks(param)
+        if (block.get("type") == "tool_use" or block.get("type") in SERVER_TOOL_USE_TYPES)
+        and isinstance(block_id := block.get("id"), str)
+    }
+
+
+def _media_count(param: MessageParam | SystemMessageParam) -> int:
+    """Images and documents, top level and inside tool_result content (R4.23's count)."""
+    count = 0
+    for block in _blocks(param):
+        count += block.get("type") in MEDIA_TYPES
+        nested = block.get("content") if block.get("type") == "tool_result" else None
+        if isinstance(nested, list):
+            count += sum(1 for item in nested if isinstance(item, Mapping) and item.get("type") in MEDIA_TYPES)
+    return count

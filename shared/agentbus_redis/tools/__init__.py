@@ -1,0 +1,73 @@
+"""Tools: how one is written (a pydantic input model and an async run) and what the model is offered."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
+    from agentbus_redis.tools.definitions import ToolDefinition
+    from agentbus_redis.tools.schema import ToolSchemaError, api_input_schema
+    from agentbus_redis.tools.tool import (
+        AnyTool,
+        InputT,
+        InterruptBehavior,
+        Tool,
+        ToolContext,
+        ToolError,
+        ToolInput,
+        ToolOutput,
+        ToolProgress,
+        json_list,
+    )
+
+__all__ = [
+    "AnyTool",
+    "CatalogEntry",
+    "InputT",
+    "InterruptBehavior",
+    "Tool",
+    "ToolContext",
+    "ToolDefinition",
+    "ToolError",
+    "ToolInput",
+    "ToolOutput",
+    "ToolProgress",
+    "ToolSchemaError",
+    "api_input_schema",
+    "json_list",
+    "merge_catalog",
+]
+
+_MODULE_OF = {
+    "AnyTool": "tool",
+    "CatalogEntry": "catalog",
+    "InputT": "tool",
+    "InterruptBehavior": "tool",
+    "Tool": "tool",
+    "ToolContext": "tool",
+    "ToolDefinition": "definitions",
+    "ToolError": "tool",
+    "ToolInput": "tool",
+    "ToolOutput": "tool",
+    "ToolProgress": "tool",
+    "ToolSchemaError": "schema",
+    "api_input_schema": "schema",
+    "json_list": "tool",
+    "merge_catalog": "catalog",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The façade imports a module only when one of its names is asked for (import time matters for the CLI).
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
