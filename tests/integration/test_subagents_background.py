@@ -3,7 +3,8 @@ worker processes (the model worker included), a real Redis and the fake Anthropi
 real HTTP, scripted per session (children by their derived session ids).
 
 - A5.3/A5.4: a background launch is answered at once (exact text, a readable ``output_file``); the child's
-  end reaches the idle parent as a queued ``<task-notification>`` that starts the parent's next model turn;
+  end reaches the idle parent as a queued ``<task-notification>`` that starts the parent's next model turn
+  (sent inside a ``<system-reminder>`` after the "not user input" preamble, as Claude Code 2.1.332 sends it);
   ``SendMessage`` to the background child answers at once and notifies again.
 - A8.3/H8.2: a background child survives its parent's interrupt, its "ask" is denied with
   AUTO_REJECT_MESSAGE even under ``ask_policy=approve``; ``agentbus agents stop`` kills it and the parent is
@@ -25,6 +26,7 @@ from agentbus_redis.agents.background import async_launched_text, output_file_pa
 from agentbus_redis.agents.ids import agent_id_for, child_session_id
 from agentbus_redis.agents.send_message import continued_in_background_text, not_a_child, still_running, unknown_agent
 from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, auto_reject_message
+from agentbus_redis.normalize.rendered import TASK_NOTIFICATION_PREAMBLE
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.transcript import read_transcript, verify_transcript
 from agentbus_redis.transcript_files.layout import session_file
@@ -117,8 +119,23 @@ def conversation(request_body: dict[str, Any]) -> list[tuple[str, str]]:
     return turns
 
 
+NOTIFICATION_WRAPPER = (f"<system-reminder>\n{TASK_NOTIFICATION_PREAMBLE}", "\n</system-reminder>")
+
+
 def notifications(request_body: dict[str, Any]) -> list[str]:
-    return [t for t in user_texts(request_body) if t.startswith("<task-notification>")]
+    """Each ``<task-notification>`` (A5.4) a request carries, unwrapped. Claude Code 2.1.332 sends a
+    ``task-notification`` user message inside a ``<system-reminder>`` after a preamble saying it is no user
+    input (its normalization wraps it; tests/compat compares our requests with the client's), so that is the
+    only form accepted: a bare notification in a request fails here."""
+    found: list[str] = []
+    for said in user_texts(request_body):
+        opening, closing = NOTIFICATION_WRAPPER
+        inner = said.removeprefix(opening).removesuffix(closing)
+        if len(inner) == len(said) - len(opening) - len(closing) and inner.startswith("<task-notification>"):
+            found.append(inner)
+        else:
+            assert "<task-notification>" not in said, f"a task notification not sent as the client sends it: {said!r}"
+    return found
 
 
 async def wait_for_text(bus: AgentbusClient, session: str, needle: str) -> list[Any]:

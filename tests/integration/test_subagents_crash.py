@@ -82,7 +82,6 @@ from tests.integration.work_holders import await_job_holder, lane_owner, model_c
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
-CWD = "/agentbus"
 USAGE = {"input_tokens": 100, "output_tokens": 20}
 WORKER_KINDS = ("ingestion", "normalization", "transcripts", "tools", "model")
 CALL_LEASE_MS = 1500
@@ -396,7 +395,7 @@ async def assert_nothing_lost_nothing_duplicated(
     assert relayed == Counter(shown), (relayed, shown, context)
 
     # Four valid transcripts: the parent's and three sidechain files, no line twice.
-    main = session_file(deployment.data_dir, CWD, parent)
+    main = session_file(deployment.data_dir, deployment.cwd, parent)
     paths = [main] + [
         main.with_suffix("") / "subagents" / f"agent-{agent_id_for(parent, tool_id)}.jsonl" for tool_id in child
     ]

@@ -23,12 +23,14 @@ Files without these fields (older Claude Code, agentbus's own) keep the spec's r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from agentbus_redis.api.types import MessageParam, SystemMessageParam
 from agentbus_redis.json_types import JsonObject
+from agentbus_redis.messages.content import ContentBlock, TextBlock
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, AttachmentMessage, Message, UserMessage
 
 RenderedRole = Literal["user", "system", "none"]
@@ -195,18 +197,40 @@ TASK_NOTIFICATION_PREAMBLE = (
 """What Claude Code 2.1.332 puts before a background task's notification it sends (byte-exact)."""
 
 
+_REMINDER_CLOSE_TAG = re.compile(r"<\s*/\s*system-reminder\s*>", re.IGNORECASE)
+
+
+def task_notification_text_as_sent(text: str) -> str:
+    """A background task's notification text as Claude Code 2.1.332 sends it: inside a ``<system-reminder>``
+    after the preamble saying it is no user input, every closing ``</system-reminder>`` tag in it escaped so
+    the text (a child's final reply, model-written) cannot end the wrapper early. A text already wrapped so
+    is kept."""
+    opening = f"{_REMINDER_OPEN}{TASK_NOTIFICATION_PREAMBLE}"
+    if text.startswith(opening) and text.endswith(_REMINDER_CLOSE):
+        return text
+    escaped = _REMINDER_CLOSE_TAG.sub("&lt;/system-reminder&gt;", text)
+    if not escaped.startswith(TASK_NOTIFICATION_PREAMBLE):
+        escaped = f"{TASK_NOTIFICATION_PREAMBLE}{escaped}"
+    return f"{_REMINDER_OPEN}{escaped}{_REMINDER_CLOSE}"
+
+
 def task_notification_as_sent(message: UserMessage) -> UserMessage:
     """A user line whose ``origin.kind`` is ``task-notification`` (Claude Code 2.1.332 records the bare
-    ``<task-notification>`` text) as the client sends it: inside a ``<system-reminder>`` after the
-    preamble saying it is no user input. Any other message is returned as it is."""
+    ``<task-notification>`` text) as the client sends it (:func:`task_notification_text_as_sent`); of a
+    block list, its text blocks become one such text (joined by a newline) before the other blocks, as
+    the client does. Any other message is returned as it is."""
     origin = message.origin
+    if not isinstance(origin, dict) or origin.get("kind") != "task-notification":
+        return message
     content = message.message.content
-    if not isinstance(origin, dict) or origin.get("kind") != "task-notification" or not isinstance(content, str):
-        return message
-    if content.startswith("<system-reminder>"):
-        return message
-    wrapped = f"{_REMINDER_OPEN}{TASK_NOTIFICATION_PREAMBLE}{content}{_REMINDER_CLOSE}"
-    return message.model_copy(update={"message": message.message.model_copy(update={"content": wrapped})})
+    sent: str | list[ContentBlock]
+    if isinstance(content, str):
+        sent = task_notification_text_as_sent(content)
+    else:
+        joined = "\n".join(block.text for block in content if isinstance(block, TextBlock))
+        others = [block for block in content if not isinstance(block, TextBlock)]
+        sent = [TextBlock(text=task_notification_text_as_sent(joined)), *others]
+    return message.model_copy(update={"message": message.message.model_copy(update={"content": sent})})
 
 
 def has_system_role_attachments(messages: Sequence[Message]) -> bool:
