@@ -160,11 +160,18 @@ async def test_system_role_messages_go_to_the_beta_api_naming_the_clients_betas(
 ) -> None:
     """A Claude Code 2.1.332 history (system-role attachments) resumed with a prompt: its request holds
     ``role: "system"`` messages and reaches the server through the SDK's beta Messages API with the
-    ``anthropic-beta`` header naming the betas the client names for them (``model/betas.py``), streamed
-    and, after a broken stream, whole (M5.2). (Claude Code also adds ``?beta=true`` to the URL; the Python
-    SDK 2.13's beta API does not: the path is the same ``/v1/messages``.)"""
+    ``anthropic-beta`` header naming the betas the client names for them (``model/betas.py``): a broken
+    stream, its non-streaming repeat (M5.2) with a tool call, then the answer streamed whole. (Claude Code
+    also adds ``?beta=true`` to the URL; the Python SDK 2.13's beta API does not: the path is the same.)"""
     session = new_session()
-    fake.script(session, [reply(text("Looking."), fail_after_events=1, fail_with="drop"), reply(text("Noted."))])
+    fake.script(
+        session,
+        [
+            reply(text("Looking."), fail_after_events=1, fail_with="drop"),
+            reply(text("Reading it whole."), tool_use("toolu_sys_read", "Read", file_path="README.md")),
+            reply(text("Noted.")),
+        ],
+    )
     settings = Settings(
         redis_url=deployment.redis_url,
         data_dir=deployment.data_dir,
@@ -179,7 +186,7 @@ async def test_system_role_messages_go_to_the_beta_api_naming_the_clients_betas(
         history = await wait_for(client, session, ended_with("Noted."))
     assert_every_tool_use_answered_once(history)
     requests = fake.requests(session)
-    assert [r["body"].get("stream", False) for r in requests] == [True, False]
+    assert [r["body"].get("stream", False) for r in requests] == [True, False, True]
     for request in requests:
         assert any(message["role"] == "system" for message in request["body"]["messages"])
         assert request["headers"]["anthropic-beta"] == ",".join(SYSTEM_MESSAGE_BETAS)
