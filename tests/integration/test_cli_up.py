@@ -32,6 +32,7 @@ import pytest
 import redis
 
 from agentbus_redis.local.redis_server import free_port, is_reachable
+from agentbus_redis.session_ids import claude_session_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -146,8 +147,11 @@ def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path, start
     assert "no ANTHROPIC_API_KEY: the model is the fake server at http://127.0.0.1:" in output
     assert "model calls" in output, output[-4000:]
     assert "model says:" in output
-    transcripts = list((tmp_path / "data" / "projects").rglob("demo-*.jsonl"))
-    assert len(transcripts) == 1
+    assert "next: open a second terminal" not in output  # it stops by itself: nothing to chat with afterwards
+    # Issue 26: the transcript is named by the session's Claude Code UUID.
+    session = output.split("final request of ", 1)[1].split(":", 1)[0]
+    transcripts = list((tmp_path / "data" / "projects").rglob("*.jsonl"))
+    assert [path.name for path in transcripts] == [f"{claude_session_id(session)}.jsonl"], output[-4000:]
     assert transcripts[0].read_text().count("\n") >= 5
     assert f"transcript {transcripts[0]}" in output  # absolute
     assert (tmp_path / "data" / "workspace" / "NOTES.md").exists()  # the demo's workspace: under the data dir
@@ -169,6 +173,14 @@ def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
     assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1", "model", "fake-model"}, pids
+    # Issue 27: once ready, what to do next — the chat command (naming the Redis `up` chose, not the default
+    # one `chat` finds by itself) and how to stop.
+    hint = _read_until(up, "next:", lines)
+    assert hint.strip() == (
+        "next: open a second terminal here and run "
+        f"`REDIS_URL=redis://127.0.0.1:{redis_port}/0 uv run agentbus chat my-session` to talk to the model; "
+        "Ctrl-C here stops agentbus"
+    )
     os.killpg(up.pid, stop_signal)  # what the terminal does: the whole foreground group
     rest, _ = up.communicate(timeout=90)
     output = "".join(lines) + rest

@@ -22,13 +22,16 @@ import orjson
 import pytest
 
 from agentbus_redis.api.validation import validate_api_request
+from agentbus_redis.config.settings import Settings
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.messages.constants import max_output_tokens_error
 from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
 from agentbus_redis.messages.system import ApiErrorSystemMessage, InformationalSystemMessage
+from agentbus_redis.model.betas import SYSTEM_MESSAGE_BETAS
 from agentbus_redis.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
 from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from agentbus_redis.model.retry import backoff_window_ms
+from agentbus_redis.sdk.replay import replay_transcript
 from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
@@ -45,6 +48,7 @@ from tests.integration.model_turns import (
     turn_ended,
     wait_for,
 )
+from tests.shared.generated_sessions import current_client_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -147,6 +151,46 @@ async def test_m2_multi_turn_conversation_with_parallel_tool_calls_ends_valid(
         if block.get("type") == "tool_result"
     }
     assert answered == {"toolu_read_1", "toolu_glob_1"}
+    # A request without system-role messages goes to the plain Messages API, naming no beta.
+    assert all("anthropic-beta" not in r["headers"] for r in requests)
+
+
+async def test_system_role_messages_go_to_the_beta_api_naming_the_clients_betas(
+    deployment: WorkerCluster, fake: FakeModelProcess
+) -> None:
+    """A Claude Code 2.1.332 history (system-role attachments) resumed with a prompt: its request holds
+    ``role: "system"`` messages and reaches the server through the SDK's beta Messages API with the
+    ``anthropic-beta`` header naming the betas the client names for them (``model/betas.py``): a broken
+    stream, its non-streaming repeat (M5.2) with a tool call, then the answer streamed whole. (Claude Code
+    also adds ``?beta=true`` to the URL; the Python SDK 2.13's beta API does not: the path is the same.)"""
+    session = new_session()
+    fake.script(
+        session,
+        [
+            reply(text("Looking."), fail_after_events=1, fail_with="drop"),
+            reply(text("Reading it whole."), tool_use("toolu_sys_read", "Read", file_path="README.md")),
+            reply(text("Noted.")),
+        ],
+    )
+    settings = Settings(
+        redis_url=deployment.redis_url,
+        data_dir=deployment.data_dir,
+        shards=deployment.names.shards,
+        cwd=deployment.cwd,
+    )
+    async with deployment.client() as client:
+        await replay_transcript(
+            client, current_client_session(), session_id=session, settings=settings, timeout_s=120, wait_all=True
+        )
+        await client.send_prompt(session, "continue")
+        history = await wait_for(client, session, ended_with("Noted."))
+    assert_every_tool_use_answered_once(history)
+    requests = fake.requests(session)
+    assert [r["body"].get("stream", False) for r in requests] == [True, False, True]
+    for request in requests:
+        assert any(message["role"] == "system" for message in request["body"]["messages"])
+        assert request["headers"]["anthropic-beta"] == ",".join(SYSTEM_MESSAGE_BETAS)
+        assert request["step_kind"] == "reply"
 
 
 async def test_m4_3_429_waits_exactly_retry_after(deployment: WorkerCluster, fake: FakeModelProcess) -> None:

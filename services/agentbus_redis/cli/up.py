@@ -8,6 +8,9 @@ default URL every other command uses) and, when nothing answers there, start a p
 it, with an append-only file under the data directory, supervised like a worker: restarted on the same file
 when it dies, or everything stops with exit 1 and one line saying why.
 
+Once every worker is ready and the demo (if it runs) is done, ``up`` says what to do next: the
+``agentbus chat`` command to run in a second terminal, and Ctrl-C to stop (issue 27).
+
 It stops everything on SIGINT, SIGTERM and SIGHUP (a closed terminal) — workers first, gracefully, then
 the private Redis they write to — restarts a worker that dies (``local/supervisor.py``) and
 exits non-zero on any failure.
@@ -62,6 +65,19 @@ DEFAULT_REDIS_WAIT_S: Final = 30.0
 DEFAULT_REDIS_PORT: Final = 6379
 """The port of the default ``REDIS_URL``: a private Redis there is the one every other command finds."""
 REDIS_WAIT_POLL_S: Final = 0.5
+DEFAULT_REDIS_URL: Final = f"redis://127.0.0.1:{DEFAULT_REDIS_PORT}/0"
+CHAT_SESSION_EXAMPLE: Final = "my-session"
+"""The session id the next-step line suggests (any new id starts a session)."""
+
+
+def next_step_line(redis_url: str | None) -> str:
+    """Issue 27: what to do once ``up`` is up, in the README's command form. ``redis_url``: the Redis ``up``
+    picked itself when it is not the default one ``chat`` finds on its own (None: the default, or the one
+    the user configured, which a second terminal reads as the first did)."""
+    command = f"uv run agentbus chat {CHAT_SESSION_EXAMPLE}"
+    if redis_url is not None:
+        command = f"REDIS_URL={redis_url} {command}"
+    return f"next: open a second terminal here and run `{command}` to talk to the model; Ctrl-C here stops agentbus"
 
 
 def stop_signals() -> list[signal.Signals]:
@@ -129,6 +145,7 @@ def up_command(
     code = 0
     try:
         settings, env, configured = _settings_and_env()
+        chat_redis_url: str | None = None
         if configured:
             _wait_for_configured_redis(settings.redis_url, redis_wait)
         else:
@@ -144,6 +161,7 @@ def up_command(
                 )
             env["REDIS_URL"] = url
             settings = settings.model_copy(update={"redis_url": url})
+            chat_redis_url = url if url != DEFAULT_REDIS_URL else None
         if model is not None:
             env["AGENTBUS_MODEL__MODEL"] = model
         logs = WorkerLogs(
@@ -153,6 +171,7 @@ def up_command(
             policy = RestartPolicy(max_restarts)
             plan = UpPlan(settings, env, tools, demo, exit_after_demo, base_port, policy, signals)
             plan.fake_model = uses_fake_model(settings, env)
+            plan.chat_redis_url = chat_redis_url
             if redis_server is not None:
                 plan.redis_keeper = PrivateRedisKeeper(redis_server, echo=typer.echo, policy=policy)
             code = asyncio.run(plan.run(logs))
@@ -273,6 +292,8 @@ class UpPlan:
         self.fake_model = False
         """Also supervise ``agentbus fake-model --script demo`` (a child process, not a thread: the supervisor
         forks with ``preexec_fn``, which no thread may share the process with)."""
+        self.chat_redis_url: str | None = None
+        """The Redis URL the next-step line names (:func:`next_step_line`)."""
 
     async def run(self, logs: WorkerLogs) -> int:
         loop = asyncio.get_running_loop()
@@ -323,6 +344,7 @@ class UpPlan:
                     typer.echo(f"agentbus up: demo failed: {exc}", err=True)
                     return 1
             if not self.exit_after_demo:
+                typer.echo(next_step_line(self.chat_redis_url))
                 await self._until_stop(asyncio.Event().wait(), watch, *watches)
             return 0
         finally:

@@ -2,10 +2,11 @@
 
 - Each attempt to open the stream runs under Claude Code's retry policy (M4, ``model/retry.py``); a
   retried error is announced with an ``api_error`` system message (M4.4) before the backoff sleep.
-- The raw stream (``messages.create(stream=True)``, M1.10) is published event by event into the session's
-  ingress (``publisher.py``); ingestion accumulates it into the assistant messages (M2.4, R9) and hands out
-  the tool jobs. The in-flight record goes out with the first event (crash recovery, ``worker.py``) and the
-  "answered" record with ``message_stop``.
+- The raw stream (``messages.create(stream=True)``, M1.10; ``beta.messages.create(stream=True, betas=...)``
+  for a request that needs betas, ``model/betas.py``: system-role messages) is published event by event into
+  the session's ingress (``publisher.py``); ingestion accumulates it into the assistant messages (M2.4, R9)
+  and hands out the tool jobs. The in-flight record goes out with the first event (crash recovery,
+  ``worker.py``) and the "answered" record with ``message_stop``.
 - A stream that breaks (an ``error`` event, a dropped connection, the idle watchdog of M2.8) or ends
   incomplete (M2.5: no ``message_start``, or neither a finished block nor a stop reason) is tombstoned
   (``StreamFallback``, M5.3 / R6.1) and the request is repeated without streaming (M5.2, with
@@ -46,6 +47,7 @@ from agentbus_redis.messages.factories import create_assistant_api_error_message
 from agentbus_redis.messages.from_api import normalize_content_from_api
 from agentbus_redis.messages.kinds import AssistantMessage, AssistantPayload
 from agentbus_redis.messages.system import ApiErrorSystemMessage
+from agentbus_redis.model.betas import required_betas
 from agentbus_redis.model.error_texts import assistant_error_for, switched_model_notice
 from agentbus_redis.model.limits import (
     OUTPUT_TOKEN_RECOVERY_MESSAGE,
@@ -296,10 +298,8 @@ class ModelCall:
         client_request_id = str(uuid.uuid4())
         params = self._params()
         self.sent_at = time.perf_counter()
-        stream = await self.client.messages.create(
-            **cast(Any, _with_client_request_id(params, client_request_id)),
-            stream=True,
-            timeout=self.settings.request_timeout_s,
+        stream = await self._create(
+            _with_client_request_id(params, client_request_id), stream=True, timeout=self.settings.request_timeout_s
         )
         request_id = stream.response.headers.get("request-id") or client_request_id
         return stream, request_id
@@ -467,8 +467,17 @@ class ModelCall:
 
     async def _create_nonstreaming(self) -> JsonObject:
         params = non_streaming_fallback_params(self._params(), timeout_s=self.settings.nonstreaming_timeout_s)
-        message = await self.client.messages.create(**cast(Any, _with_client_request_id(params, str(uuid.uuid4()))))
+        message = await self._create(_with_client_request_id(params, str(uuid.uuid4())))
         return cast(JsonObject, message.to_dict())
+
+    def _create(self, params: JsonObject, **options: Any) -> Awaitable[Any]:
+        """``messages.create(**params, **options)``; a request that needs betas (system-role messages,
+        ``model/betas.py``) goes to the beta Messages API naming them, as Claude Code sends it. Both return
+        the same stream (``AsyncStream`` of raw events) or message, read the same way."""
+        betas = required_betas(request_body(params))
+        if betas:
+            return self.client.beta.messages.create(**cast(Any, params), betas=betas, **options)
+        return self.client.messages.create(**cast(Any, params), **options)
 
     # -- retries (M4) -------------------------------------------------------------------------------
 
