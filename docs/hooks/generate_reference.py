@@ -54,8 +54,9 @@ def cli_sections(command: click.Command, path: str, level: int) -> list[str]:
 
 
 def cli_page() -> str:
-    from agentbus_redis.cli.main import COMMANDS, app, load_command
     import typer
+
+    from agentbus_redis.cli.main import COMMANDS, app, load_command
 
     root = typer.main.get_command(app)
     lines = [
