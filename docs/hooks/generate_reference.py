@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import click
 import yaml
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
@@ -38,16 +37,19 @@ def cell(text: object) -> str:
 # --- CLI -------------------------------------------------------------------------------------------------
 
 
-def command_help(command: click.Command, path: str) -> str:
-    with click.Context(command, info_name=path, terminal_width=100, max_content_width=100) as ctx:
-        return command.get_help(ctx)
+def command_help(command: Any, path: str) -> str:
+    """What ``path --help`` prints. Typer ships its own click (``typer._click``): the command's own
+    context class is used, never ``click.Context``."""
+    with command.context_class(command, info_name=path, terminal_width=100, max_content_width=100) as ctx:
+        return str(command.get_help(ctx))
 
 
-def cli_sections(command: click.Command, path: str, level: int) -> list[str]:
+def cli_sections(command: Any, path: str, level: int) -> list[str]:
     parts = [f"{'#' * level} `{path}`", "", "```text", command_help(command, path), "```", ""]
-    if isinstance(command, click.Group):
-        for name in command.list_commands(click.Context(command)):
-            sub = command.get_command(click.Context(command), name)
+    if hasattr(command, "list_commands"):  # a group: each sub-command with its own help
+        ctx = command.context_class(command, info_name=path)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
             if sub is not None and not sub.hidden:
                 parts += cli_sections(sub, f"{path} {name}", min(level + 1, 4))
     return parts
