@@ -71,6 +71,7 @@ def run(command: list[str], deployment: WorkerCluster, cwd: Path) -> subprocess.
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # the first test starts the deployment: five workers on a loaded machine
 @pytest.mark.parametrize("block", PYTHON, ids=ids(PYTHON))
 def test_python_example_runs(block: Block, deployment: WorkerCluster, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
@@ -81,6 +82,7 @@ def test_python_example_runs(block: Block, deployment: WorkerCluster, tmp_path: 
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("block", RUN_SHELL, ids=ids(RUN_SHELL))
 def test_shell_example_runs(block: Block, deployment: WorkerCluster, tmp_path: Path) -> None:
     (tmp_path / "session.jsonl").write_bytes(tool_rounds_session(2, session="docs-example"))
@@ -90,6 +92,7 @@ def test_shell_example_runs(block: Block, deployment: WorkerCluster, tmp_path: P
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_sdk_tutorials_program_gets_its_own_prompts_request(deployment: WorkerCluster, tmp_path: Path) -> None:
     """The tutorial's first program, twice on the same session: the second run gets the request its own
     prompt led to, never the first run's (what ``send_prompt_and_wait``/``next_request`` promise)."""
