@@ -118,7 +118,7 @@ def _with_target(case: Any, target: str, ids: Callable[[Any], str]) -> Any:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the work-unit marks this adds (loadgroup)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the tests and cut them into xdist work units (``--dist loadgroup``, see README "Tests").
+    """Order the tests and cut them into xdist work units (``--dist loadgroup``, see docs/how-to/develop.md).
 
     - Within each module, every single-Redis test before every cluster test (stable otherwise), so a
       module-scoped deployment per target is started once, not each time the target alternates.
