@@ -109,7 +109,7 @@ def log_lines(worker: Worker) -> list[dict[str, Any]]:
 
 
 def transcript_path(cluster: WorkerCluster) -> Path:
-    return session_file(cluster.data_dir, "/agentbus", SESSION)
+    return session_file(cluster.data_dir, cluster.cwd, SESSION)
 
 
 async def test_metrics_exported_and_one_prompt_followed_through_all_four_workers(observed: AclCluster) -> None:

@@ -134,7 +134,7 @@ class IngestionRuntime:
         return ended
 
     async def _sweep_forever(self) -> None:
-        """Both sweeps every second for as long as the worker lives: a failed one is tried again at the next
+        """The sweeps every second for as long as the worker lives: a failed one is tried again at the next
         pass (Redis down or restarting: a warning; anything else, e.g. a refused command (NOPERM), with its
         traceback, so it is seen)."""
         while True:
@@ -147,6 +147,8 @@ class IngestionRuntime:
                 log.exception("deadline_sweep_failed")
             try:
                 await self.sweep_stuck_once()
+            except TRANSIENT_ERRORS as error:
+                log.warning("stuck_turn_sweep_failed", error=repr(error))
             except Exception:
                 log.exception("stuck_turn_sweep_failed")
             self._sweeps += 1
