@@ -19,6 +19,7 @@ import pytest
 from agentbus_redis.bus.events import UserPrompt
 from agentbus_redis.local.redis_cluster import ClusterNodeProcess, LocalRedisCluster
 from agentbus_redis.runtime import redis_client
+from agentbus_redis.runtime.ride_out import RedisUnavailable
 from agentbus_redis.sdk.client import AgentbusClient, NotReplicated
 from agentbus_redis.streams.names import key_slot
 from agentbus_redis.streams.topology import Topology
@@ -65,7 +66,9 @@ class Producers:
                 try:
                     await self.bus.publish(session, prompt, idempotency_key=f"{session}:{number}")
                     break
-                except (*redis_client.TRANSIENT_ERRORS, NotReplicated):
+                except (*redis_client.TRANSIENT_ERRORS, NotReplicated, RedisUnavailable):
+                    # The client's own ride-out is off here (ride_out_s=0): every interruption the kill
+                    # causes reaches this producer, which counts it and retries with the same key.
                     self.retries += 1
                     await asyncio.sleep(0.1)
             self.acked[session] = number + 1
@@ -106,7 +109,7 @@ async def run_with_change(
     """Start the workers, let traffic flow, apply ``change`` under it, let traffic flow on; check the logs."""
     workers.start_all(instances=1)
     topology = Topology(workers.names)
-    bus = AgentbusClient(redis_client.connect(nodes.url), topology, wait_replicas=nodes.replicas)
+    bus = AgentbusClient(redis_client.connect(nodes.url), topology, wait_replicas=nodes.replicas, ride_out_s=0.0)
     async with bus:
         producers = Producers(bus, sessions(topology))
         try:
