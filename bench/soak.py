@@ -22,7 +22,14 @@ What is counted, at the source where it can be:
   (normalize + one more prompt) fails `validate_api_request`;
 - side effects twice: a Bash `echo MARKER >> effects.log` whose marker is in the file more than once;
 - usage mismatch: a session tree whose `agentbus usage --tree` call count differs from the calls the two
-  model servers answered completely for it (their own request journals, keyed by `metadata.user_id`);
+  model servers answered completely for it (their own request journals, keyed by `metadata.user_id`), less
+  those no worker could read (next row);
+- answered but never read by a worker: a complete answer whose bytes no worker read to the end, so no
+  worker can know its usage — the worker that made the call was SIGKILLed while it was in flight or just
+  answered (the server's journal times against the kill times), or it stopped reading at a fault (llmock's
+  ``malformed``: a corrupt event breaks the stream, M5.1; ``stall``: the idle watchdog cut it). A tree's
+  shortfall (answered − recorded) is put here only up to the number of such calls it had, each listed with
+  its evidence; any other difference is a usage mismatch;
 - ConnectionErrors: a connection error that reached the caller of `converse()` (and, apart, any other
   exception that did: a failover's `UNBLOCKED`, a `ConversationTimeout`);
 - requests without tools: requests the model servers received with no `tools` (the catalog had expired).
@@ -65,12 +72,11 @@ from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.sdk.conversation import ConversationTimeout
 from agentbus_redis.transcript import read_transcript, verify_transcript
 from agentbus_redis.transcript_files.api_view import api_view_of_transcript
-from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.transcript_files.layout import session_file, subagent_dir
 from tests.integration.cluster import TEST_ALLOW_RULES, Worker, WorkerCluster
 from tests.integration.fake_model import FakeModelProcess, start_fake_model
 from tests.integration.model_turns import reply, text, tool_use, turn_ended
 
-CWD = "/agentbus"
 EFFECTS_FILE = "effects.log"
 WORKER_ROLES = ("ingestion", "normalization", "transcripts", "tools", "model", "model-llmock")
 LLMOCK_ERROR_RATES = {429: 0.03, 500: 0.03, 529: 0.04}
@@ -96,6 +102,14 @@ SHORT_TIMINGS = {
     "AGENTBUS_TOOLS__TIMEOUT_S": "5",
 }
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, redis.ConnectionError, redis.TimeoutError)
+KILL_READ_WINDOW_S = 5.0
+"""An answer the server finished this long before a model worker of its server was SIGKILLed may not have been
+read (or its usage written) yet by that worker: the machine is shared and busy."""
+UNREADABLE_FAULTS = {
+    "malformed": "the worker stopped reading at a corrupt event (M5.1) unless it was a ping",
+    "stall": "the idle watchdog cut the stream (M2.8) before the server finished it",
+}
+SERVER_OF_ROLE = {"model": "fake-model", "model-llmock": "llmock"}
 
 
 # -- the deployment ------------------------------------------------------------------------------------------
@@ -209,6 +223,8 @@ class Run:
     sessions: list[str] = field(default_factory=list)
     markers: list[str] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
+    kills: list[tuple[str, float, float]] = field(default_factory=list)
+    """(role, time.monotonic(), time.time()) of each SIGKILL of a worker."""
     faults_over: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -342,6 +358,7 @@ async def drive_sessions(run: Run, bus: AgentbusClient) -> None:
 
 async def restart_role(run: Run, worker: Worker) -> None:
     run.workers.kill(worker)
+    run.kills.append((worker.name, time.monotonic(), time.time()))
     run.faults[f"SIGKILL {worker.name}"] += 1
     await asyncio.sleep(0.5)
     await asyncio.to_thread(run.workers.start_role, worker.name)
@@ -421,42 +438,77 @@ def session_of_body(body: Any) -> str | None:
     return parsed.get("session_id") if isinstance(parsed, dict) else None
 
 
-def answered_calls(run: Run) -> tuple[Counter[str], int, Counter[str]]:
-    """Per session, the calls the model servers answered completely, by their own journals; how many
-    requests came without tools; what each server saw (for the report)."""
-    answered: Counter[str] = Counter()
-    seen: Counter[str] = Counter()
-    without_tools = 0
+@dataclass
+class ServerCalls:
+    """What the model servers' journals say, per session: complete answers, and among them those no worker may
+    have read (each with its evidence)."""
+
+    answered: Counter[str] = field(default_factory=Counter)
+    unreadable: dict[str, list[str]] = field(default_factory=dict)
+    without_tools: int = 0
+    seen: Counter[str] = field(default_factory=Counter)
+
+
+def killed_during(run: Run, server: str, started: float, ended: float, *, clock: int) -> str | None:
+    """The SIGKILL of a model worker of ``server`` while the call was in flight or just answered (``clock``: 1
+    for monotonic times, 2 for epoch times), as evidence text; None when there was none."""
+    for role, *times in run.kills:
+        at = times[clock - 1]
+        if SERVER_OF_ROLE.get(role) == server and started <= at and ended >= at - KILL_READ_WINDOW_S:
+            return f"a {role} worker SIGKILLed {at - ended:+.2f} s after the server finished the answer"
+    return None
+
+
+def answered_calls(run: Run) -> ServerCalls:
+    """Per session, the calls the model servers answered completely, by their own journals; which of those
+    no worker may have read; how many requests came without tools; what each server saw (for the report)."""
+    out = ServerCalls()
     calls: list[dict[str, Any]] = []  # kept in the working directory, to trace a mismatch
     for record in run.servers.fake.admin.requests(settled=True):
-        seen[f"fake-model {record.step_kind} {record.ended}"] += 1
+        out.seen[f"fake-model {record.step_kind} {record.ended}"] += 1
         body = record.body if isinstance(record.body, dict) else {}
-        without_tools += not body.get("tools")
+        out.without_tools += not body.get("tools")
         complete = record.ended == "answered" and record.step_kind not in ("http_error", "hang")
+        ended_ms = record.ended_at_ms if record.ended_at_ms is not None else record.at_ms
+        why = killed_during(run, "fake-model", record.at_ms / 1000, ended_ms / 1000, clock=2) if complete else None
         if complete and record.session_id:
-            answered[record.session_id] += 1
+            out.answered[record.session_id] += 1
+            if why is not None:
+                out.unreadable.setdefault(record.session_id, []).append(f"fake-model call at {record.at_ms:.0f}: {why}")
         calls.append(
-            {"server": "fake-model", "session": record.session_id, "at_ms": record.at_ms, "complete": complete}
-            | {"outcome": f"{record.step_kind} {record.ended}", "tools": bool(body.get("tools"))}
+            {"server": "fake-model", "session": record.session_id, "at_ms": record.at_ms, "ended_at_ms": ended_ms}
+            | {"complete": complete, "outcome": f"{record.step_kind} {record.ended}", "tools": bool(body.get("tools"))}
+            | {"client_request_id": record.headers.get("x-client-request-id"), "unreadable": why}
         )
     if run.servers.llmock_url is not None:
         for row in llmock_journal(run.servers.llmock_url):
             if not str(row.get("path", "")).endswith("/v1/messages"):
                 continue
-            seen[f"llmock {row.get('status')} {row.get('fault') or 'clean'}"] += 1
-            body = row.get("body") if isinstance(row.get("body"), dict) else {}
-            without_tools += not body.get("tools")
-            session = session_of_body(body)
+            fault = str(row.get("fault") or "")
+            out.seen[f"llmock {row.get('status')} {fault or 'clean'}"] += 1
+            sent: Any = row.get("body") if isinstance(row.get("body"), dict) else {}
+            out.without_tools += not sent.get("tools")
+            session = session_of_body(sent)
             complete = row.get("status") == 200 and bool(row.get("completed"))
+            why = None
+            if complete:
+                kind = fault.removeprefix("stream:").partition("@")[0] if fault.startswith("stream:") else ""
+                why = UNREADABLE_FAULTS.get(kind) or killed_during(
+                    run, "llmock", float(row["started_at"]), float(row["ended_at"]), clock=1
+                )
             if complete and session:
-                answered[session] += 1
+                out.answered[session] += 1
+                if why is not None:
+                    out.unreadable.setdefault(session, []).append(f"llmock #{row.get('seq')} {fault or 'clean'}: {why}")
             calls.append(
                 {"server": "llmock", "session": session, "seq": row.get("seq"), "complete": complete}
-                | {"outcome": f"{row.get('status')} {row.get('fault') or 'clean'}", "tools": bool(body.get("tools"))}
+                | {"outcome": f"{row.get('status')} {fault or 'clean'}", "tools": bool(sent.get("tools"))}
+                | {"chunks_sent": row.get("chunks_sent"), "stall_waited": row.get("stall_waited"), "unreadable": why}
             )
-    with (run.root / "model-calls.jsonl").open("w") as out:
-        out.writelines(json.dumps(call) + "\n" for call in calls)
-    return answered, without_tools, seen
+    with (run.root / "model-calls.jsonl").open("w") as journal:
+        journal.writelines(json.dumps(call) + "\n" for call in calls)
+        journal.writelines(json.dumps({"kill": role, "monotonic": m, "epoch": e}) + "\n" for role, m, e in run.kills)
+    return out
 
 
 def transcript_problems(path: Path) -> list[str]:
@@ -509,54 +561,64 @@ async def judge(run: Run, bus: AgentbusClient) -> dict[str, Any]:
             details.append(f"hung: {turn.session} turn {turn.turn}")
 
     duplicated_sessions: set[str] = set()
-    invalid_files: list[str] = []
+    invalid_sessions: set[str] = set()
     checked = 0
+    data_dir, cwd = run.workers.data_dir, run.workers.cwd  # where the transcripts worker writes (AGENTBUS_CWD)
     for session in run.sessions:
         history = await bus.history(session)
-        log_uuids = [
+        log_uuids: list[str | None] = [
             str(getattr(e.message, "uuid", "")) for e in history if not isinstance(e.message, TombstoneMessage)
         ]
         if duplicate_uuids(log_uuids):
             duplicated_sessions.add(session)
             details.append(f"duplicated: {session} log has {duplicate_uuids(log_uuids)} repeated uuid(s)")
-        main = session_file(run.workers.data_dir, CWD, session)
+        # The product's own layout: <data>/projects/<sanitized cwd>/<Claude Code UUID>.jsonl, its sub-agents'
+        # files under <uuid>/subagents/ (every sub-agent of the tree, grandchildren included).
+        main = session_file(data_dir, cwd, session)
         files = [main] if main.exists() else []
         if not main.exists():
-            invalid_files.append(str(main))
-            details.append(f"invalid: {main.name}: no transcript")
-        base = main.with_suffix("") / "subagents"
-        if base.is_dir():
-            files += sorted(base.rglob("agent-*.jsonl"))
+            invalid_sessions.add(session)
+            details.append(f"invalid: {session} ({main.name}): no transcript")
+        children = subagent_dir(data_dir, cwd, session)
+        if children.is_dir():
+            files += sorted(children.rglob("agent-*.jsonl"))
         for path in files:
             checked += 1
             problems = transcript_problems(path)
             uuids = [json.loads(line).get("uuid") for line in path.read_text().splitlines() if line.strip()]
             if duplicate_uuids(uuids):
                 duplicated_sessions.add(session)
-                details.append(f"duplicated: {path.name} has {duplicate_uuids(uuids)} repeated uuid(s)")
+                details.append(f"duplicated: {session} {path.name} has {duplicate_uuids(uuids)} repeated uuid(s)")
             if problems:
-                invalid_files.append(str(path))
-                details.append(f"invalid: {path.name}: {'; '.join(problems)}")
-    invalid_sessions = {s for s in run.sessions if any(f"/{s}.jsonl" in f or f"/{s}/" in f for f in invalid_files)}
+                invalid_sessions.add(session)
+                details.append(f"invalid: {session} {path.name}: {'; '.join(problems)}")
 
     effects = run.workers.workspace / EFFECTS_FILE
     lines = Counter(effects.read_text().split()) if effects.exists() else Counter()
     twice = {marker: n for marker, n in lines.items() if n > 1}
     details += [f"side effect x{n}: {marker}" for marker, n in sorted(twice.items())]
 
-    answered, without_tools, seen = answered_calls(run)
+    server = answered_calls(run)
     usage_mismatches = 0
-    recorded_total = answered_total = 0
+    recorded_total = answered_total = unread_total = 0
     for session in run.sessions:
         tree = await bus.session_tree(session)
         members = tree_sessions(tree)
         recorded = (await bus.tree_usage(session)).total.requests
-        billed = sum(answered[s] for s in members)
+        billed = sum(server.answered[s] for s in members)
+        evidence = [f"{s}: {line}" for s in members for line in server.unreadable.get(s, [])]
         recorded_total += recorded
         answered_total += billed
-        if recorded != billed:
+        shortfall = billed - recorded
+        if 0 < shortfall <= len(evidence):
+            unread_total += shortfall
+            details.append(f"never read: {session} {shortfall} of {len(evidence)} call(s) " + " | ".join(evidence))
+        elif shortfall:
             usage_mismatches += 1
-            details.append(f"usage: {session} recorded {recorded} calls, the servers answered {billed}")
+            details.append(
+                f"usage: {session} recorded {recorded} calls, the servers answered {billed}"
+                + (f" ({len(evidence)} possibly never read: {' | '.join(evidence)})" if evidence else "")
+            )
 
     connection_errors = [t for t in run.turns if t.connection_error]
     details += [f"ConnectionError: {t.session} turn {t.turn}: {t.connection_error}" for t in connection_errors]
@@ -571,9 +633,10 @@ async def judge(run: Run, bus: AgentbusClient) -> dict[str, Any]:
             "invalid": len(invalid_sessions),
             "side effects run twice": len(twice),
             "usage mismatch": usage_mismatches,
+            "answered but never read by a worker (killed, or reading stopped at a fault)": unread_total,
             "ConnectionError to caller": len(connection_errors),
             "other errors to caller": sum(1 for t in run.turns if t.other_error),
-            "requests without tools": without_tools,
+            "requests without tools": server.without_tools,
         },
         "context": {
             "transcripts checked (main + sub-agents)": checked,
@@ -581,8 +644,11 @@ async def judge(run: Run, bus: AgentbusClient) -> dict[str, Any]:
             "side effects scripted": len(set(run.markers)),
             "calls recorded (usage, all trees)": recorded_total,
             "calls answered (servers)": answered_total,
+            "calls answered that no worker may have read (killed, malformed, stalled)": sum(
+                len(v) for v in server.unreadable.values()
+            ),
             "faults": dict(run.faults),
-            "model server outcomes": dict(sorted(seen.items())),
+            "model server outcomes": dict(sorted(server.seen.items())),
         },
         "details": details,
     }

@@ -2,7 +2,9 @@
 reply's last event (the request answered, atomically with the in-flight record) and before it recorded the
 call's usage leaves the usage in that record; the worker that takes the request notice over does not call
 the model again and records the usage — once, however often the notice comes back, and not a second time
-when the dead worker had recorded it after all (the usage store deduplicates by request id). Real Redis; the
+when the dead worker had recorded it after all (the usage store deduplicates by request id) — nor lost when the
+session's next request came first and supersedes the notice (soak run of issue 25: the worker's usage write
+failed with a ConnectionError after the reply landed; the notice came back after the next prompt). Real Redis; the
 model worker's request handling in-process (no model call is made)."""
 
 from __future__ import annotations
@@ -106,3 +108,18 @@ async def test_m10_usage_the_dead_worker_recorded_is_not_counted_twice(
     await worker._run(entry, notice)
     usage = await read_usage(redis, topology, SESSION)
     assert usage.total.requests == 1
+
+
+async def test_m10_usage_of_a_dead_call_is_recorded_when_the_next_request_superseded_its_notice(
+    served: tuple[aioredis.Redis, Topology, ModelWorker],
+) -> None:
+    redis, topology, worker = served
+    entry, notice = await left_by_a_dead_worker(redis, topology)
+    # The reply landed, so the turn went on: the session's next request (seq 3) is stored before the dead
+    # worker's notice (seq 1) comes back.
+    await redis.set(topology.request(SESSION), orjson.dumps({"session_id": SESSION, "seq": 3, "request": REQUEST}))
+    await worker._run(entry, notice)
+    usage = await read_usage(redis, topology, SESSION)
+    assert (usage.total.requests, usage.total.input_tokens, usage.total.output_tokens) == (1, 100, 20)
+    assert worker.stats.superseded == 1
+    assert worker.stats.calls == 0

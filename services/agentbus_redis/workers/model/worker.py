@@ -23,8 +23,9 @@ Per notice (a :class:`~agentbus_redis.bus.events.RequestReady` pointing at the s
    session's call task is cancelled, which closes the HTTP stream at once; nothing more is published (the
    interrupt already closed the turn, R10.1; ingestion drops late events of the interrupted request).
 5. **Usage and cost** of a finished call are recorded per session (M10) and in the metrics (M11). The answered
-   in-flight record carries the usage too, so a notice taken over from a worker that died before recording it
-   still records it, once (the usage store deduplicates by request id).
+   in-flight record carries the usage too, and whoever serves the session's next notice (the same request
+   redelivered, or the next one) records it first, so a call whose worker died or failed to write before
+   recording it is still counted, once (the usage store deduplicates by request id).
 """
 
 from __future__ import annotations
@@ -389,16 +390,18 @@ class ModelWorker:
         session = notice.session_id
         raw_request, raw_inflight, raw_config, interrupted_at = state
         stored = orjson.loads(raw_request) if raw_request is not None else None
+        inflight = orjson.loads(raw_inflight) if raw_inflight is not None else None
+        # The session's last answered call, whoever made it: its usage is recorded before this call overwrites
+        # the record that carries it (a no-op when its worker did record it).
+        await self._recover_usage(session, inflight)
         if stored is None or stored.get("seq", -1) > notice.seq:
             self.stats.superseded += 1
             model_metrics.record_call(self.defaults.model, "superseded")
             return
-        inflight = orjson.loads(raw_inflight) if raw_inflight is not None else None
         digest = request_digest(stored["request"])
         if answered_already(inflight, notice.seq, digest):
             self.stats.already_answered += 1
             model_metrics.record_call(self.defaults.model, "already_answered")
-            await self._recover_usage(session, inflight)
             return
         publisher = SessionPublisher(
             self.redis,
@@ -689,9 +692,12 @@ class ModelWorker:
         )
 
     async def _recover_usage(self, session: str, inflight: JsonObject | None) -> None:
-        """The notice of an answered request came back: its worker may have died after the reply's last event
-        and before :meth:`_account` recorded the usage. The in-flight record carries it (``call.py``); recording
-        it again is a no-op when that worker did record it (the usage store deduplicates by request id)."""
+        """Record the usage an answered in-flight record carries (``call.py``), read when a notice of the session
+        is served: the worker that made the call may have died, lost its lease or failed to write after the
+        reply's last event landed and before :meth:`_account` recorded the usage — and the next request of the
+        session overwrites the record, so the notice that comes back is superseded and can no longer see it.
+        Recording it again is a no-op when that worker did record it (the usage store deduplicates by request
+        id): one round trip per call."""
         if inflight is None:
             return
         usage, model, request_id = inflight.get("usage"), inflight.get("usage_model"), inflight.get("request_id")
