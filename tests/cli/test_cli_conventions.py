@@ -20,7 +20,7 @@ from agentbus_redis.config.settings import Settings
 from agentbus_redis.streams.topology import Topology
 from tests.cli.process import AGENTBUS, REPO_ROOT, agentbus, cli_env
 
-TOPOLOGY = Topology(Settings(_env_file=None).names)  # type: ignore[call-arg]
+TOPOLOGY = Topology(Settings(_env_file=None).names)
 
 
 def test_version_names_the_commit(tmp_path: Path) -> None:
