@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -235,6 +236,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
 
     for mode in modes:
         print(f"\n{mode}: best of {args.runs}, seconds; python -c pass = {floor[mode]:.3f}s")
