@@ -4,6 +4,7 @@ picked."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -12,9 +13,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
 from agentbus_redis.cli.main import COMMANDS
+from agentbus_redis.config.settings import Settings
+from agentbus_redis.streams.topology import Topology
 from tests.cli.process import AGENTBUS, REPO_ROOT, agentbus, cli_env
+
+TOPOLOGY = Topology(Settings(_env_file=None).names)
 
 
 def test_version_names_the_commit(tmp_path: Path) -> None:
@@ -58,6 +64,38 @@ def test_dash_h_is_help_at_every_level(tmp_path: Path) -> None:
     assert "Show one dead letter" in dlq_show.stdout
 
 
+def imported_modules(args: list[str], *, cwd: Path, env: dict[str, str]) -> set[str]:
+    """Every module ``agentbus ARGS`` imports (``-X importtime`` lists each one on stderr)."""
+    done = subprocess.run(
+        [*AGENTBUS[:1], "-X", "importtime", *AGENTBUS[1:], *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
+
+
+OPERATIONS_ONLY = {
+    "structlog",
+    "rich",
+    "pygments",
+    "faststream",
+    "uvicorn",
+    "starlette",
+    "anthropic",
+    "httpx",
+    "prometheus_client",
+    "msgpack",
+    "agentbus_redis.workers.registry",
+    "agentbus_redis.runtime.consumer",
+    "agentbus_redis.observability.logging",
+}
+"""What only a worker (or the model worker's API client, or its metrics) needs: no CLI command that reads or
+writes Redis loads it (issue 27, "Fast commands": structlog alone pulled in rich and pygments)."""
+
+
 @pytest.mark.parametrize(
     "args",
     [["--help"], ["transcript", "--help"], ["normalize", "--help"], ["dlq", "ls", "--help"]],
@@ -65,26 +103,53 @@ def test_dash_h_is_help_at_every_level(tmp_path: Path) -> None:
 )
 def test_help_imports_no_bus_client_nor_rich(args: list[str], tmp_path: Path) -> None:
     """The start-up cost that made every call take 1.5–2 s: importing redis, the SDK and the workers
-    (and typer's rich help) before parsing the arguments. ``-X importtime`` lists every module imported."""
-    done = subprocess.run(
-        [*AGENTBUS[:1], "-X", "importtime", *AGENTBUS[1:], *args],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")}
-    heavy = {
-        "redis",
-        "rich",
-        "agentbus_redis.sdk.client",
-        "agentbus_redis.workers.registry",
-        "uvicorn",
-        "faststream",
-        "structlog",
-    }
+    (and typer's rich help) before parsing the arguments."""
+    imported = imported_modules(args, cwd=tmp_path, env=cli_env())
+    heavy = {"redis", "agentbus_redis.sdk.client", "pydantic_settings", *OPERATIONS_ONLY}
     assert not heavy & imported
+
+
+def test_normalize_imports_no_bus_client(tmp_path: Path) -> None:
+    """``normalize`` reads a file: neither Redis nor the settings nor the SDK (issue 27)."""
+    transcript = tmp_path / "t.jsonl"
+    prompt = {
+        "type": "user",
+        "uuid": "00000000-0000-4000-8000-000000000001",
+        "parentUuid": None,
+        "sessionId": "11111111-1111-4111-8111-111111111111",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "message": {"role": "user", "content": "hi"},
+    }
+    transcript.write_text(json.dumps(prompt) + "\n")
+    imported = imported_modules(["normalize", str(transcript)], cwd=tmp_path, env=cli_env())
+    assert "agentbus_redis.normalize" in imported
+    heavy = {"redis", "agentbus_redis.sdk.client", "pydantic_settings", *OPERATIONS_ONLY}
+    assert not heavy & imported
+
+
+EVENT_MODELS = {"agentbus_redis.bus.events", "agentbus_redis.messages.kinds", "agentbus_redis.sdk.conversation"}
+"""The bus' pydantic models: built by a command that writes or reads events, not by one that lists tools."""
+
+
+@pytest.mark.parametrize(
+    ("args", "also_absent"),
+    [
+        (["tools", "ls"], {*EVENT_MODELS, "tree_sitter"}),
+        (["usage", "quiet"], {*EVENT_MODELS, "tree_sitter"}),
+        (["tail", "quiet"], {"agentbus_redis.bus.ledger", "agentbus_redis.bus.internal_events", "tree_sitter"}),
+        (["send", "quiet", "hi"], {"agentbus_redis.bus.ledger", "agentbus_redis.bus.internal_events", "tree_sitter"}),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+async def test_a_redis_command_imports_only_what_it_uses(
+    args: list[str], also_absent: set[str], redis_url: str, aredis: aioredis.Redis, tmp_path: Path
+) -> None:
+    """Issue 27: a CLI command that talks to Redis took ~1.3 s, 0.85 s of it importing the whole SDK. It
+    imports the client and the models it uses, never what only a worker needs."""
+    await aredis.zadd(TOPOLOGY.sessions(TOPOLOGY.names.shard_of("quiet")), {"quiet": 1})
+    imported = imported_modules(args, cwd=tmp_path, env=cli_env(redis_url))
+    assert {"redis", "agentbus_redis.sdk.client"} <= imported  # it did talk to Redis
+    assert not (OPERATIONS_ONLY | also_absent) & imported
 
 
 def test_worker_without_port_prints_the_port_it_picked(redis_url: str, tmp_path: Path) -> None:

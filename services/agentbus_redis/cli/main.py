@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import platform
 from typing import Annotated, Any, NamedTuple
 
 import typer
@@ -125,6 +124,8 @@ app = typer.Typer(
 def _print_version(value: bool) -> None:
     if not value:
         return
+    import platform
+
     from agentbus_redis.config.build_info import build_commit, package_version
 
     typer.echo(

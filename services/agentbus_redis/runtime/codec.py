@@ -9,8 +9,7 @@ import orjson
 from pydantic import ValidationError
 
 from agentbus_redis.bus.events import SCHEMA_VERSION
-from agentbus_redis.bus.internal_events import AUTH_FIELD, internal_event_proof
-from agentbus_redis.runtime.consumer import Poison
+from agentbus_redis.runtime.batch import Poison
 from agentbus_redis.streams.entries import StreamEntry
 from agentbus_redis.wire import WireModel
 
@@ -25,6 +24,9 @@ def entry_fields(record: WireModel) -> dict[str, bytes]:
 
 def signed_entry_fields(record: WireModel, internal_key: bytes) -> dict[str, bytes]:
     """The fields of a worker's ingress entry: ``data`` and its authenticator (bus/internal_events.py)."""
+    # Imported here: the internal-event rules pull in the ledger, which a CLI command reading a log never needs.
+    from agentbus_redis.bus.internal_events import AUTH_FIELD, internal_event_proof
+
     data = record.to_wire_json().encode()
     return {DATA_FIELD: data, AUTH_FIELD: internal_event_proof(internal_key, data)}
 

@@ -24,7 +24,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgpack
 from redis.exceptions import NoScriptError, ResponseError
 
 FENCED_PREFIX = "FENCED"
@@ -216,5 +215,7 @@ class KeyCalls:
         return [key, *self._keys], [token, "f", self._blob()]
 
     def _blob(self) -> bytes:
+        import msgpack  # here, not at the top: only a worker's batch script packs calls (issue 27)
+
         # Old "raw" strings for text and bytes alike: Redis's cmsgpack predates the bin type.
         return msgpack.packb(self._calls, use_bin_type=False)  # type: ignore[no-any-return]

@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-import structlog
-
 from agentbus_redis.runtime.batch import raise_if_cancelling
+from agentbus_redis.runtime.lazy_log import get_logger
 from agentbus_redis.runtime.redis_client import TRANSIENT_ERRORS
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BACKOFF_INITIAL_S = 0.1
 

@@ -19,17 +19,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import structlog
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ReadOnlyError
 
 from agentbus_redis.errors import AgentbusError
+from agentbus_redis.runtime.lazy_log import get_logger
 from agentbus_redis.runtime.redis_client import TRANSIENT_ERRORS
 
 T = TypeVar("T")
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_RIDE_OUT_S = 60.0
 """How long a client waits for Redis to come back before :class:`RedisUnavailable` (``AGENTBUS_REDIS_RIDE_OUT_S``)."""

@@ -26,44 +26,30 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import orjson
 import redis.asyncio as aioredis
 
-from agentbus_redis.agents.record import ChildSummary
-from agentbus_redis.bus.events import (
-    AssistantReply,
-    AttachmentNotice,
-    IngressEnvelope,
-    IngressPayload,
-    Interrupt,
-    LogEntry,
-    PiMessagePayload,
-    RecordedMessage,
-    StreamEvent,
-    StreamFallback,
-    SystemNotice,
-    ToolResultReport,
-    UserPrompt,
-    parse_log_entry,
-)
 from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES, IngressEntryTooLarge, entry_size_problem
 from agentbus_redis.config.settings import Settings
-from agentbus_redis.json_types import JsonObject
-from agentbus_redis.messages.content import ContentBlock
-from agentbus_redis.messages.kinds import AssistantMessage, AttachmentMessage, Message, UserMessage
-from agentbus_redis.model.usage_totals import SessionUsage
-from agentbus_redis.pi.messages import PI_MESSAGE_ADAPTER, PiMessage
 from agentbus_redis.runtime import redis_client
-from agentbus_redis.runtime.codec import DATA_FIELD, entry_fields
 from agentbus_redis.runtime.ride_out import DEFAULT_RIDE_OUT_S, RIDE_OUT_ERRORS, RedisUnavailable, ride_out
-from agentbus_redis.sdk.conversation import Conversation
 from agentbus_redis.session_ids import check_session_id, claude_session_id
-from agentbus_redis.stores.usage import read_usage
 from agentbus_redis.streams.entries import id_text
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.streams.topology import Topology
 
+# The event models, the codec, the usage and sub-agent records and the Conversation are imported by the
+# methods that use them: a CLI command that lists tools or reads usage should not build every pydantic model
+# of the bus (issue 27, "Fast commands"; tests/cli/test_cli_conventions.py keeps it so).
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from agentbus_redis.agents.record import ChildSummary
+    from agentbus_redis.bus.events import IngressPayload, LogEntry
+    from agentbus_redis.json_types import JsonObject
+    from agentbus_redis.messages.content import ContentBlock
+    from agentbus_redis.messages.kinds import AssistantMessage, AttachmentMessage, Message, UserMessage
+    from agentbus_redis.model.usage_totals import SessionUsage
+    from agentbus_redis.pi.messages import PiMessage
     from agentbus_redis.sdk.approvals import PendingApproval
+    from agentbus_redis.sdk.conversation import Conversation
 
 T = TypeVar("T")
 
@@ -202,6 +188,9 @@ class AgentbusClient:
     ) -> dict[str, bytes]:
         """The stream fields of one ingress entry, refused here when ingestion would dead-letter it for
         its session id or its size."""
+        from agentbus_redis.bus.events import IngressEnvelope
+        from agentbus_redis.runtime.codec import DATA_FIELD, entry_fields
+
         envelope = IngressEnvelope(
             session_id=check_session_id(session_id),
             idempotency_key=idempotency_key,
@@ -215,27 +204,43 @@ class AgentbusClient:
         return fields
 
     async def send_prompt(self, session_id: str, content: str | list[ContentBlock], **options: Any) -> str:
+        from agentbus_redis.bus.events import UserPrompt
+
         return await self.publish(session_id, UserPrompt(content=content, **options))
 
     async def send_assistant(self, session_id: str, message: AssistantMessage, *, execute_tools: bool = True) -> str:
+        from agentbus_redis.bus.events import AssistantReply
+
         return await self.publish(session_id, AssistantReply(message=message, execute_tools=execute_tools))
 
     async def send_stream_event(self, session_id: str, request_id: str, event: JsonObject) -> str:
+        from agentbus_redis.bus.events import StreamEvent
+
         return await self.publish(session_id, StreamEvent(request_id=request_id, event=event))
 
     async def send_stream_fallback(self, session_id: str, request_id: str) -> str:
+        from agentbus_redis.bus.events import StreamFallback
+
         return await self.publish(session_id, StreamFallback(request_id=request_id))
 
     async def send_system(self, session_id: str, message: Message) -> str:
+        from agentbus_redis.bus.events import SystemNotice
+
         return await self.publish(session_id, SystemNotice(message=message))
 
     async def send_attachment(self, session_id: str, message: AttachmentMessage) -> str:
+        from agentbus_redis.bus.events import AttachmentNotice
+
         return await self.publish(session_id, AttachmentNotice(message=message))
 
     async def send_tool_result(self, session_id: str, message: UserMessage) -> str:
+        from agentbus_redis.bus.events import ToolResultReport
+
         return await self.publish(session_id, ToolResultReport(message=message))
 
     async def send_recorded(self, session_id: str, message: Message) -> str:
+        from agentbus_redis.bus.events import RecordedMessage
+
         return await self.publish(session_id, RecordedMessage(message=message))
 
     async def send_pi_message(
@@ -249,6 +254,9 @@ class AgentbusClient:
         """Publish a pi-shaped message (user / assistant / toolResult / bashExecution / custom, P1) — a model
         or its wire object; ingestion maps it into the Claude Code model (P10). ``message_uuid`` defaults to a new
         one; an assistant's toolCalls run unless ``execute_tools`` is false."""
+        from agentbus_redis.bus.events import PiMessagePayload
+        from agentbus_redis.pi.messages import PI_MESSAGE_ADAPTER
+
         parsed = (
             PI_MESSAGE_ADAPTER.validate_python(message, by_alias=True, by_name=False)
             if isinstance(message, dict)
@@ -258,6 +266,8 @@ class AgentbusClient:
         return await self.publish(session_id, payload)
 
     async def interrupt(self, session_id: str, *, reason: Literal["user_cancel", "interrupt"] = "user_cancel") -> str:
+        from agentbus_redis.bus.events import Interrupt
+
         return await self.publish(session_id, Interrupt(reason=reason))
 
     # -- observing ---------------------------------------------------------------------------
@@ -331,10 +341,15 @@ class AgentbusClient:
         ``timeout_s`` (default 300) bounds the wait for any progress (``ConversationTimeout``); other
         options go to :meth:`send_prompt`. ``await conversation.interrupt()`` interrupts the turn (keep
         iterating to see it close). See sdk/conversation.py."""
+        from agentbus_redis.sdk.conversation import Conversation
+
         return Conversation(self, session_id, content, **options)
 
     async def history(self, session_id: str) -> list[LogEntry]:
         """Every log entry of the session so far."""
+        from agentbus_redis.bus.events import parse_log_entry
+        from agentbus_redis.runtime.codec import DATA_FIELD
+
         stream = self.topology.session_events(session_id)
         rows: Any = await self.ride(lambda: self.redis.xrange(stream), f"read {stream}")
         return [parse_log_entry(fields[DATA_FIELD.encode()]) for _, fields in rows]
@@ -342,6 +357,8 @@ class AgentbusClient:
     async def usage(self, session_id: str) -> SessionUsage:
         """The session's model usage and cost so far, per model and in total (M10.5; ``.empty`` when no call
         was recorded). Costs were computed when each call was recorded, with the price table then in force."""
+        from agentbus_redis.stores.usage import read_usage
+
         return await read_usage(self.redis, self.topology, session_id)
 
     async def session_tree(self, session_id: str) -> ChildSummary:
@@ -356,6 +373,7 @@ class AgentbusClient:
         session id or its agentId. Its parent is told as for any end: a background child's with a
         ``<task-notification>`` of ``status: killed`` and its partial result (A5.4). Raises
         :class:`agentbus_redis.subagents.stop.AgentNotStoppable` for an unknown or ended agent."""
+        from agentbus_redis.agents.record import ChildSummary
         from agentbus_redis.subagents.stop import resolve_running_child
 
         record = await resolve_running_child(self.redis, self.topology, agent)
@@ -386,6 +404,9 @@ class AgentbusClient:
         (``TimeoutError``) or by cancelling the task that iterates. A Redis restart or failover is ridden out:
         the read resumes from the last entry yielded, so none is repeated or skipped (up to :attr:`ride_out_s`
         seconds, then :class:`RedisUnavailable`)."""
+        from agentbus_redis.bus.events import parse_log_entry
+        from agentbus_redis.runtime.codec import DATA_FIELD
+
         cursor: bytes | str = "0-0" if from_start else "$"
         stream = self.topology.session_events(session_id)
         while True:

@@ -21,18 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-import structlog
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from agentbus_redis.clock import epoch_ms
 from agentbus_redis.runtime.key_calls import ServerScript
+from agentbus_redis.runtime.lazy_log import get_logger
 from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
 from agentbus_redis.tools.definitions import ToolDefinition
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_REFRESH_S = 10.0
 DEFAULT_TTL_S = 30.0

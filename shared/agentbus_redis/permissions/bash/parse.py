@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-
-import tree_sitter_bash
-from tree_sitter import Language, Node, Parser
+from functools import cache
+from typing import TYPE_CHECKING
 
 from agentbus_redis.permissions.bash.commands import CommandLine, SimpleCommand
 from agentbus_redis.permissions.bash.wrappers import Arg, Args, resolve_invocations
 
-_PARSER = Parser(Language(tree_sitter_bash.language()))
-"""One parser per process (a parse is synchronous; do not share it between threads)."""
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
+
+
+@cache
+def _parser() -> Parser:
+    """One parser per process (a parse is synchronous; do not share it between threads), built at the first
+    parse: the event models import this module, and a CLI command reading a log never parses bash (issue 27)."""
+    import tree_sitter_bash
+    from tree_sitter import Language, Parser
+
+    return Parser(Language(tree_sitter_bash.language()))
+
+
 MAX_SCRIPT_DEPTH = 3
 """``bash -c "eval 'sh -c …'"``: literal scripts are read this many levels deep, deeper is unknowable."""
 
@@ -262,7 +273,7 @@ class _Reader:
 
 def _read(line: str, depth: int) -> _Reader:
     reader = _Reader(depth)
-    reader.walk(_PARSER.parse(line.encode("utf-8", "surrogatepass")).root_node)
+    reader.walk(_parser().parse(line.encode("utf-8", "surrogatepass")).root_node)
     return reader
 
 
