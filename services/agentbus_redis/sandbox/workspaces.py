@@ -18,6 +18,7 @@ import structlog
 from agentbus_redis.confinement.workspaces import SESSIONS_DIR, WorkspaceScope, workspace_relative_dir
 
 log = structlog.get_logger(__name__)
+CHECK_DIR = ".sandbox-check"
 
 
 class SessionWorkspaces:
@@ -37,6 +38,16 @@ class SessionWorkspaces:
         self.owner = owner
         """(uid, gid) given each new workspace: the user sandboxed commands run as (None: the worker's)."""
         self.clock = clock
+        if scope == "shared" and owner is not None:  # every session's commands write in the root itself
+            os.chown(self.root, *owner)
+
+    def check_dir(self) -> Path:
+        """A directory of no session for the worker's sandbox check (``sessions/`` holds only session ids)."""
+        directory = self.root / CHECK_DIR
+        directory.mkdir(mode=0o700, exist_ok=True)
+        if self.owner is not None:
+            os.chown(directory, *self.owner)
+        return directory
 
     def for_session(self, session_id: str) -> Path:
         """The workspace directory of ``session_id`` (made if missing). Raises ``InvalidSessionId`` for a bad id."""

@@ -203,7 +203,7 @@ class ToolRuntime:
             self.sandbox_state = SANDBOX_OFF_NOTE
             log.warning("sandbox_off", detail=SANDBOX_OFF_NOTE)
             return
-        version = await self.sandbox.check(self.workspaces.root)
+        version = await self.sandbox.check(self.workspaces.check_dir())
         self.sandbox_state = f"on: {version} ({self.sandbox.bwrap})"
         log.info("sandbox_on", bwrap=self.sandbox.bwrap, version=version, runs_as=self.sandbox.owner)
 
