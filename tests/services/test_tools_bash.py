@@ -29,7 +29,7 @@ def sandbox() -> Sandbox:
 
 @pytest.fixture(params=["unsandboxed", "sandboxed"])
 def sandboxed(request: pytest.FixtureRequest) -> bool:
-    return request.param == "sandboxed"
+    return bool(request.param == "sandboxed")
 
 
 @pytest.fixture
@@ -240,3 +240,22 @@ def test_output_is_streamed_into_the_cap_issue_15(workspace: Workspace, sandboxe
     assert measured["growth_kb"] < 10 * 1024
     # The truncation format is unchanged: the first 30,000 characters, then the count of lines dropped.
     assert measured["content"] == "y\n" * 14_999 + "y" + "\n\n... [49985000 lines truncated] ..."
+
+
+async def test_no_descriptor_of_the_worker_is_inherited(workspace: Workspace, Bash: Callable[..., BashTool]) -> None:
+    """uvloop (the workers' loop) lets a child inherit descriptors whatever ``close_fds`` says: the
+    worker's Redis connections would reach the command. Here under the loop the worker runs."""
+    import uvloop
+
+    leaked_read, leaked_write = os.pipe()
+    os.set_inheritable(leaked_read, True)
+
+    async def listing() -> ToolOutput:
+        return (await run(Bash(workspace), command="ls /proc/self/fd"))[1]
+
+    try:
+        output = await asyncio.get_running_loop().run_in_executor(None, uvloop.run, listing())
+    finally:
+        os.close(leaked_read)
+        os.close(leaked_write)
+    assert sorted(str(output.content).split()) == ["0", "1", "2", "3"]  # stdio and ls's own listing

@@ -176,6 +176,9 @@ class Health:
         if starting is not None and not starting.done():
             checks.append(Check("started", False, "waiting for Redis to answer"))
             return HealthReport(tuple(checks))
+        if starting is not None and not starting.cancelled() and (error := starting.exception()) is not None:
+            checks.append(Check("started", False, _failed(error)))  # e.g. a tool worker whose sandbox does not work
+            return HealthReport(tuple(checks))
         redis = self.redis()
         if redis is None:
             checks.append(Check("redis", False, "not connected yet"))

@@ -52,3 +52,14 @@ def limited_shell_argv(shell: str, command: str, limits: SandboxLimits) -> list[
     if not limits.ulimit_arguments():
         prelude = 'exec "$0" -c "$1"'
     return [shell, "-c", prelude, shell, command]
+
+
+CLOSE_DESCRIPTORS = 'for fd in /proc/self/fd/*; do fd=${fd##*/}; if [ "$fd" -gt 2 ]; then exec {fd}>&-; fi; done; exec "$@"'
+"""(No redirection on the loop: bash would keep a copy of stderr on a high descriptor and close it too.)"""
+"""Closes every descriptor above stderr, then runs its arguments: an event loop (uvloop) may let descriptors
+the worker holds — its Redis connections among them — leak into a child whatever ``close_fds`` says."""
+
+
+def closing_descriptors_argv(shell: str, argv: list[str]) -> list[str]:
+    """``argv`` run with nothing open but stdin, stdout and stderr (``shell`` must be bash-compatible)."""
+    return [shell, "-c", CLOSE_DESCRIPTORS, shell, *argv]

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
+from agentbus_redis.confinement.limits import closing_descriptors_argv
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.permissions.bash.effects import runs_without_side_effects
 from agentbus_redis.sandbox.runner import Sandbox
@@ -246,8 +247,10 @@ class BashTool(Tool[BashInput]):
 
     def _argv(self, command: str) -> list[str]:
         if self.sandbox is not None:
-            return self.sandbox.argv(self.workspace.root, self.shell, command)
-        return [self.shell, "-c", command]
+            argv = self.sandbox.argv(self.workspace.root, self.shell, command)
+        else:
+            argv = [self.shell, "-c", command]
+        return closing_descriptors_argv(self.shell, argv)
 
     async def _stop(self, process: asyncio.subprocess.Process, protocol: _ExitAwareProtocol) -> None:
         """SIGTERM the group, SIGKILL it after the grace period; a finished shell's leftover
