@@ -259,3 +259,13 @@ async def test_no_descriptor_of_the_worker_is_inherited(workspace: Workspace, Ba
         os.close(leaked_read)
         os.close(leaked_write)
     assert sorted(str(output.content).split()) == ["0", "1", "2", "3"]  # stdio and ls's own listing
+
+
+async def test_the_workspace_is_reachable_by_its_absolute_path(
+    workspace: Workspace, Bash: Callable[..., BashTool]
+) -> None:
+    """The paths the file tools report work in commands too (inside the sandbox the workspace is mounted at
+    the same path, its parents searchable)."""
+    (workspace.root / "note.txt").write_text("hello\n")
+    _, output = await run(Bash(workspace), command=f"cat {workspace.root}/note.txt; cd / && ls {workspace.root}")
+    assert output.content == "hello\nnote.txt"

@@ -100,6 +100,10 @@ def test_bubblewrap_argv_of_an_unprivileged_worker() -> None:
     assert "--unshare-user" in options
     assert _option_values(options, "--ro-bind-try", 2) == [("/usr", "/usr"), ("/etc", "/etc")]
     assert _option_values(options, "--bind", 2) == [("/srv/ws/sessions/s-1", "/srv/ws/sessions/s-1")]
+    # The mount point's parents are searchable: the workspace is reachable by its absolute path too.
+    assert _option_values(options, "--dir") == [("/srv",), ("/srv/ws",), ("/srv/ws/sessions",)]
+    assert options[options.index("--dir") - 2 : options.index("--dir")] == ["--perms", "0755"]
+    assert options.index("--bind") > max(i for i, item in enumerate(options) if item == "--dir")
     assert _option_values(options, "--chdir") == [("/srv/ws/sessions/s-1",)]
     assert options[options.index("--tmpfs") - 4 : options.index("--tmpfs") + 2] == [
         "--perms",

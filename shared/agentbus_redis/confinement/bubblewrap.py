@@ -85,6 +85,8 @@ def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
         argv += ["--ro-bind-try", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--perms", "1777", "--size", str(plan.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    for ancestor in _ancestors(plan.workspace):  # made by bwrap for the mount point: searchable, or only the
+        argv += ["--perms", "0755", "--dir", ancestor]  # cwd would reach the workspace, not its absolute path
     argv += ["--bind", plan.workspace, plan.workspace, "--chdir", plan.workspace]
     if plan.drop is not None:  # setpriv needs these two; it gives up every capability when it switches user
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -94,3 +96,9 @@ def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
     if plan.drop is not None:
         argv += plan.drop.argv()
     return argv + limited_shell_argv(shell, command, plan.limits)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b/c`` → ``["/a", "/a/b"]`` (an existing directory is left as it is by ``--dir``)."""
+    parts = [part for part in path.split("/") if part]
+    return ["/" + "/".join(parts[:end]) for end in range(1, len(parts))]

@@ -54,7 +54,9 @@ def limited_shell_argv(shell: str, command: str, limits: SandboxLimits) -> list[
     return [shell, "-c", prelude, shell, command]
 
 
-CLOSE_DESCRIPTORS = 'for fd in /proc/self/fd/*; do fd=${fd##*/}; if [ "$fd" -gt 2 ]; then exec {fd}>&-; fi; done; exec "$@"'
+CLOSE_DESCRIPTORS = (
+    'for fd in /proc/self/fd/*; do fd=${fd##*/}; if [ "$fd" -gt 2 ]; then exec {fd}>&-; fi; done; exec "$@"'
+)
 """(No redirection on the loop: bash would keep a copy of stderr on a high descriptor and close it too.)"""
 """Closes every descriptor above stderr, then runs its arguments: an event loop (uvloop) may let descriptors
 the worker holds — its Redis connections among them — leak into a child whatever ``close_fds`` says."""
