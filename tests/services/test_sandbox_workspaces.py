@@ -3,6 +3,7 @@ retention period) and the sandbox's start-up check."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from agentbus_redis.sandbox.runner import Sandbox, SandboxUnavailable
 from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.session_ids import InvalidSessionId
+from agentbus_redis.workers.tools.app import IdleWorkspaceCleanup
 from agentbus_redis.workers.tools.sessions import SessionTools
 
 CHILD = "s-1:agent-a0123456789abcdef"
@@ -54,6 +56,37 @@ def test_idle_workspaces_are_removed_after_the_retention(tmp_path: Path) -> None
     assert not old.exists()
     assert fresh.exists()
     assert SessionWorkspaces(tmp_path, "shared").remove_idle(0) == []
+
+
+class _FailsOnce(SessionWorkspaces):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, "session", clock=lambda: 4_000_000_000.0)  # every workspace is idle
+        self.calls = 0
+
+    def remove_idle(self, retention_s: float) -> list[str]:
+        self.calls += 1
+        if self.calls == 1:
+            raise OSError("disk hiccup")
+        return super().remove_idle(retention_s)
+
+
+async def test_the_cleanup_task_outlives_a_failed_pass_and_removes_idle_workspaces(tmp_path: Path) -> None:
+    workspaces = _FailsOnce(tmp_path)
+    idle = workspaces.for_session("s-idle")
+    cleanup = IdleWorkspaceCleanup(workspaces, retention_s=1.0)
+    task = cleanup.start()
+    try:
+        for _ in range(600):  # generous: the machine is shared
+            if not idle.exists():
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail(f"the idle workspace was never removed ({workspaces.calls} passes, {cleanup.errors} failed)")
+        assert cleanup.errors == 1
+        assert not task.done()  # a failed pass never ends the loop
+    finally:
+        await cleanup.stop()
+    assert task.done()
 
 
 def test_session_tools_are_confined_to_the_sessions_workspace(tmp_path: Path) -> None:
