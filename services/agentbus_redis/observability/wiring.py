@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Protocol
 
 import redis.asyncio as aioredis
@@ -85,6 +85,12 @@ def watched_streams(pairs: Sequence[tuple[str, str]], extra_streams: Sequence[st
     return watched
 
 
+def readiness_notes(runtime: object) -> list[tuple[str, bool, str]]:
+    """What a runtime adds to ``/readyz`` (its ``readiness_notes()``, e.g. the tool worker's sandbox state)."""
+    notes = getattr(runtime, "readiness_notes", None)
+    return list(notes()) if callable(notes) else []
+
+
 def leases_of(runtime: object) -> ShardLeases | None:
     """The ``ShardLeases`` of a lane runtime: ``runtime.leases()`` when it offers one, else
     ``runtime.lanes.leases`` (``LaneWorker``); None for the unordered tool workers."""
@@ -132,6 +138,7 @@ class WorkerObservability:
         startup: StartupSource | None = None,
         leases: Callable[[], ShardLeases | None] | None = None,
         tasks: TaskSource | None = None,
+        notes: Callable[[], Iterable[tuple[str, bool, str]]] | None = None,
         progress_timeout_s: float = DEFAULT_PROGRESS_TIMEOUT_S,
         stream_stats_interval_s: float = 15.0,
     ) -> None:
@@ -152,6 +159,8 @@ class WorkerObservability:
             self.health.startup = startup
         if tasks is not None:
             self.health.register_task_source(tasks)
+        if notes is not None:
+            self.health.notes = notes
         self.health.register_consumers(self.worker, consumers)
         self.consumer_stats = register_consumer_collector()
         self.consumer_stats.track(self.worker, consumers)
@@ -181,6 +190,7 @@ class WorkerObservability:
             startup=lambda: getattr(process, "starting", None),
             leases=lambda: leases_of(process.runtime),
             tasks=lambda: background_tasks_of(process),
+            notes=lambda: readiness_notes(process.runtime),
             **options,
         )
 

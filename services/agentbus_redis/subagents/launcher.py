@@ -153,8 +153,12 @@ class AgentTool(Tool[AgentInput]):
         internal_key: bytes,
         tool_names: Callable[[], Awaitable[Sequence[str]]],
         now_ms: Callable[[], int] = epoch_ms,
+        workspace_for: Callable[[str], str] | None = None,
     ) -> None:
         self.redis = redis
+        self.workspace_for = workspace_for
+        """A session's workspace (per-session workspaces): a background child's output file goes in its parent's,
+        a child is told its own as its cwd. None: every session works in ``setup.cwd``."""
         self.topology = topology
         self.setup = setup
         self.permissions = permissions
@@ -165,6 +169,9 @@ class AgentTool(Tool[AgentInput]):
         self.store = AgentStore(redis, topology)
         self.relay = ChildRelay(redis, topology, internal_key=internal_key, now_ms=now_ms)
         self.outputs = TaskOutputFiles(redis, topology)
+
+    def _cwd(self, session_id: str) -> str:
+        return self.setup.cwd if self.workspace_for is None else self.workspace_for(session_id)
 
     def is_read_only(self, tool_input: AgentInput) -> bool:
         return True
@@ -279,7 +286,7 @@ class AgentTool(Tool[AgentInput]):
             max_turns=definition.max_turns,
             depth=parent_depth + 1,
             background=background,
-            output_file=output_file_path(self.setup.cwd, agent_id) if background else None,
+            output_file=output_file_path(self._cwd(parent), agent_id) if background else None,
         )
         existing = await self.store.record(child)
         if existing is not None:
@@ -338,7 +345,7 @@ class AgentTool(Tool[AgentInput]):
         return SessionModelConfig(
             model=model,
             fallback_model=parent.fallback_model,
-            system_prompt=child_system_prompt(definition, cwd=self.setup.cwd, model=model, tools=tools),
+            system_prompt=child_system_prompt(definition, cwd=self._cwd(record.session_id), model=model, tools=tools),
             tools=tools,
             max_tokens=parent.max_tokens,
             thinking=dict(THINKING_DISABLED),

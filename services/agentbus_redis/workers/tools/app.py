@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+import structlog
+
 from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from agentbus_redis.agents.tool import AGENT_TOOL_NAME
+from agentbus_redis.config.settings import ToolSettings
 from agentbus_redis.observability.metrics import instrument_handler
 from agentbus_redis.permissions.decide import PermissionContext
 from agentbus_redis.runtime.codec import signed_entry_fields
@@ -15,6 +18,8 @@ from agentbus_redis.runtime.lane_worker import ensure_groups
 from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from agentbus_redis.sandbox.runner import Sandbox
+from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher, read_tool_catalog
 from agentbus_redis.streams.deadletter import DeadLetter
 from agentbus_redis.streams.entries import StreamEntry, field_bytes
@@ -28,10 +33,31 @@ from agentbus_redis.workers.process import WorkerContext
 from agentbus_redis.workers.tools.approvals import ApprovalGate
 from agentbus_redis.workers.tools.executor import ToolTimeouts
 from agentbus_redis.workers.tools.registry import ToolRegistry, default_registry
+from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.worker import ToolWorker, abandoned_job_envelope
 from agentbus_redis.workers.tools.workspace import Workspace
 
 APPROVALS_GAUGE_INTERVAL_S = 5.0
+WORKSPACE_CLEANUP_INTERVAL_S = 600.0
+SANDBOX_OFF_NOTE = (
+    "OFF (AGENTBUS_TOOLS__SANDBOX=off): Bash runs unsandboxed with the worker's rights, environment (its Redis "
+    "credentials and internal key) and network"
+)
+log = structlog.get_logger(__name__)
+
+
+def _sandbox(settings: ToolSettings) -> Sandbox | None:
+    """The worker's sandbox (None when turned off); raises ``SandboxUnavailable`` when bwrap cannot be found."""
+    if settings.sandbox == "off":
+        return None
+    return Sandbox.for_this_process(
+        bwrap=settings.sandbox_bwrap,
+        limits=settings.sandbox_limits(),
+        system_paths=settings.sandbox_system_paths,
+        tmp_size_mb=settings.sandbox_tmp_mb,
+        env_allow=settings.sandbox_env_allow,
+        uid=settings.sandbox_uid,
+    )
 
 
 class ToolRuntime:
@@ -55,7 +81,13 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
-        builtin = default_registry(Workspace.at(workspace_root))
+        self.sandbox = _sandbox(settings.tools)
+        self.workspaces = SessionWorkspaces(
+            workspace_root,
+            settings.tools.workspace_scope,
+            owner=self.sandbox.owner if self.sandbox is not None else None,
+        )
+        builtin = default_registry(Workspace.at(workspace_root), self.sandbox)
         self.agent_tool = AgentTool(
             context.redis,
             self.topology,
@@ -63,8 +95,12 @@ class ToolRuntime:
             permissions=permissions,
             internal_key=settings.require_internal_key(),
             tool_names=lambda: _catalog_names(context, builtin),
+            workspace_for=lambda session_id: str(self.workspaces.for_session(session_id)),
         )
-        registry = ToolRegistry([*builtin, self.agent_tool, SendMessageTool(self.agent_tool)])
+        self.session_tools = SessionTools(
+            self.workspaces, sandbox=self.sandbox, shared=[self.agent_tool, SendMessageTool(self.agent_tool)]
+        )
+        registry = self.session_tools.template()
         self.approvals = ApprovalGate(
             context.redis,
             self.topology,
@@ -105,6 +141,7 @@ class ToolRuntime:
             for stream in self.topology.tool_job_streams()
         ]
         self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
+        self.worker.session_tools = self.session_tools
         self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
             BatchConsumer(
@@ -119,6 +156,13 @@ class ToolRuntime:
         ]
         context.broker.subscriber(channel=self.topology.interrupts_channel)(self._on_interrupt)
         self.approvals_gauge = PendingApprovalsGauge(self.approvals)
+        retention_s = settings.tools.workspace_retention_s
+        self.workspace_cleanup = (
+            IdleWorkspaceCleanup(self.workspaces, retention_s)
+            if retention_s > 0 and self.workspaces.scope != "shared"
+            else None
+        )
+        self.sandbox_state = "not checked yet"
 
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
@@ -143,18 +187,37 @@ class ToolRuntime:
         return BatchOutcome(outputs=outputs, poison=poison)
 
     async def start(self) -> None:
+        await self._check_sandbox()
         await ensure_groups(self.context.redis, self.groups())
         await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
         self.catalog.start_refreshing()  # and for as long as this worker lives: the entry expires otherwise
         self.approvals_gauge.start()
+        if self.workspace_cleanup is not None:
+            self.workspace_cleanup.start()
+
+    async def _check_sandbox(self) -> None:
+        """Refuse to start with a sandbox that does not work; say loudly when it is off."""
+        if self.sandbox is None:
+            self.sandbox_state = SANDBOX_OFF_NOTE
+            log.warning("sandbox_off", detail=SANDBOX_OFF_NOTE)
+            return
+        version = await self.sandbox.check(self.workspaces.check_dir())
+        self.sandbox_state = f"on: {version} ({self.sandbox.bwrap})"
+        log.info("sandbox_on", bwrap=self.sandbox.bwrap, version=version, runs_as=self.sandbox.owner)
+
+    def readiness_notes(self) -> list[tuple[str, bool, str]]:
+        """Shown by ``/readyz``: whether commands run sandboxed (off is stated, not hidden)."""
+        return [("sandbox", True, self.sandbox_state)]
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
         entries stay pending and are redelivered)."""
         timeout_s = self.context.settings.tools.timeout_s
         await self.approvals_gauge.stop()
+        if self.workspace_cleanup is not None:
+            await self.workspace_cleanup.stop()
         await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
@@ -167,7 +230,10 @@ class ToolRuntime:
 
     def background_tasks(self) -> dict[str, asyncio.Task[None] | None]:
         """The loops that must run as long as the worker does (``/healthz`` fails when one ended)."""
-        return {"tool_catalog": self.catalog.task, "approvals_gauge": self.approvals_gauge.task}
+        tasks = {"tool_catalog": self.catalog.task, "approvals_gauge": self.approvals_gauge.task}
+        if self.workspace_cleanup is not None:
+            tasks["workspace_cleanup"] = self.workspace_cleanup.task
+        return tasks
 
     def groups(self) -> list[tuple[str, str]]:
         return [(jobs.stream, TOOLS_GROUP) for jobs in self.jobs] + [
@@ -187,6 +253,21 @@ class PendingApprovalsGauge(PeriodicTask):
 
     async def tick(self) -> None:
         await self.approvals.refresh_pending()
+
+
+class IdleWorkspaceCleanup(PeriodicTask):
+    """Removes the session workspaces left untouched for ``retention_s`` (on disk: in a thread)."""
+
+    task_name = "workspace-cleanup"
+    failure_event = "workspace_cleanup_failed"
+
+    def __init__(self, workspaces: SessionWorkspaces, retention_s: float) -> None:
+        super().__init__(min(max(retention_s / 4, 1.0), WORKSPACE_CLEANUP_INTERVAL_S))
+        self.workspaces = workspaces
+        self.retention_s = retention_s
+
+    async def tick(self) -> None:
+        await asyncio.to_thread(self.workspaces.remove_idle, self.retention_s)
 
 
 async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:

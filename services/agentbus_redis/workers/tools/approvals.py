@@ -150,8 +150,16 @@ class ApprovalGate:
     # -- planning --------------------------------------------------------------------------------
 
     async def plan(
-        self, job: AnyJob, calls: Sequence[ToolUseBlock], permissions: PermissionContext, *, interrupted: bool
+        self,
+        job: AnyJob,
+        calls: Sequence[ToolUseBlock],
+        permissions: PermissionContext,
+        *,
+        interrupted: bool,
+        registry: ToolRegistry | None = None,
     ) -> JobPlan:
+        """``registry``: the session's tools (confined to its workspace), when not the gate's own."""
+        tools = registry or self.registry
         if isinstance(job, ToolJob) and permissions.ask_policy != "approve":
             return JobPlan(list(calls), permissions)  # no parks, no session rules: no round trip
         session = await self._session(job.session_id, [call.id for call in calls], permissions)
@@ -161,10 +169,10 @@ class ApprovalGate:
         mine = [call for call in calls if session.parked.get(call.id, own_park) == own_park]
         if session.permissions.ask_policy != "approve" or interrupted or not mine:
             return JobPlan(mine, session.permissions)
-        asks = {call.id: d for call in mine if (d := await self._asks(call, session.permissions)) is not None}
+        asks = {call.id: d for call in mine if (d := await self._asks(call, session.permissions, tools)) is not None}
         if not asks:
             return JobPlan(mine, session.permissions)
-        batches = plan_batches(mine, self.registry)
+        batches = plan_batches(mine, tools)
         index = next(i for i, batch in enumerate(batches) if any(call.id in asks for call in batch))
         run = [call for batch in batches[:index] for call in batch]
         run += [call for call in batches[index] if call.id not in asks]
@@ -192,10 +200,12 @@ class ApprovalGate:
         parked = {i: v.decode() for i, v in zip(call_ids, parked_values, strict=False) if v is not None}
         return _Session(context, parked, config)
 
-    async def _asks(self, call: ToolUseBlock, context: PermissionContext) -> PermissionDecision | None:
+    async def _asks(
+        self, call: ToolUseBlock, context: PermissionContext, registry: ToolRegistry
+    ) -> PermissionDecision | None:
         """The "ask" decision the executor would meet for ``call`` (None: it would not ask — allowed,
         denied, or an input error the executor reports)."""
-        tool = self.registry.get(call.name)
+        tool = registry.get(call.name)
         if tool is None or not isinstance(call.input, dict):
             return None
         try:

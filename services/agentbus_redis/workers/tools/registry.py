@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.tools.definitions import ToolDefinition
 from agentbus_redis.tools.tool import AnyTool
 from agentbus_redis.workers.tools.workspace import Workspace
@@ -46,8 +47,8 @@ class ToolRegistry:
         return [tool.definition() for tool in self._tools]
 
 
-def default_registry(workspace: Workspace) -> ToolRegistry:
-    """Read, Glob, Grep, Write, Edit and Bash, all confined to ``workspace``."""
+def default_registry(workspace: Workspace, sandbox: Sandbox | None = None) -> ToolRegistry:
+    """Read, Glob, Grep, Write, Edit and Bash, all confined to ``workspace`` (Bash in ``sandbox`` when given)."""
     from agentbus_redis.workers.tools.builtin import builtin_tools
 
-    return ToolRegistry(builtin_tools(workspace))
+    return ToolRegistry(builtin_tools(workspace, sandbox))

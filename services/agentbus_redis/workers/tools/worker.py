@@ -24,7 +24,7 @@ import contextlib
 import functools
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import redis.asyncio as aioredis
 import structlog
@@ -54,6 +54,7 @@ from agentbus_redis.subagents.launcher import enter_agent_job
 from agentbus_redis.workers.tools.approvals import AnyJob, ApprovalGate, JobPlan, carries_decision
 from agentbus_redis.workers.tools.executor import ToolTimeouts, execute_tool_uses
 from agentbus_redis.workers.tools.registry import ToolRegistry
+from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.tool_spans import ToolCallSpans
 
 log = structlog.get_logger(__name__)
@@ -119,6 +120,8 @@ class ToolWorker:
         """Running jobs by their entry's (stream, id): every shard's job stream feeds this worker."""
         self.session_permissions: Callable[[str], Awaitable[PermissionContext]] | None = None
         """Sub-agents (subagents/permissions.py): a child session's calls are decided in its own mode."""
+        self.session_tools: SessionTools | None = None
+        """Per-session workspaces: a job's tools are confined to its session's workspace (else ``registry``'s)."""
 
     def handler(self) -> BatchHandler:
         return self.handle
@@ -161,6 +164,10 @@ class ToolWorker:
         permissions = (
             self.permissions if self.session_permissions is None else await self.session_permissions(job.session_id)
         )
+        registry = self.registry
+        if self.session_tools is not None:
+            registry, workspace = self.session_tools.for_session(job.session_id)
+            permissions = replace(permissions, workspace_root=str(workspace.root))
         # Continue the job's trace: results and progress carry this worker's span as their parent.
         spans = ToolCallSpans(self.tracer, job.traceparent, conversation_id=job.session_id)
         span = continue_trace(job.traceparent, on_invalid=lambda _error: record_traceparent_invalid("tools"))
@@ -183,13 +190,15 @@ class ToolWorker:
         try:
             plan = JobPlan(calls, permissions)
             if self.approvals is not None:  # §H: asking calls are parked, decided ones carried out
-                plan = await self.approvals.plan(job, calls, permissions, interrupted=running.interrupt.is_set())
+                plan = await self.approvals.plan(
+                    job, calls, permissions, interrupted=running.interrupt.is_set(), registry=registry
+                )
             for answered in plan.answered:
                 await self.redis.xadd(ingress, signed_entry_fields(self._envelope(job, answered), self.internal_key))  # type: ignore[arg-type]
             async for message in execute_tool_uses(
                 plan.run,
                 assistant_uuid=job.assistant_uuid,
-                registry=self.registry,
+                registry=registry,
                 permissions=plan.permissions,
                 timeouts=self.timeouts,
                 interrupt=running.interrupt,

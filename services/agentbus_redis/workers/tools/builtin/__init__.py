@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.tools.tool import AnyTool
 from agentbus_redis.workers.tools.builtin.bash import BashTool
 from agentbus_redis.workers.tools.builtin.edit import EditTool
@@ -14,13 +15,13 @@ from agentbus_redis.workers.tools.workspace import Workspace
 __all__ = ["BashTool", "EditTool", "GlobTool", "GrepTool", "ReadTool", "WriteTool", "builtin_tools"]
 
 
-def builtin_tools(workspace: Workspace) -> list[AnyTool]:
-    """Read, Glob, Grep, Write, Edit and Bash with default limits."""
+def builtin_tools(workspace: Workspace, sandbox: Sandbox | None = None) -> list[AnyTool]:
+    """Read, Glob, Grep, Write, Edit and Bash with default limits (Bash in ``sandbox`` when given)."""
     return [
         ReadTool(workspace),
         GlobTool(workspace),
         GrepTool(workspace),
         WriteTool(workspace),
         EditTool(workspace),
-        BashTool(workspace),
+        BashTool(workspace, sandbox=sandbox),
     ]

