@@ -31,6 +31,7 @@ import orjson
 import pytest
 import redis
 
+from agentbus_redis.confinement.workspaces import workspace_relative_dir
 from agentbus_redis.local.redis_server import free_port, is_reachable
 from agentbus_redis.session_ids import claude_session_id
 
@@ -154,7 +155,8 @@ def test_up_starts_a_private_redis_runs_the_demo_and_exits(tmp_path: Path, start
     assert [path.name for path in transcripts] == [f"{claude_session_id(session)}.jsonl"], output[-4000:]
     assert transcripts[0].read_text().count("\n") >= 5
     assert f"transcript {transcripts[0]}" in output  # absolute
-    assert (tmp_path / "data" / "workspace" / "NOTES.md").exists()  # the demo's workspace: under the data dir
+    # The demo's workspace: its session's own (issue 28), under the data dir.
+    assert (tmp_path / "data" / "workspace" / workspace_relative_dir(session, "tree") / "NOTES.md").exists()
     assert not (tmp_path / "workspace").exists()
     assert (tmp_path / "data" / "redis" / "redis.log").exists()  # --dir and --logfile resolved together
     assert not is_reachable(f"redis://127.0.0.1:{redis_port}/0")  # stopped with everything else

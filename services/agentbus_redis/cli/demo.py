@@ -26,6 +26,8 @@ from agentbus_redis.config.settings import Settings
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage
+from agentbus_redis.sandbox.runner import sandbox_for
+from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
 from agentbus_redis.sdk.replay import wait_until_persisted
 from agentbus_redis.transcript_files.layout import session_file
@@ -107,12 +109,19 @@ def orjson_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def prepare_workspace(root: Path) -> None:
-    root.mkdir(parents=True, exist_ok=True)
+def prepare_workspace(settings: Settings, session: str) -> Path:
+    """The demo files in the session's own workspace (issue 28: a workspace per session), made the way the
+    tool worker makes it, so its sandboxed commands may use it."""
+    sandbox = sandbox_for(settings.tools)
+    workspaces = SessionWorkspaces(
+        settings.tools.workspace, settings.tools.workspace_scope, owner=sandbox.owner if sandbox else None
+    )
+    root = workspaces.for_session(session)
     for name, text in DEMO_FILES.items():
         path = root / name
         if not path.exists():
             path.write_text(text, encoding="utf-8")
+    return root
 
 
 async def run_demo(
@@ -120,8 +129,8 @@ async def run_demo(
 ) -> tuple[str, Path, PublishedRequest]:
     """Send the demo prompt and follow the turn until the model ends it; returns the session id, its
     transcript path and the last API request. Raises :class:`DemoFailed` when the turn ends in an API error."""
-    prepare_workspace(settings.tools.workspace)
     session = f"demo-{uuid.uuid4().hex[:8]}"
+    prepare_workspace(settings, session)
     echo(f"demo session {session}: user → {DEMO_PROMPT!r}")
     request = await bus.send_prompt_and_wait(session, DEMO_PROMPT, timeout_s=timeout_s)
     watcher = asyncio.create_task(_echo_requests(bus, session, request, echo, timeout_s))

@@ -10,6 +10,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentbus_redis.confinement.bubblewrap import (
     DEFAULT_SYSTEM_PATHS,
@@ -19,6 +20,9 @@ from agentbus_redis.confinement.bubblewrap import (
 )
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, sandbox_environment
 from agentbus_redis.confinement.limits import SandboxLimits
+
+if TYPE_CHECKING:
+    from agentbus_redis.config.settings import ToolSettings
 
 UNPRIVILEGED_UID = 65534
 """``nobody``: the user a root worker's commands run as unless told otherwise."""
@@ -149,3 +153,17 @@ class Sandbox:
                 "see deploy/README.md); AGENTBUS_TOOLS__SANDBOX=off runs commands unsandboxed"
             )
         return await self.version()
+
+
+def sandbox_for(settings: ToolSettings) -> Sandbox | None:
+    """A tool worker's sandbox (None when turned off); raises ``SandboxUnavailable`` when bwrap cannot be found."""
+    if settings.sandbox == "off":
+        return None
+    return Sandbox.for_this_process(
+        bwrap=settings.sandbox_bwrap,
+        limits=settings.sandbox_limits(),
+        system_paths=settings.sandbox_system_paths,
+        tmp_size_mb=settings.sandbox_tmp_mb,
+        env_allow=settings.sandbox_env_allow,
+        uid=settings.sandbox_uid,
+    )

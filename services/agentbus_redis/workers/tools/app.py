@@ -9,7 +9,6 @@ import structlog
 
 from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from agentbus_redis.agents.tool import AGENT_TOOL_NAME
-from agentbus_redis.config.settings import ToolSettings
 from agentbus_redis.observability.metrics import instrument_handler
 from agentbus_redis.permissions.decide import PermissionContext
 from agentbus_redis.runtime.codec import signed_entry_fields
@@ -18,7 +17,7 @@ from agentbus_redis.runtime.lane_worker import ensure_groups
 from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
-from agentbus_redis.sandbox.runner import Sandbox
+from agentbus_redis.sandbox.runner import sandbox_for
 from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher, read_tool_catalog
 from agentbus_redis.streams.deadletter import DeadLetter
@@ -46,20 +45,6 @@ SANDBOX_OFF_NOTE = (
 log = structlog.get_logger(__name__)
 
 
-def _sandbox(settings: ToolSettings) -> Sandbox | None:
-    """The worker's sandbox (None when turned off); raises ``SandboxUnavailable`` when bwrap cannot be found."""
-    if settings.sandbox == "off":
-        return None
-    return Sandbox.for_this_process(
-        bwrap=settings.sandbox_bwrap,
-        limits=settings.sandbox_limits(),
-        system_paths=settings.sandbox_system_paths,
-        tmp_size_mb=settings.sandbox_tmp_mb,
-        env_allow=settings.sandbox_env_allow,
-        uid=settings.sandbox_uid,
-    )
-
-
 class ToolRuntime:
     """Competing consumer of tool jobs — of every shard's job stream, one consumer each (a job stream per
     shard keeps each batch of the ordered lanes in one Cluster slot), sharing the worker's job slots — plus
@@ -81,7 +66,7 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
-        self.sandbox = _sandbox(settings.tools)
+        self.sandbox = sandbox_for(settings.tools)
         self.workspaces = SessionWorkspaces(
             workspace_root,
             settings.tools.workspace_scope,
