@@ -383,7 +383,9 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
             assert FORGED_TEXT not in json.dumps([m.to_wire() for m in history])
 
             # The transcript is complete: every persisted message of the log, in order.
-            settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+            settings = Settings(
+                redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd
+            )
             path = await wait_until_persisted(bus, session, settings=settings, timeout_s=30)
             lines = [json.loads(line) for line in path.read_text().splitlines()]
             persisted = [m.uuid for m in history if m.type in {"user", "assistant", "system"}]
@@ -393,7 +395,9 @@ async def test_forged_events_bad_ids_and_oversized_entries_stop_at_the_door(acl_
         # The prompts sent between the bad entries are all persisted.
         unicode_history = await bus.history(UNICODE_SESSION)
         assert len(unicode_history) == len(range(0, len(cases), 10))
-        settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+        settings = Settings(
+            redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd
+        )
         path = await wait_until_persisted(bus, UNICODE_SESSION, settings=settings, timeout_s=30)
         assert len(path.read_text().splitlines()) == len(unicode_history)
 

@@ -28,7 +28,9 @@ def workers(module_cluster: WorkerCluster) -> WorkerCluster:
 
 
 def settings_of(cluster: WorkerCluster) -> Settings:
-    return Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+    return Settings(
+        redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd
+    )
 
 
 async def user_texts(bus: AgentbusClient, session: str) -> list[str]:

@@ -24,7 +24,9 @@ SESSIONS = ["tool-rounds", "chat", "long"]
 async def test_work_streams_trimmed_while_sessions_flow_and_nothing_lost(cluster: WorkerCluster) -> None:
     cluster.extra_env.update({"AGENTBUS_RETENTION__KEEP_ACKED_S": "0", "AGENTBUS_RETENTION__INTERVAL_S": "0.2"})
     cluster.start_all(instances=1)
-    settings = Settings(redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards)
+    settings = Settings(
+        redis_url=cluster.redis_url, data_dir=cluster.data_dir, shards=cluster.names.shards, cwd=cluster.cwd
+    )
     async with cluster.client() as bus:
         for name in SESSIONS:
             original = GENERATED_SESSIONS[name]()
