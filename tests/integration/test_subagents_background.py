@@ -26,7 +26,7 @@ from agentbus_redis.agents.background import async_launched_text, output_file_pa
 from agentbus_redis.agents.ids import agent_id_for, child_session_id
 from agentbus_redis.agents.send_message import continued_in_background_text, not_a_child, still_running, unknown_agent
 from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, auto_reject_message
-from agentbus_redis.normalize.rendered import TASK_NOTIFICATION_PREAMBLE
+from agentbus_redis.normalize.attachments.rendered import TASK_NOTIFICATION_PREAMBLE
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.transcript import read_transcript, verify_transcript
 from agentbus_redis.transcript_files.layout import session_file

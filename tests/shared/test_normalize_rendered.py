@@ -10,7 +10,7 @@ from typing import Any
 from agentbus_redis.api.validation import validate_api_request
 from agentbus_redis.messages.kinds import Message, UserMessage, parse_message
 from agentbus_redis.normalize import to_api_request
-from agentbus_redis.normalize.rendered import (
+from agentbus_redis.normalize.attachments.rendered import (
     TASK_NOTIFICATION_PREAMBLE,
     task_notification_as_sent,
     task_notification_text_as_sent,

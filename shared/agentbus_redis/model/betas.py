@@ -1,7 +1,7 @@
 """Which ``anthropic-beta`` names a Messages API request needs (agent-loop.md M1.1, ``betas``).
 
 A request the normalizer builds from a Claude Code 2.1.332 history holds ``role: "system"`` messages in
-``messages`` (``normalize/rendered.py``), a shape only the beta Messages API takes (the anthropic SDK's
+``messages`` (``normalize/attachments/rendered.py``), a shape only the beta Messages API takes (the anthropic SDK's
 ``BetaSystemMessageParam``). Claude Code 2.1.332 sends every such request to ``/v1/messages?beta=true``
 naming, beside the betas of its own features (thinking, context management …), these two (seen on the
 wire against the compat capture server, and in its code as ``per_message_effort`` and

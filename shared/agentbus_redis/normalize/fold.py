@@ -14,6 +14,7 @@ from agentbus_redis.normalize.attachments.render import (
     normalize_attachment_for_api,
     wrap_in_system_reminder,
 )
+from agentbus_redis.normalize.attachments.rendered import task_notification_as_sent
 from agentbus_redis.normalize.content_ops import is_tool_result_message, with_user_content
 from agentbus_redis.normalize.merge import (
     merge_assistant_messages,
@@ -22,7 +23,6 @@ from agentbus_redis.normalize.merge import (
 )
 from agentbus_redis.normalize.options import NormalizeOptions
 from agentbus_redis.normalize.prepass import ApiBound
-from agentbus_redis.normalize.rendered import task_notification_as_sent
 from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
 from agentbus_redis.normalize.tool_blocks import (
     add_tool_loaded_boundary,
@@ -72,7 +72,7 @@ def fold_user(
     message: UserMessage, options: NormalizeOptions, strip_targets: Mapping[str, frozenset[str]]
 ) -> tuple[UserMessage | None, Repairs]:
     """R4.6 steps 1–3 for one user message (step 4, the merge, is the caller's); a background task's
-    notification as Claude Code 2.1.332 sends it (``agentbus_redis.normalize.rendered``)."""
+    notification as Claude Code 2.1.332 sends it (``agentbus_redis.normalize.attachments.rendered``)."""
     message = task_notification_as_sent(message)
     if options.tool_search_enabled:
         message, repairs = strip_unavailable_tool_references(message, options)

@@ -59,9 +59,9 @@ from agentbus_redis.messages.pairing import tool_result_ids, tool_use_ids
 from agentbus_redis.messages.system import CompactBoundarySystemMessage
 from agentbus_redis.messages.tombstones import retracted_uuids
 from agentbus_redis.normalize.api_client_steps import MEDIA_TYPES
+from agentbus_redis.normalize.attachments.rendered import has_system_role_attachments
 from agentbus_redis.normalize.options import NormalizeOptions
 from agentbus_redis.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
-from agentbus_redis.normalize.rendered import has_system_role_attachments
 from agentbus_redis.normalize.report import NormalizationReport, Repair, RepairKind
 
 STAND_IN_PROMPT = "agentbus: the next turn starts here"

@@ -24,7 +24,7 @@ from agentbus_redis.messages.content import CONTENT_BLOCK_ADAPTER, ContentBlock,
 from agentbus_redis.messages.factories import create_user_message, derive_uuid
 from agentbus_redis.messages.kinds import AttachmentMessage, UserMessage
 from agentbus_redis.normalize.attachments.reminders import REMINDER_BUILDERS, field, js_string
-from agentbus_redis.normalize.rendered import rendered_role, rendered_texts
+from agentbus_redis.normalize.attachments.rendered import rendered_role, rendered_texts
 from agentbus_redis.normalize.report import Repair, RepairKind, Repairs
 
 PRODUCE_NOTHING = frozenset(
@@ -195,7 +195,7 @@ def normalize_attachment_for_api(attachment: AttachmentMessage) -> tuple[list[Us
     role = rendered_role(attachment)
     if role is not None:
         # Recorded by the client as it sent it: user-role texts as they are; system-role ones become
-        # role "system" messages (agentbus_redis.normalize.rendered, placed by the pipeline); no role, nothing.
+        # role "system" messages (attachments.rendered, placed by the pipeline); no role, nothing.
         texts = rendered_texts(attachment) if role == "user" else []
         return [_meta(attachment, k, text) for k, text in enumerate(texts)], []
     if kind in PRODUCE_NOTHING:
