@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -87,21 +88,7 @@ class IngestionRuntime:
         secret: a sweep without a valid authenticator is a forgery (bus/internal_events.py).
         """
         now_ms = int(time.time() * 1000)
-        redis = self.context.redis
-        queued = 0
-        for shard in self.lanes.owned_shards():
-            due = await redis.zrangebyscore(self.topology.deadlines(shard), "-inf", now_ms, withscores=True)
-            for raw_session, deadline in due:  # type: ignore[str-unpack]
-                session = raw_session.decode() if isinstance(raw_session, bytes) else str(raw_session)
-                envelope = IngressEnvelope(
-                    session_id=session,
-                    idempotency_key=f"deadline_sweep:{session}:{int(deadline)}",
-                    payload=DeadlineSweep(now_ms=now_ms),
-                )
-                fields = signed_entry_fields(envelope, self.worker.internal_key)
-                await redis.xadd(self.topology.ingress(shard), fields)  # type: ignore[arg-type]
-                queued += 1
-        return queued
+        return await self._queue_due(self.topology.deadlines, "deadline_sweep", DeadlineSweep(now_ms=now_ms), now_ms)
 
     async def sweep_stuck_once(self) -> int:
         """Queue a stuck-turn sweep into the ingress shard of every owned session whose wait is past its
@@ -110,16 +97,23 @@ class IngestionRuntime:
         idempotency key (session and score) keeps a repeated sweep of the same wait one. Signed like the
         deadline sweep."""
         now_ms = int(time.time() * 1000)
+        return await self._queue_due(
+            self.topology.stuck_index, "stuck_turn_sweep", StuckTurnSweep(now_ms=now_ms), now_ms
+        )
+
+    async def _queue_due(
+        self, index: Callable[[int], str], key_prefix: str, payload: DeadlineSweep | StuckTurnSweep, now_ms: int
+    ) -> int:
+        """One signed ``payload`` into the ingress of every owned session whose score in its shard's
+        ``index`` is due; the key (session and score) makes a repeated sweep of the same score one."""
         redis = self.context.redis
         queued = 0
         for shard in self.lanes.owned_shards():
-            due = await redis.zrangebyscore(self.topology.stuck_index(shard), "-inf", now_ms, withscores=True)
-            for raw_session, stuck_at in due:  # type: ignore[str-unpack]
+            due = await redis.zrangebyscore(index(shard), "-inf", now_ms, withscores=True)
+            for raw_session, score in due:  # type: ignore[str-unpack]
                 session = raw_session.decode() if isinstance(raw_session, bytes) else str(raw_session)
                 envelope = IngressEnvelope(
-                    session_id=session,
-                    idempotency_key=f"stuck_turn_sweep:{session}:{int(stuck_at)}",
-                    payload=StuckTurnSweep(now_ms=now_ms),
+                    session_id=session, idempotency_key=f"{key_prefix}:{session}:{int(score)}", payload=payload
                 )
                 fields = signed_entry_fields(envelope, self.worker.internal_key)
                 await redis.xadd(self.topology.ingress(shard), fields)  # type: ignore[arg-type]
