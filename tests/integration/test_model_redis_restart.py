@@ -6,6 +6,7 @@ usage recorded equals the calls the model server answered."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +97,67 @@ async def test_a_redis_restart_while_replies_stream_leaves_no_hole_and_ends_ever
         assert_every_tool_use_answered_once(history)
         # Every call the server answered was billed once, however often it was answered (issue 25, item 7).
         assert usage.total.requests == len(fake.requests(session)), session
+
+
+BUILTIN = ["Agent", "Bash", "Edit", "Glob", "Grep", "Read", "SendMessage", "Write"]
+CATALOG_REFRESH_S = 2.0
+CATALOG_TTL_S = 3.0
+
+
+@pytest.fixture
+def workers_with_tools(aof_redis: LocalRedis, fake: FakeModelProcess, tmp_path: Path) -> Iterator[WorkerCluster]:
+    cluster = WorkerCluster(redis_url=aof_redis.url, root=tmp_path / "cluster")
+    cluster.extra_env.update(
+        {
+            "ANTHROPIC_API_KEY": "sk-ant-test",
+            "AGENTBUS_MODEL__BASE_URL": fake.base_url,
+            "AGENTBUS_TOOLS__CATALOG_REFRESH_S": str(CATALOG_REFRESH_S),
+            "AGENTBUS_TOOLS__CATALOG_TTL_S": str(CATALOG_TTL_S),
+        }
+    )
+    try:
+        for name in ("ingestion", "normalization", "tools", "model"):
+            cluster.start(name)
+        cluster.wait_ready(timeout_s=240)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def offered(request: dict[str, object]) -> list[str]:
+    body = request["body"]
+    assert isinstance(body, dict)
+    return sorted(tool["name"] for tool in body.get("tools") or [])
+
+
+async def test_tools_are_offered_right_after_an_outage_longer_than_the_catalog_ttl(
+    workers_with_tools: WorkerCluster, fake: FakeModelProcess, aof_redis: LocalRedis
+) -> None:
+    """Issue 25 (the soak saw 17 requests without tools after a Redis restart): Redis away for longer than the
+    catalog TTL expires the tool worker's entry although the worker is alive. The tool worker writes it again
+    within about a second of Redis being back; here it is paused through the outage and the first requests
+    after it (a worker still waiting out its retry), and the model worker still offers every tool, holding what
+    it saw live (``hold_recently_live``)."""
+    (tools,) = workers_with_tools.of("tools")
+    async with workers_with_tools.client() as client:
+        before = f"outage-{uuid.uuid4().hex[:10]}"
+        await client.send_prompt(before, "hello")
+        await wait_for(client, before, turn_ended, timeout_s=120)
+        assert offered(fake.requests(before)[0]) == BUILTIN
+    tools.process.send_signal(signal.SIGSTOP)
+    try:
+        aof_redis.stop(kill=True)
+        await asyncio.sleep(CATALOG_TTL_S * 1.5)  # every catalog entry expires meanwhile
+        await asyncio.to_thread(aof_redis.start)
+        sessions = [f"outage-{uuid.uuid4().hex[:10]}" for _ in range(3)]
+        async with workers_with_tools.client() as client:
+            for session in sessions:
+                await client.send_prompt(session, "which tools do you have?")
+            while not all(fake.requests(session) for session in sessions):
+                await asyncio.sleep(0.05)
+    finally:
+        tools.process.send_signal(signal.SIGCONT)
+    async with workers_with_tools.client() as client:
+        await asyncio.gather(*(wait_for(client, s, turn_ended, timeout_s=120) for s in sessions))
+    for session in sessions:
+        assert offered(fake.requests(session)[0]) == BUILTIN, session

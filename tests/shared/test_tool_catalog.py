@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
+from agentbus_redis.tools.catalog import CatalogEntry, HeldEntry, hold_recently_live, merge_catalog, merge_tools
 from agentbus_redis.tools.definitions import ToolDefinition
 
 SCHEMA = {"type": "object", "properties": {}}
@@ -43,3 +43,27 @@ def test_equal_refresh_times_pick_the_same_definition_on_every_reader() -> None:
 def test_entry_round_trips_unknown_fields() -> None:
     raw = '{"worker":"w","refreshed_ms":1,"expires_ms":2,"tools":[],"host":"pod-1"}'
     assert CatalogEntry.model_validate_json(raw).to_wire_json() == raw
+
+
+def test_an_entry_seen_live_is_held_from_the_first_read_that_misses_it() -> None:
+    """Issue 25: a Redis outage longer than the TTL expires every entry (or a restart loses the hash) while the
+    workers are alive; they write their entries again within a refresh interval, and a reader holds what it
+    saw live that long (counted from its first read after the outage, however long that was)."""
+    a, b = entry("a", 0, tool("Bash"), ttl_ms=1000), entry("b", 0, tool("Read"), ttl_ms=1000)
+    held = hold_recently_live({}, [a, b], now_ms=500, hold_ms=2000)
+    assert held == {"a": HeldEntry(a), "b": HeldEntry(b)}
+    held = hold_recently_live(held, [], now_ms=60_000, hold_ms=2000)  # a minute's outage: both missing, held
+    assert held == {"a": HeldEntry(a, 60_000), "b": HeldEntry(b, 60_000)}
+    assert merge_tools(seen.entry for seen in held.values()) == [tool("Bash"), tool("Read")]
+    a_again = entry("a", 60_500, tool("Bash"), ttl_ms=1000)
+    held = hold_recently_live(held, [a_again], now_ms=61_000, hold_ms=2000)  # a is back
+    assert held == {"a": HeldEntry(a_again), "b": HeldEntry(b, 60_000)}
+    held = hold_recently_live(held, [a_again], now_ms=62_000, hold_ms=2000)  # b missing for the whole hold
+    assert held == {"a": HeldEntry(a_again)}
+
+
+def test_without_a_hold_time_a_reader_offers_only_what_is_live() -> None:
+    live = entry("a", 0, tool("Bash"))
+    assert hold_recently_live({"b": HeldEntry(entry("b", 0, tool("Read")))}, [live], now_ms=10, hold_ms=0) == {
+        "a": HeldEntry(live)
+    }

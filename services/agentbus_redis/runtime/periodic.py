@@ -31,6 +31,9 @@ class PeriodicTask:
 
     task_name = "periodic"
     failure_event = "periodic_task_failed"
+    retry_max_s: float | None = None
+    """The longest wait between failed passes (None: ``interval_s``): shorter where what the task renews must be
+    back soon after Redis is."""
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
@@ -67,7 +70,7 @@ class PeriodicTask:
                 await self._sleep(self.interval_s)
                 continue
             await self._sleep(backoff)
-            backoff = min(backoff * 2, self.interval_s)
+            backoff = min(backoff * 2, self.interval_s, self.retry_max_s or self.interval_s)
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, but wake up at once on :meth:`stop`."""

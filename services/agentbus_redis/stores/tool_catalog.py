@@ -29,13 +29,16 @@ from agentbus_redis.runtime.key_calls import ServerScript
 from agentbus_redis.runtime.lazy_log import get_logger
 from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.streams.topology import Topology
-from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
+from agentbus_redis.tools.catalog import CatalogEntry, HeldEntry, hold_recently_live, merge_catalog, merge_tools
 from agentbus_redis.tools.definitions import ToolDefinition
 
 log = get_logger(__name__)
 
 DEFAULT_REFRESH_S = 10.0
 DEFAULT_TTL_S = 30.0
+PUBLISH_RETRY_MAX_S = 1.0
+"""A publisher whose refresh failed (Redis away) tries again at least this often: its entry is back within about
+a second of Redis (readers hold what they saw live for a refresh interval plus this, :class:`ToolCatalogCache`)."""
 
 _DELETE_IF_UNCHANGED = ServerScript(
     """
@@ -124,7 +127,9 @@ async def read_tool_catalog(redis: aioredis.Redis, topology: Topology) -> list[T
 
 class ToolCatalogCache:
     """:func:`read_tool_catalog` at most once per ``max_age_s`` (a model worker asks for every request; the
-    catalog changes when workers come and go). Concurrent callers during a refresh share its read."""
+    catalog changes when workers come and go). With ``hold_s``, an entry seen live is offered for that long
+    after it went missing or expired (:func:`agentbus_redis.tools.catalog.hold_recently_live`: tools do not
+    vanish while their workers write their entries again after a Redis outage)."""
 
     def __init__(
         self,
@@ -132,19 +137,33 @@ class ToolCatalogCache:
         topology: Topology,
         *,
         max_age_s: float = 1.0,
+        hold_s: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
+        now_ms: Callable[[], int] = epoch_ms,
     ) -> None:
         self.redis = redis
         self.topology = topology
         self.max_age_s = max_age_s
+        self.hold_ms = int(hold_s * 1000)
         self._monotonic = monotonic
+        self._now_ms = now_ms
+        self._held: dict[str, HeldEntry] = {}
         self._tools: list[ToolDefinition] = []
         self._read_at: float | None = None
 
     async def tools(self) -> list[ToolDefinition]:
         now = self._monotonic()
         if self._read_at is None or now - self._read_at >= self.max_age_s:
-            self._tools = await read_tool_catalog(self.redis, self.topology)
+            snapshot = await read_catalog_snapshot(self.redis, self.topology, now_ms=self._now_ms)
+            for invalid in snapshot.invalid:
+                log.warning("tool_catalog_entry_invalid", worker=invalid.worker, error=invalid.error)
+            await prune_expired(self.redis, self.topology, snapshot)
+            held = hold_recently_live(self._held, snapshot.live, now_ms=snapshot.now_ms, hold_ms=self.hold_ms)
+            newly_missing = {w for w, seen in held.items() if seen.missing_since_ms == snapshot.now_ms}
+            if newly_missing:
+                log.info("tool_catalog_entries_held", workers=sorted(newly_missing), hold_s=self.hold_ms / 1000)
+            self._held = held
+            self._tools = merge_tools(seen.entry for seen in held.values())
             self._read_at = self._monotonic()
         return list(self._tools)
 
@@ -157,6 +176,7 @@ class ToolCatalogPublisher(PeriodicTask):
 
     task_name = "tool_catalog"
     failure_event = "tool_catalog_refresh_failed"
+    retry_max_s = PUBLISH_RETRY_MAX_S
 
     def __init__(
         self,

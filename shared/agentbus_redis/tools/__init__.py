@@ -6,7 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
+    from agentbus_redis.tools.catalog import CatalogEntry, HeldEntry, hold_recently_live, merge_catalog
     from agentbus_redis.tools.definitions import ToolDefinition
     from agentbus_redis.tools.schema import ToolSchemaError, api_input_schema
     from agentbus_redis.tools.tool import (
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AnyTool",
     "CatalogEntry",
+    "HeldEntry",
     "InputT",
     "InterruptBehavior",
     "Tool",
@@ -36,6 +37,7 @@ __all__ = [
     "ToolProgress",
     "ToolSchemaError",
     "api_input_schema",
+    "hold_recently_live",
     "json_list",
     "merge_catalog",
 ]
@@ -43,6 +45,7 @@ __all__ = [
 _MODULE_OF = {
     "AnyTool": "tool",
     "CatalogEntry": "catalog",
+    "HeldEntry": "catalog",
     "InputT": "tool",
     "InterruptBehavior": "tool",
     "Tool": "tool",
@@ -54,6 +57,7 @@ _MODULE_OF = {
     "ToolProgress": "tool",
     "ToolSchemaError": "schema",
     "api_input_schema": "schema",
+    "hold_recently_live": "catalog",
     "json_list": "tool",
     "merge_catalog": "catalog",
 }

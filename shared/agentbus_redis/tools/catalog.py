@@ -8,7 +8,8 @@ the entry's shape and how entries merge into the list of tools offered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from pydantic import ConfigDict, Field
 
@@ -37,10 +38,45 @@ def merge_catalog(entries: Iterable[CatalogEntry], *, now_ms: int) -> list[ToolD
     """The union of the live entries' tools, sorted by name. Two workers offering one tool name with different
     definitions (a rolling upgrade) → the most recently refreshed entry's wins (ties: the larger worker id, so
     every reader picks the same one)."""
+    return merge_tools(entry for entry in entries if entry.live(now_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class HeldEntry:
+    """A catalog entry a reader saw live, and since when (the reader's epoch ms) it has found it missing or
+    expired (None: live at the last read)."""
+
+    entry: CatalogEntry
+    missing_since_ms: int | None = None
+
+
+def hold_recently_live(
+    held: Mapping[str, HeldEntry], live: Iterable[CatalogEntry], *, now_ms: int, hold_ms: int
+) -> dict[str, HeldEntry]:
+    """The entries a reader offers after a read at ``now_ms`` that found ``live``: every live entry, plus each
+    entry it saw live before that has been missing or expired for less than ``hold_ms`` of its reads.
+
+    Why: an entry expires when its worker stops refreshing it — because the worker died, or because Redis was
+    away (restarting, failing over) for longer than the TTL, or came back without the hash. In the latter cases
+    the worker writes its entry again within a refresh interval of Redis being back, and a reader that dropped
+    the entry meanwhile would send the model requests without the tools for those seconds (issue 25: the soak
+    saw 17). The hold counts from the first read that missed the entry, not from the last that saw it: the
+    outage itself may have lasted longer than the hold. The price is that a dead worker's tools are offered
+    ``hold_ms`` longer than its TTL, and a call to one waits for a worker like any queued job."""
+    kept: dict[str, HeldEntry] = {}
+    for worker, seen in held.items():
+        since = now_ms if seen.missing_since_ms is None else seen.missing_since_ms
+        if now_ms - since < hold_ms:
+            kept[worker] = HeldEntry(seen.entry, since)
+    for entry in live:
+        kept[entry.worker] = HeldEntry(entry)
+    return kept
+
+
+def merge_tools(entries: Iterable[CatalogEntry]) -> list[ToolDefinition]:
+    """:func:`merge_catalog` without the expiry check (the caller chose the entries)."""
     chosen: dict[str, tuple[tuple[int, str], ToolDefinition]] = {}
     for entry in entries:
-        if not entry.live(now_ms):
-            continue
         rank = (entry.refreshed_ms, entry.worker)
         for tool in entry.tools:
             held = chosen.get(tool.name)
