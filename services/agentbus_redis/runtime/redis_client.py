@@ -27,12 +27,12 @@ got such a reply, and a lane's batch is one fenced script, so a batch retried th
 from __future__ import annotations
 
 import socket
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import Connection, ConnectionPool, SSLConnection
+from redis.asyncio.connection import AbstractConnection, Connection, ConnectionPool, SSLConnection
 from redis.exceptions import (
     AskError,
     BusyLoadingError,
@@ -112,6 +112,45 @@ def pubsub_url(url: str) -> str:
     return cluster_node_url(url)[0] if is_cluster_url(url) else url
 
 
+class _ClosedUnderWrite:
+    """Mixin of a connection whose write fails with ``ConnectionError`` when another task closed it meanwhile.
+
+    redis-py 8.1 closes connections that other tasks are using — a cluster client drops a failed node's
+    connections when it refreshes its slot map after a failover — and a task that was writing on one then gets
+    ``AttributeError: 'NoneType' object has no attribute 'writelines'`` (its writer is gone), an error no retry
+    layer knows: a client gave up on a publish in the middle of a failover that way (issue 25). Upstream fixed it
+    (redis/redis-py#4288, merged after 8.1.0, unreleased); until a release has it, this turns that error into
+    the ``ConnectionError`` it is, which every caller here rides out."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        try:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+        except (AttributeError, TypeError) as error:
+            if "'NoneType'" not in str(error):
+                raise
+            raise RedisConnectionError(f"connection closed while writing to it ({error})") from error
+
+
+AnyConnection = TypeVar("AnyConnection", bound=AbstractConnection)
+
+
+class ClosableConnection(_ClosedUnderWrite, Connection):
+    """A TCP connection (see :class:`_ClosedUnderWrite`)."""
+
+
+class ClosableSSLConnection(_ClosedUnderWrite, SSLConnection):
+    """A TLS connection (see :class:`_ClosedUnderWrite`)."""
+
+
+def _closable(connection_class: type[AnyConnection]) -> type[AnyConnection]:
+    """The class of :class:`_ClosedUnderWrite` for a plain TCP or TLS connection (others are left as they are)."""
+    if connection_class is SSLConnection:
+        return cast("type[AnyConnection]", ClosableSSLConnection)
+    if connection_class is Connection:
+        return cast("type[AnyConnection]", ClosableConnection)
+    return connection_class
+
+
 def connect(url: str, **options: Any) -> aioredis.Redis:
     """A client for ``url``: ``Redis``, or ``RedisCluster`` for a cluster URL (no connection is made yet).
 
@@ -120,13 +159,21 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
     one connection (a lane's) asks :func:`lane_client`.
     """
     if not is_cluster_url(url):
-        return aioredis.Redis.from_url(url, **options)
+        client = aioredis.Redis.from_url(url, **options)
+        pool = client.connection_pool
+        pool.connection_class = _closable(pool.connection_class)
+        return client
     node_url, seeds = cluster_node_url(url)
-    startup = [ClusterNode(host, port) for host, port in seeds]
     # reinitialize_steps=0: on every 5th MOVED redis-py 8.1 closes the whole client, connections other tasks are
     # using included (they then fail with AttributeError mid-command); a MOVED patches the slot map instead.
     options.setdefault("reinitialize_steps", 0)
+    startup = [ClusterNode(host, port) for host, port in seeds]
     cluster = RedisCluster.from_url(node_url, startup_nodes=startup or None, **options)
+    # RedisCluster takes no connection class: set it where its nodes take theirs (none has connected yet).
+    manager = cluster.nodes_manager
+    manager.connection_kwargs["connection_class"] = _closable(manager.connection_kwargs["connection_class"])
+    for node in [*manager.startup_nodes.values(), *manager.nodes_cache.values()]:
+        node.connection_class = _closable(node.connection_class)
     return cast("aioredis.Redis", cluster)
 
 
@@ -219,9 +266,9 @@ class _PinnedToSlot:
             raise
 
 
-class SlotConnection(_PinnedToSlot, Connection):
+class SlotConnection(_PinnedToSlot, ClosableConnection):
     """A TCP connection pinned to a key's slot."""
 
 
-class SlotSSLConnection(_PinnedToSlot, SSLConnection):
+class SlotSSLConnection(_PinnedToSlot, ClosableSSLConnection):
     """A TLS connection pinned to a key's slot."""
