@@ -6,16 +6,18 @@ nesting, plus the un-prefixed ``REDIS_URL`` and ``LOG_LEVEL`` that tooling (KEDA
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, Field, IPvAnyNetwork, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
 from agentbus_redis.confinement.bubblewrap import DEFAULT_SYSTEM_PATHS
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, SecretInAllowList, secret_names
 from agentbus_redis.confinement.limits import SandboxLimits
+from agentbus_redis.confinement.network import DEFAULT_PORTS, DomainPattern, NetworkPolicy
 from agentbus_redis.confinement.workspaces import WorkspaceScope
 from agentbus_redis.streams.names import StreamNames
 
@@ -35,6 +37,59 @@ class LaneSettings(BaseModel):
 
     lease_ttl_ms: int = Field(10_000, ge=500)
     renew_interval_ms: int = Field(2_000, ge=50)
+
+
+class SandboxNetworkSettings(BaseModel):
+    """Network for sandboxed commands, only through the tool worker's allow-listing proxy, by domain
+    (``confinement/network.py``). No allowed domain (the default): no network at all."""
+
+    allowed_domains: list[str] = Field(
+        default_factory=list,
+        description="hosts sandboxed commands may reach through the proxy: 'example.com' (that host), "
+        "'*.example.com' (any name below it, not example.com itself), or an IP literal; empty: no network",
+    )
+    denied_domains: list[str] = Field(
+        default_factory=list, description="refused even when an allowed pattern matches (same syntax)"
+    )
+    allowed_ports: list[int] = Field(
+        default_factory=lambda: list(DEFAULT_PORTS), description="ports the proxy connects to"
+    )
+    allowed_networks: list[IPvAnyNetwork] = Field(
+        default_factory=list,
+        description="non-global networks (private, link-local…) an allowed name may resolve into; loopback never",
+    )
+    bridge_python: str = Field(
+        "/usr/bin/python3", description="the sandbox's python that runs the bridge to the proxy (a system path)"
+    )
+
+    @field_validator("allowed_domains", "denied_domains")
+    @classmethod
+    def _patterns_parse(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            DomainPattern.parse(pattern)  # InvalidDomainPattern (a ValueError) names the bad entry
+        return patterns
+
+    @field_validator("allowed_ports")
+    @classmethod
+    def _ports_in_range(cls, ports: list[int]) -> list[int]:
+        if bad := [port for port in ports if not 0 < port < 65536]:
+            raise ValueError(f"not TCP ports: {bad}")
+        return ports
+
+    @field_validator("allowed_networks")
+    @classmethod
+    def _never_loopback(cls, networks: list[IPvAnyNetwork]) -> list[IPvAnyNetwork]:
+        if bad := [str(n) for n in networks if n.is_loopback or n.overlaps(_LOOPBACK[n.version])]:
+            raise ValueError(f"loopback is never reachable from the sandbox: remove {', '.join(bad)}")
+        return networks
+
+    def policy(self) -> NetworkPolicy:
+        return NetworkPolicy.build(
+            self.allowed_domains, self.denied_domains, ports=self.allowed_ports, networks=self.allowed_networks
+        )
+
+
+_LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}
 
 
 class ToolSettings(BaseModel):
@@ -73,6 +128,10 @@ class ToolSettings(BaseModel):
     sandbox_processes: int = Field(256, ge=8, description="processes and threads of one sandboxed command")
     sandbox_open_files: int = Field(1024, ge=16, description="open files of each sandboxed process")
     sandbox_file_size_mb: int = Field(1024, ge=1, description="largest file a sandboxed command may write")
+    sandbox_network: SandboxNetworkSettings = Field(
+        default_factory=SandboxNetworkSettings,
+        description="domains sandboxed commands may reach through the worker's proxy (none by default)",
+    )
     timeout_s: float = Field(120.0, gt=0, description="default per-tool timeout")
     deadline_s: float = Field(900.0, gt=0, description="after this a missing result becomes the placeholder")
     max_concurrent_jobs: int = Field(8, ge=1)

@@ -103,6 +103,13 @@ BATCH_SIZE = Histogram(
     ["worker", "stream"],
     buckets=BATCH_SIZE_BUCKETS,
 )
+SANDBOX_NETWORK_REQUESTS = Counter(
+    "agentbus_sandbox_network_requests_total",
+    "Requests sandboxed commands made through the tool worker's allow-listing proxy, by decision (allowed, "
+    "denied) and reason (allowed, not_allowed, denied, ip_literal, port, loopback, non_global_address, "
+    "no_address, invalid_host, bad_request).",
+    ["decision", "reason"],
+)
 TOOL_EXECUTIONS = Counter(
     "agentbus_tool_executions_total",
     "tool_use calls answered, by tool and outcome (placeholder = answered without running).",
@@ -330,6 +337,13 @@ def record_duplicates(worker: WorkerType, kind: str, count: int = 1) -> None:
         return
     if count:
         _duplicates(worker, _duplicate_kind(kind)).inc(count)
+
+
+def record_sandbox_network(reason: str) -> None:
+    """The sandbox proxy allowed (``reason`` ``allowed``) or refused a request (reasons: a bounded set)."""
+    if not switch.recording():
+        return
+    SANDBOX_NETWORK_REQUESTS.labels("allowed" if reason == "allowed" else "denied", reason).inc()
 
 
 def record_stuck_ended(waiting_for: str) -> None:

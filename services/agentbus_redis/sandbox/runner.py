@@ -8,18 +8,20 @@ import asyncio
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentbus_redis.confinement.bubblewrap import (
     DEFAULT_SYSTEM_PATHS,
     DropPrivileges,
+    NetworkBridge,
     SandboxPlan,
     bubblewrap_argv,
 )
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, sandbox_environment
 from agentbus_redis.confinement.limits import SandboxLimits
+from agentbus_redis.confinement.network import proxy_environment
 
 if TYPE_CHECKING:
     from agentbus_redis.config.settings import ToolSettings
@@ -65,6 +67,8 @@ class Sandbox:
     env_allow: Sequence[str] = DEFAULT_ENV_ALLOW
     env_fixed: Mapping[str, str] = field(default_factory=dict)
     drop: DropPrivileges | None = None
+    network: NetworkBridge | None = None
+    """Set when the worker runs an allow-listing proxy (``proxy.py``): commands reach it through a bridge."""
 
     @classmethod
     def for_this_process(
@@ -110,13 +114,20 @@ class Sandbox:
             tmp_size_mb=self.tmp_size_mb,
             limits=self.limits,
             drop=self.drop,
+            network=self.network,
         )
         return bubblewrap_argv(plan, shell, command)
 
+    def with_proxy(self, socket: Path, python: str = "/usr/bin/python3") -> Sandbox:
+        """This sandbox with a way out through the proxy listening on ``socket``."""
+        program = Path(__file__).with_name("bridge.py").read_text()
+        return replace(self, network=NetworkBridge(socket=str(socket), program=program, python=python))
+
     def environment(self, workspace: Path, source: Mapping[str, str] | None = None) -> dict[str, str]:
         """The command's whole environment (bubblewrap is started with it: the worker's never reaches it)."""
+        fixed = {**self.env_fixed, **(proxy_environment(self.network.port) if self.network is not None else {})}
         return sandbox_environment(
-            os.environ if source is None else source, self.env_allow, home=str(workspace), fixed=self.env_fixed
+            os.environ if source is None else source, self.env_allow, home=str(workspace), fixed=fixed
         )
 
     async def version(self) -> str:
@@ -128,7 +139,7 @@ class Sandbox:
 
     async def check(self, workspace: Path, shell: str = "/bin/bash") -> str:
         """Run a probe in a sandbox on ``workspace``: it must write there, see its own PID namespace and no
-        network but loopback; returns bubblewrap's version. Raises :class:`SandboxUnavailable` with
+        network but loopback (and, with a proxy, start its bridge); returns bubblewrap's version. Raises :class:`SandboxUnavailable` with
         bubblewrap's own words otherwise (e.g. user namespaces disabled)."""
         probe = (
             "set -e; echo ok > .agentbus-sandbox-check; rm .agentbus-sandbox-check; "

@@ -4,7 +4,10 @@ What the command sees: the system directories read-only, its session's workspace
 file tools report) writable, a private ``/tmp`` of bounded size, a ``/proc`` of its own PID namespace
 (no other process's ``environ`` or ``cmdline``), a minimal ``/dev``, its own IPC, UTS and network
 namespaces (only a loopback of its own: no network), no capabilities, and a new session (no
-terminal injection). Everything else — other sessions' workspaces, the transcripts, the worker's files
+terminal injection). With a network bridge (a deployment that allow-lists domains, ``network.py``) the
+worker's proxy socket is mounted read-only in it and a small bridge, started under the command's limits
+before the command, listens on the namespace's own loopback and forwards to that socket; the command's
+environment points its HTTP clients there. Everything else — other sessions' workspaces, the transcripts, the worker's files
 and secrets — is simply not mounted. The sandbox dies with the worker (``--die-with-parent``) and every
 process in it dies when the command's shell exits (the PID namespace ends with its init).
 
@@ -20,7 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import shlex
+
 from agentbus_redis.confinement.limits import SandboxLimits, limited_shell_argv
+from agentbus_redis.confinement.network import BRIDGE_PORT
 
 DEFAULT_SYSTEM_PATHS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 """Mounted read-only when they exist (a symlink such as ``/bin -> usr/bin`` is mounted as what it points to)."""
@@ -52,6 +58,29 @@ class DropPrivileges:
         ]
 
 
+BRIDGE_SOCKET = "/run/agentbus/proxy.sock"
+"""Where the worker's proxy socket is mounted in the sandbox."""
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkBridge:
+    """The way out of a sandbox's empty network namespace: the worker's proxy socket, mounted in it, and the
+    bridge program (Python source, run by the sandbox's own ``python``) that forwards a loopback port to it.
+    The bridge listens, then returns (a forked child serves): the command starts once it is ready."""
+
+    socket: str
+    """The proxy's Unix socket on the worker's side."""
+    program: str
+    """The bridge's source, run as ``python -I -S -c PROGRAM PORT SOCKET``."""
+    python: str = "/usr/bin/python3"
+    port: int = BRIDGE_PORT
+
+    def setup(self, program_arg: int) -> str:
+        """The prelude's step starting the bridge (``$program_arg`` holds the program)."""
+        argv = [self.python, "-I", "-S", "-c", f'"${program_arg}"', str(self.port), BRIDGE_SOCKET]
+        return " ".join(item if item.startswith('"$') else shlex.quote(item) for item in argv)
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxPlan:
     """Everything one sandboxed command needs, resolved by the caller (paths absolute, ``bwrap`` found)."""
@@ -64,6 +93,8 @@ class SandboxPlan:
     drop: DropPrivileges | None = None
     """Set when the worker is root (see the module docstring)."""
     hostname: str = "sandbox"
+    network: NetworkBridge | None = None
+    """Set when commands may reach allow-listed domains through the worker's proxy."""
 
 
 def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
@@ -88,6 +119,10 @@ def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
     for ancestor in _ancestors(plan.workspace):  # made by bwrap for the mount point: searchable, or only the
         argv += ["--perms", "0755", "--dir", ancestor]  # cwd would reach the workspace, not its absolute path
     argv += ["--bind", plan.workspace, plan.workspace, "--chdir", plan.workspace]
+    if plan.network is not None:
+        for ancestor in _ancestors(BRIDGE_SOCKET):  # searchable by the command's (unprivileged) user
+            argv += ["--perms", "0755", "--dir", ancestor]
+        argv += ["--ro-bind", plan.network.socket, BRIDGE_SOCKET]
     if plan.drop is not None:  # setpriv needs these two; it gives up every capability when it switches user
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
@@ -95,7 +130,10 @@ def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
     argv.append("--")
     if plan.drop is not None:
         argv += plan.drop.argv()
-    return argv + limited_shell_argv(shell, command, plan.limits)
+    if plan.network is None:
+        return argv + limited_shell_argv(shell, command, plan.limits)
+    bridge = plan.network
+    return argv + limited_shell_argv(shell, command, plan.limits, setup=bridge.setup(2), setup_args=[bridge.program])
 
 
 def _ancestors(path: str) -> list[str]:

@@ -7,6 +7,7 @@ does not use up another session's processes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -42,16 +43,23 @@ class SandboxLimits:
 
 LIMITS_FAILED_EXIT = 125
 """Exit status of a command whose limits could not be set (it does not run)."""
+SETUP_FAILED_EXIT = 126
+"""Exit status of a command whose setup (the network bridge) failed (it does not run)."""
 
 
-def limited_shell_argv(shell: str, command: str, limits: SandboxLimits) -> list[str]:
-    """``shell -c 'ulimit …; exec shell -c "$1"' shell COMMAND``: the limits are set, then the command
-    runs in a fresh shell that inherits them (it cannot raise a hard limit back)."""
-    ulimit = " ".join(["ulimit", "-S", "-H", *limits.ulimit_arguments()])
-    prelude = f'{ulimit} || exit {LIMITS_FAILED_EXIT}; exec "$0" -c "$1"'
-    if not limits.ulimit_arguments():
-        prelude = 'exec "$0" -c "$1"'
-    return [shell, "-c", prelude, shell, command]
+def limited_shell_argv(
+    shell: str, command: str, limits: SandboxLimits, *, setup: str | None = None, setup_args: Sequence[str] = ()
+) -> list[str]:
+    """``shell -c 'ulimit …; [SETUP || exit 126;] exec shell -c "$1"' shell COMMAND [SETUP_ARGS…]``: the limits
+    are set, then ``setup`` runs under them (``$2``… are ``setup_args``), then the command runs in a fresh
+    shell that inherits them (it cannot raise a hard limit back)."""
+    steps = []
+    if limits.ulimit_arguments():
+        steps.append(" ".join(["ulimit", "-S", "-H", *limits.ulimit_arguments()]) + f" || exit {LIMITS_FAILED_EXIT}")
+    if setup is not None:
+        steps.append(f"{{ {setup}; }} || exit {SETUP_FAILED_EXIT}")
+    prelude = "; ".join([*steps, 'exec "$0" -c "$1"'])
+    return [shell, "-c", prelude, shell, command, *setup_args]
 
 
 CLOSE_DESCRIPTORS = (
