@@ -139,8 +139,8 @@ class Sandbox:
 
     async def check(self, workspace: Path, shell: str = "/bin/bash") -> str:
         """Run a probe in a sandbox on ``workspace``: it must write there, see its own PID namespace and no
-        network but loopback (and, with a proxy, start its bridge); returns bubblewrap's version. Raises :class:`SandboxUnavailable` with
-        bubblewrap's own words otherwise (e.g. user namespaces disabled)."""
+        network but loopback (and, with a proxy, start its bridge); returns bubblewrap's version. Raises
+        :class:`SandboxUnavailable` with bubblewrap's own words otherwise (e.g. user namespaces disabled)."""
         probe = (
             "set -e; echo ok > .agentbus-sandbox-check; rm .agentbus-sandbox-check; "
             'test "$$" -lt 10; test "$(tail -n +3 /proc/net/dev | grep -cv " lo:")" = 0; echo sandboxed'

@@ -1,7 +1,14 @@
 """Pure rules of tool confinement: where a session's workspace lives, what environment and limits a
-sandboxed command gets, and the bubblewrap command line that enforces them (I/O in ``agentbus_redis.sandbox``)."""
+sandboxed command gets, which hosts it may reach through the worker's proxy, and the bubblewrap command line
+that enforces them (I/O in ``agentbus_redis.sandbox``)."""
 
-from agentbus_redis.confinement.bubblewrap import DEFAULT_SYSTEM_PATHS, DropPrivileges, SandboxPlan, bubblewrap_argv
+from agentbus_redis.confinement.bubblewrap import (
+    DEFAULT_SYSTEM_PATHS,
+    DropPrivileges,
+    NetworkBridge,
+    SandboxPlan,
+    bubblewrap_argv,
+)
 from agentbus_redis.confinement.environment import (
     DEFAULT_ENV_ALLOW,
     SecretInAllowList,
@@ -9,12 +16,23 @@ from agentbus_redis.confinement.environment import (
     secret_names,
 )
 from agentbus_redis.confinement.limits import SandboxLimits, closing_descriptors_argv, limited_shell_argv
+from agentbus_redis.confinement.network import (
+    DomainPattern,
+    InvalidDomainPattern,
+    NetworkPolicy,
+    normalize_host,
+    proxy_environment,
+)
 from agentbus_redis.confinement.workspaces import WorkspaceScope, workspace_owner, workspace_relative_dir
 
 __all__ = [
     "DEFAULT_ENV_ALLOW",
     "DEFAULT_SYSTEM_PATHS",
+    "DomainPattern",
     "DropPrivileges",
+    "InvalidDomainPattern",
+    "NetworkBridge",
+    "NetworkPolicy",
     "SandboxLimits",
     "SandboxPlan",
     "SecretInAllowList",
@@ -22,6 +40,8 @@ __all__ = [
     "bubblewrap_argv",
     "closing_descriptors_argv",
     "limited_shell_argv",
+    "normalize_host",
+    "proxy_environment",
     "sandbox_environment",
     "secret_names",
     "workspace_owner",

@@ -7,9 +7,10 @@ namespaces (only a loopback of its own: no network), no capabilities, and a new 
 terminal injection). With a network bridge (a deployment that allow-lists domains, ``network.py``) the
 worker's proxy socket is mounted read-only in it and a small bridge, started under the command's limits
 before the command, listens on the namespace's own loopback and forwards to that socket; the command's
-environment points its HTTP clients there. Everything else — other sessions' workspaces, the transcripts, the worker's files
-and secrets — is simply not mounted. The sandbox dies with the worker (``--die-with-parent``) and every
-process in it dies when the command's shell exits (the PID namespace ends with its init).
+environment points its HTTP clients there. Everything else — other sessions' workspaces, the transcripts,
+the worker's files and secrets — is simply not mounted. The sandbox dies with the worker
+(``--die-with-parent``) and every process in it dies when the command's shell exits (the PID namespace
+ends with its init).
 
 Two ways to get there. A worker that is not root runs bubblewrap unprivileged: it makes a user namespace
 whose only user is the worker's. A root worker runs bubblewrap as root (so it can mount workspaces under
@@ -20,10 +21,9 @@ process limit on root, and counts processes per user and user namespace.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import shlex
 
 from agentbus_redis.confinement.limits import SandboxLimits, limited_shell_argv
 from agentbus_redis.confinement.network import BRIDGE_PORT

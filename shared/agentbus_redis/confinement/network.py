@@ -200,5 +200,5 @@ def proxy_environment(port: int = BRIDGE_PORT) -> dict[str, str]:
     """The variables that send a command's HTTP(S) clients (curl, pip, git, urllib, requests…) to the
     bridge on its own loopback."""
     url = f"http://127.0.0.1:{port}"
-    env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")}
+    env = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"), url)
     return {**env, "NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import structlog
 
@@ -17,6 +20,7 @@ from agentbus_redis.runtime.lane_worker import ensure_groups
 from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
+from agentbus_redis.sandbox.proxy import DomainProxy
 from agentbus_redis.sandbox.runner import sandbox_for
 from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher, read_tool_catalog
@@ -67,6 +71,7 @@ class ToolRuntime:
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
         self.sandbox = sandbox_for(settings.tools)
+        self.proxy = self._network_proxy()
         self.workspaces = SessionWorkspaces(
             workspace_root,
             settings.tools.workspace_scope,
@@ -149,6 +154,19 @@ class ToolRuntime:
         )
         self.sandbox_state = "not checked yet"
 
+    def _network_proxy(self) -> DomainProxy | None:
+        """The allow-listing proxy of sandboxed commands, when the deployment allow-lists domains (its socket in
+        a directory of the worker's own; the sandbox mounts it)."""
+        network = self.context.settings.tools.sandbox_network
+        if not network.allowed_domains:
+            return None
+        if self.sandbox is None:
+            log.warning("sandbox_network_ignored", detail="the sandbox is off: commands have the worker's network")
+            return None
+        proxy = DomainProxy(network.policy(), Path(tempfile.mkdtemp(prefix="agentbus-proxy-")) / "proxy.sock")
+        self.sandbox = self.sandbox.with_proxy(proxy.socket_path, network.bridge_python)
+        return proxy
+
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
         self.worker.interrupt_session(session_id)
@@ -172,6 +190,8 @@ class ToolRuntime:
         return BatchOutcome(outputs=outputs, poison=poison)
 
     async def start(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.start()
         await self._check_sandbox()
         await ensure_groups(self.context.redis, self.groups())
         await self.catalog.publish()  # the model is offered these tools from now on
@@ -189,8 +209,12 @@ class ToolRuntime:
             log.warning("sandbox_off", detail=SANDBOX_OFF_NOTE)
             return
         version = await self.sandbox.check(self.workspaces.check_dir())
-        self.sandbox_state = f"on: {version} ({self.sandbox.bwrap})"
-        log.info("sandbox_on", bwrap=self.sandbox.bwrap, version=version, runs_as=self.sandbox.owner)
+        network = self.context.settings.tools.sandbox_network
+        domains = ", ".join(network.allowed_domains) if self.proxy is not None else None
+        self.sandbox_state = f"on: {version} ({self.sandbox.bwrap}); network: " + (
+            f"only through the proxy, to {domains}" if domains else "none"
+        )
+        log.info("sandbox_on", bwrap=self.sandbox.bwrap, version=version, runs_as=self.sandbox.owner, network=domains)
 
     def readiness_notes(self) -> list[tuple[str, bool, str]]:
         """Shown by ``/readyz``: whether commands run sandboxed (off is stated, not hidden)."""
@@ -209,6 +233,10 @@ class ToolRuntime:
         await self.slots.finish(timeout_s=timeout_s)
         await asyncio.gather(*(abandoned.stop() for abandoned in self.abandoned))
         await self.agent_tool.outputs.close()
+        if self.proxy is not None:
+            await self.proxy.stop()
+            with contextlib.suppress(OSError):
+                self.proxy.socket_path.parent.rmdir()
 
     def consumers(self) -> list[BatchConsumer]:
         return [*self.jobs, *self.abandoned]

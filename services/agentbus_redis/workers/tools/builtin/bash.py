@@ -1,7 +1,8 @@
 """Bash: run a command in the workspace, in its own process group, streaming ``bash_progress``.
 
 With a :class:`~agentbus_redis.sandbox.runner.Sandbox` (a tool worker's default) the command runs under
-bubblewrap: only its workspace writable, no network, its own PID namespace, an allow-listed environment and
+bubblewrap: only its workspace writable, no network (or only allow-listed domains through the worker's
+proxy), its own PID namespace, an allow-listed environment and
 resource limits. The permission rules (``Bash(git status:*)`` …) are checked before it runs: the sandbox is
 the second wall. Without one (``AGENTBUS_TOOLS__SANDBOX=off``) it runs with the worker's rights and
 environment, starting in the workspace root.
@@ -223,14 +224,23 @@ class BashTool(Tool[BashInput]):
             "- Commands get no input (stdin is empty; pagers and editors are disabled), and run in the "
             "foreground only.\n"
             + (
-                "- Commands run in a sandbox: only the workspace (and a private /tmp) is writable, there is no "
-                "network access, and CPU time, memory, processes and file sizes are limited.\n"
+                "- Commands run in a sandbox: only the workspace (and a private /tmp) is writable, "
+                + self._network_note()
+                + ", and CPU time, memory, processes and file sizes are limited.\n"
                 if self.sandbox is not None
                 else ""
             )
             + "- Quote paths that contain spaces with double quotes.\n"
             "- Use Read, Glob, Grep, Edit and Write rather than cat, find, grep, sed or echo for files.\n"
             "- Give independent commands as separate tool calls in one response; chain dependent ones with &&."
+        )
+
+    def _network_note(self) -> str:
+        if self.sandbox is None or self.sandbox.network is None:
+            return "there is no network access"
+        return (
+            "network access goes through an HTTP(S) proxy (set in the environment) that admits only the "
+            "deployment's allowed domains and answers 403 for any other"
         )
 
     async def validate_input(self, tool_input: BashInput, ctx: ToolContext) -> None:
