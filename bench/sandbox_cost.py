@@ -7,8 +7,10 @@ and without the sandbox, interleaved, in one process on the loop the tool worker
 Measured per call: from the tool's ``call`` until its result (spawn, the command, the pipes drained, the
 process reaped). Unsandboxed: ``bash -c`` behind the descriptor-closing exec. Sandboxed: the worker's
 sandbox as this process would build it (as root: bwrap as root, ``setpriv`` to nobody, ``unshare --user``,
-the limits set, then the command). The figure is the ratio of the medians and the added milliseconds, per
-command; a command that does real work pays the same absolute cost, a smaller share of it.
+the limits set, then the command). Bridged: the same sandbox when the deployment allow-lists a domain (the
+bridge to the worker's proxy started before the command; the commands here make no request). The figure is
+the ratio of the medians and the added milliseconds, per command; a command that does real work pays the
+same absolute cost, a smaller share of it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agentbus_redis.confinement.network import NetworkPolicy
+from agentbus_redis.sandbox.proxy import DomainProxy
 from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.tools.tool import ToolContext, ToolOutput
 from agentbus_redis.workers.tools.builtin.bash import BashTool
@@ -47,28 +51,44 @@ async def one_call(tool: BashTool, command: str) -> float:
 async def measure(calls: int) -> None:
     sandbox = Sandbox.for_this_process()
     with tempfile.TemporaryDirectory() as directory:
-        root = Path(directory)
+        root = Path(directory) / "ws"
+        root.mkdir()
         if sandbox.owner is not None:
             os.chown(root, *sandbox.owner)
+        proxy = DomainProxy(NetworkPolicy.build(["pypi.org"]), Path(directory) / "proxy" / "proxy.sock")
+        await proxy.start()
+        bridged_sandbox = sandbox.with_proxy(proxy.socket_path)
         workspace = Workspace.at(root)
-        plain, boxed = BashTool(workspace), BashTool(workspace, sandbox=sandbox)
+        tools = {
+            "unsandboxed": BashTool(workspace),
+            "sandboxed": BashTool(workspace, sandbox=sandbox),
+            "bridged": BashTool(workspace, sandbox=bridged_sandbox),
+        }
         version = await sandbox.check(root)
+        await bridged_sandbox.check(root)
         print(f"{version} ({sandbox.bwrap}); commands run as {sandbox.owner or 'the worker user'}; {calls} calls each")
+        print("bridged: sandboxed with a domain allow-list (the network bridge started before each command)")
         for command in COMMANDS:
-            for tool in (plain, boxed):  # warm up
+            for tool in tools.values():  # warm up
                 await one_call(tool, command)
-            times: dict[str, list[float]] = {"plain": [], "sandboxed": []}
+            times: dict[str, list[float]] = {name: [] for name in tools}
             for _ in range(calls):
-                times["plain"].append(await one_call(plain, command))
-                times["sandboxed"].append(await one_call(boxed, command))
-            median_plain = statistics.median(times["plain"]) * 1000
-            median_boxed = statistics.median(times["sandboxed"]) * 1000
+                for name, tool in tools.items():
+                    times[name].append(await one_call(tool, command))
+            median = {name: statistics.median(values) * 1000 for name, values in times.items()}
             p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in times.items()}
             print(
-                f"{command!r:40} unsandboxed {median_plain:7.2f} ms (p90 {p90['plain']:6.2f})  "
-                f"sandboxed {median_boxed:7.2f} ms (p90 {p90['sandboxed']:6.2f})  "
-                f"ratio {median_boxed / median_plain:5.2f}x  added {median_boxed - median_plain:6.2f} ms"
+                f"{command!r:40} unsandboxed {median['unsandboxed']:7.2f} ms (p90 {p90['unsandboxed']:6.2f})  "
+                f"sandboxed {median['sandboxed']:7.2f} ms (p90 {p90['sandboxed']:6.2f})  "
+                f"ratio {median['sandboxed'] / median['unsandboxed']:5.2f}x  "
+                f"added {median['sandboxed'] - median['unsandboxed']:6.2f} ms"
             )
+            print(
+                f"{'':40} bridged   {median['bridged']:7.2f} ms (p90 {p90['bridged']:6.2f})  "
+                f"ratio to sandboxed {median['bridged'] / median['sandboxed']:5.2f}x  "
+                f"added {median['bridged'] - median['sandboxed']:6.2f} ms"
+            )
+        await proxy.stop()
 
 
 def main() -> None:

@@ -58,8 +58,10 @@ class SandboxNetworkSettings(BaseModel):
         default_factory=list,
         description="non-global networks (private, link-local…) an allowed name may resolve into; loopback never",
     )
-    bridge_python: str = Field(
-        "/usr/bin/python3", description="the sandbox's python that runs the bridge to the proxy (a system path)"
+    bridge_python: str | None = Field(
+        None,
+        description="the python3 of the sandbox's read-only system that runs the bridge to the proxy "
+        "(None: /usr/bin/python3, else /usr/local/bin/python3)",
     )
 
     @field_validator("allowed_domains", "denied_domains")

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 UNPRIVILEGED_UID = 65534
 """``nobody``: the user a root worker's commands run as unless told otherwise."""
 CHECK_TIMEOUT_S = 60.0
+BRIDGE_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
+"""Where a system keeps python3 (Debian; the python:* images)."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -118,8 +120,11 @@ class Sandbox:
         )
         return bubblewrap_argv(plan, shell, command)
 
-    def with_proxy(self, socket: Path, python: str = "/usr/bin/python3") -> Sandbox:
-        """This sandbox with a way out through the proxy listening on ``socket``."""
+    def with_proxy(self, socket: Path, python: str | None = None) -> Sandbox:
+        """This sandbox with a way out through the proxy listening on ``socket``; the bridge runs on ``python``
+        (None: the first of :data:`BRIDGE_PYTHONS` that exists — the system is mounted at the same paths)."""
+        if python is None:
+            python = next((path for path in BRIDGE_PYTHONS if os.access(path, os.X_OK)), BRIDGE_PYTHONS[0])
         program = Path(__file__).with_name("bridge.py").read_text()
         return replace(self, network=NetworkBridge(socket=str(socket), program=program, python=python))
 
