@@ -15,6 +15,7 @@ import asyncio
 import ipaddress
 import os
 import random
+import re
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -22,7 +23,9 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
+from pydantic import ValidationError
 
+from agentbus_redis.config.settings import Settings, ToolSettings
 from agentbus_redis.confinement.network import IPNetwork, NetworkPolicy
 from agentbus_redis.sandbox.proxy import DomainProxy
 from agentbus_redis.sandbox.runner import Sandbox
@@ -188,3 +191,32 @@ async def test_without_domains_the_sandbox_has_no_proxy_and_no_network(tmp_path:
     assert "No such file or directory" in output.content
     assert "there is no network access" in tool.description()
     await asyncio.sleep(0)
+
+
+def test_the_allow_list_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTBUS_TOOLS__SANDBOX_NETWORK__ALLOWED_DOMAINS", '["pypi.org","*.pythonhosted.org"]')
+    monkeypatch.setenv("AGENTBUS_TOOLS__SANDBOX_NETWORK__DENIED_DOMAINS", '["evil.pythonhosted.org"]')
+    monkeypatch.setenv("AGENTBUS_TOOLS__SANDBOX_NETWORK__ALLOWED_NETWORKS", '["10.20.0.0/16"]')
+    policy = Settings(_env_file=None).tools.sandbox_network.policy()  # type: ignore[call-arg]
+    assert policy.check_target("files.pythonhosted.org", 443).allowed
+    assert policy.check_target("evil.pythonhosted.org", 443).refusal == "denied"
+    assert policy.networks == (ipaddress.ip_network("10.20.0.0/16"),)
+    assert not ToolSettings().sandbox_network.policy().enabled  # the default: no network
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("ALLOWED_DOMAINS", '["*"]', "network allow-list entry '*'"),
+        ("DENIED_DOMAINS", '["http://x.com"]', "network allow-list entry 'http://x.com'"),
+        ("ALLOWED_NETWORKS", '["127.0.0.0/8"]', "loopback is never reachable"),
+        ("ALLOWED_NETWORKS", '["0.0.0.0/0"]', "loopback is never reachable"),
+        ("ALLOWED_PORTS", "[0]", "not TCP ports"),
+    ],
+)
+def test_a_bad_entry_is_refused_with_its_text(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(f"AGENTBUS_TOOLS__SANDBOX_NETWORK__{name}", value)
+    with pytest.raises(ValidationError, match=re.escape(says)):
+        Settings(_env_file=None)  # type: ignore[call-arg]
