@@ -41,6 +41,7 @@ def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerC
             "AGENTBUS_TOOLS__WORKSPACE_SCOPE": "session",
             "AGENTBUS_TOOLS__PERMISSION_MODE": "bypassPermissions",
             "AGENTBUS_TOOLS__ALLOW": json.dumps(ALLOW),
+            "LOG_LEVEL": "INFO",  # the proxy logs each decision at info
             "AGENTBUS_TOOLS__TIMEOUT_S": "90",
             "AGENTBUS_TOOLS__DEADLINE_S": "180",
             "AGENTBUS_TOOLS__SANDBOX_NETWORK__ALLOWED_DOMAINS": json.dumps(["pypi.org", "*.pythonhosted.org"]),
