@@ -2,7 +2,7 @@
 
 Conventions (ecosystem.md §1.8, §4.4): the ``agentbus_`` prefix, base units, ``_total`` counters, bounded
 labels only (``worker``, ``stream`` = stream family, ``type``, ``group``, ``tool``, ``outcome``, ``kind``,
-``rule``, ``reason``, ``stage``) and never a session id, uuid or tool_use id.
+``rule``, ``reason``, ``stage``, ``decision``) and never a session id, uuid or tool_use id.
 
 Cost (redis-streams-baseline.md §6): a labelled ``.labels(...)`` call costs ~1.8 µs, a pre-bound child
 ~0.5 µs. The recording functions below keep one pre-bound child per label tuple (:class:`BoundChildren`)
@@ -470,6 +470,7 @@ DEFINED_HERE: Final = (
     MODEL_RATE_LIMIT_WAIT,
     MODEL_RATE_LIMIT_WAITS,
     SESSIONS_STUCK_ENDED,
+    SANDBOX_NETWORK_REQUESTS,
 )
 
 _SAMPLE_SUFFIXES: Final = {
