@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from agentbus_redis.config.settings import Settings, ToolSettings
 from agentbus_redis.confinement.network import IPNetwork, NetworkPolicy
 from agentbus_redis.sandbox.proxy import DomainProxy
-from agentbus_redis.sandbox.runner import Sandbox
+from agentbus_redis.sandbox.runner import Sandbox, SandboxUnavailable
 from agentbus_redis.tools.tool import ToolContext, ToolOutput
 from agentbus_redis.workers.tools.builtin.bash import BashTool
 from agentbus_redis.workers.tools.workspace import Workspace
@@ -117,6 +117,10 @@ async def test_another_domain_gets_a_403_the_command_sees(pypi_box: Box) -> None
     assert "HTTP/1.1 403 Forbidden" in output.content
     assert "example.com:80 is not allowed" in output.content
     assert "X-Proxy-Error: blocked-by-allowlist" in output.content
+    # A refused request's body is read and dropped: the client sees the 403, not a connection reset.
+    post = "head -c 2000000 /dev/zero > /tmp/body; curl -sS -i --max-time 60 -H 'Expect:' --data-binary @/tmp/body"
+    output = await pypi_box.run(f"{post} http://example.com/ | head -1")
+    assert output.content.strip() == "HTTP/1.1 403 Forbidden", output.content
     output = await pypi_box.run(f"{CURL_CODE} https://evil.pythonhosted.org/")
     assert "response 403" in output.content
     assert counted("denied", "not_allowed") >= denied + 2
@@ -190,7 +194,6 @@ async def test_without_domains_the_sandbox_has_no_proxy_and_no_network(tmp_path:
     assert output.content.splitlines()[0] == "0"
     assert "No such file or directory" in output.content
     assert "there is no network access" in tool.description()
-    await asyncio.sleep(0)
 
 
 def test_the_allow_list_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,3 +223,34 @@ def test_a_bad_entry_is_refused_with_its_text(
     monkeypatch.setenv(f"AGENTBUS_TOOLS__SANDBOX_NETWORK__{name}", value)
     with pytest.raises(ValidationError, match=re.escape(says)):
         Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+async def test_a_bridge_that_cannot_start_stops_the_check_and_says_why(tmp_path: Path) -> None:
+    sandbox = Sandbox.for_this_process()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    if sandbox.owner is not None:
+        os.chown(workspace, *sandbox.owner)
+    proxy = DomainProxy(NetworkPolicy.build(["pypi.org"]), tmp_path / "proxy" / "proxy.sock")
+    await proxy.start()
+    try:
+        broken = sandbox.with_proxy(proxy.socket_path, "/usr/bin/no-such-python3")
+        with pytest.raises(SandboxUnavailable, match="the network bridge could not start"):
+            await broken.check(workspace)
+    finally:
+        await proxy.stop()
+
+
+async def test_past_its_connection_cap_the_proxy_answers_503(tmp_path: Path) -> None:
+    proxy = DomainProxy(NetworkPolicy.build(["pypi.org"]), tmp_path / "proxy" / "proxy.sock", max_connections=1)
+    await proxy.start()
+    try:
+        _, held = await asyncio.open_unix_connection(str(proxy.socket_path))  # sends nothing: stays open
+        reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        writer.write(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n")
+        answer = await reader.read()
+        assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), answer
+        writer.close()
+        held.close()
+    finally:
+        await proxy.stop()

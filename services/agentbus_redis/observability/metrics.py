@@ -107,7 +107,7 @@ SANDBOX_NETWORK_REQUESTS = Counter(
     "agentbus_sandbox_network_requests_total",
     "Requests sandboxed commands made through the tool worker's allow-listing proxy, by decision (allowed, "
     "denied) and reason (allowed, not_allowed, denied, ip_literal, port, loopback, non_global_address, "
-    "no_address, invalid_host, bad_request).",
+    "no_address, invalid_host, bad_request, too_many_connections).",
     ["decision", "reason"],
 )
 TOOL_EXECUTIONS = Counter(

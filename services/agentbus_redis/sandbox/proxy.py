@@ -36,16 +36,28 @@ MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10.0
 RELAY_BYTES = 65536
+REFUSAL_LINGER_S = 10.0
+MAX_CONNECTIONS = 512
+"""Open through the proxy at once, every sandbox of the worker together: past it a request gets a 503 (the
+worker's own descriptors stay available)."""
 HOP_BY_HOP = {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive"}
 
 
 class DomainProxy:
     """Serves one Unix socket; see the module docstring."""
 
-    def __init__(self, policy: NetworkPolicy, socket_path: Path, *, connect_timeout_s: float = CONNECT_TIMEOUT_S):
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        socket_path: Path,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.policy = policy
         self.socket_path = socket_path
         self.connect_timeout_s = connect_timeout_s
+        self.max_connections = max_connections
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -84,6 +96,12 @@ class DomainProxy:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+        if len(self._connections) > self.max_connections:
+            log.warning("sandbox_network", decision="denied", reason="too_many_connections")
+            record_sandbox_network("too_many_connections")
+            _refuse(writer, 503, "too_many_connections", "too many connections through the proxy; retry later")
+            await _finish_refusal(reader, writer)
+            return
         request = _parse_head(head)
         if request is None:
             _refuse(writer, 400, "bad_request", "a proxy request: CONNECT host:port, or a method and an http:// URI")
@@ -100,7 +118,7 @@ class DomainProxy:
             log.info("sandbox_network", decision="denied", reason=reason, host=target.host, port=port, method=method)
             record_sandbox_network(reason)
             _refuse(writer, 403, reason, f"{target.host}:{port} is not allowed ({reason})")
-            await writer.drain()
+            await _finish_refusal(reader, writer)
             return
         log.info("sandbox_network", decision="allowed", host=target.host, port=port, address=address, method=method)
         record_sandbox_network("allowed")
@@ -167,12 +185,24 @@ def _parse_head(head: bytes) -> tuple[str, str, int, bytes | None] | None:
 
 def _refuse(writer: asyncio.StreamWriter, status: int, reason: str, detail: str) -> None:
     body = f"agentbus sandbox proxy: {detail}\n".encode()
-    phrase = "Forbidden" if status == 403 else "Bad Request"
+    phrase = {403: "Forbidden", 503: "Service Unavailable"}.get(status, "Bad Request")
     writer.write(
         f"HTTP/1.1 {status} {phrase}\r\nX-Proxy-Error: blocked-by-allowlist\r\nX-Proxy-Reason: {reason}\r\n"
         f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
+
+
+async def _finish_refusal(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Send the refusal, then read what the client still sends (a request body) until it closes: closing a
+    socket with unread input resets it, and the client would see the reset instead of the answer."""
+    await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(REFUSAL_LINGER_S):
+            while await reader.read(RELAY_BYTES):
+                pass
 
 
 async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -20,7 +20,7 @@ from agentbus_redis.confinement.bubblewrap import (
     bubblewrap_argv,
 )
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, sandbox_environment
-from agentbus_redis.confinement.limits import SandboxLimits
+from agentbus_redis.confinement.limits import SETUP_FAILED_EXIT, SandboxLimits
 from agentbus_redis.confinement.network import proxy_environment
 
 if TYPE_CHECKING:
@@ -163,6 +163,12 @@ class Sandbox:
             raise SandboxUnavailable(f"bubblewrap ({self.bwrap}) could not run: {error!r}") from error
         if process.returncode != 0 or out.decode().strip() != "sandboxed":
             detail = (err or out).decode(errors="replace").strip()[-500:]
+            if self.network is not None and process.returncode == SETUP_FAILED_EXIT:
+                raise SandboxUnavailable(
+                    f"the network bridge could not start in the sandbox ({self.network.python}): {detail}. "
+                    "Set AGENTBUS_TOOLS__SANDBOX_NETWORK__BRIDGE_PYTHON to the python3 of the system the sandbox "
+                    "mounts, or empty AGENTBUS_TOOLS__SANDBOX_NETWORK__ALLOWED_DOMAINS (no network)"
+                )
             raise SandboxUnavailable(
                 f"bubblewrap ({self.bwrap}) cannot build a sandbox here (exit {process.returncode}): {detail}. "
                 "It needs user namespaces (and, in a container, a seccomp/AppArmor profile that allows them: "
