@@ -6,7 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
+    from agentbus_redis.tools.catalog import CatalogEntry, McpServerStatus, merge_catalog
     from agentbus_redis.tools.definitions import ToolDefinition
     from agentbus_redis.tools.schema import ToolSchemaError, api_input_schema
     from agentbus_redis.tools.tool import (
@@ -27,6 +27,7 @@ __all__ = [
     "CatalogEntry",
     "InputT",
     "InterruptBehavior",
+    "McpServerStatus",
     "Tool",
     "ToolContext",
     "ToolDefinition",
@@ -45,6 +46,7 @@ _MODULE_OF = {
     "CatalogEntry": "catalog",
     "InputT": "tool",
     "InterruptBehavior": "tool",
+    "McpServerStatus": "catalog",
     "Tool": "tool",
     "ToolContext": "tool",
     "ToolDefinition": "definitions",
