@@ -107,6 +107,9 @@ class ToolSettings(BaseModel):
     mcp_ping_interval_s: float = Field(
         5.0, gt=0, description="how often a connected MCP server is pinged (a dead one is restarted)"
     )
+    mcp_backoff_initial_s: float = Field(
+        0.5, gt=0, description="the first wait before reconnecting a lost MCP server (doubled at each failure)"
+    )
     mcp_backoff_max_s: float = Field(30.0, gt=0, description="the longest wait between reconnects of a lost MCP server")
     mcp_session_idle_s: float = Field(
         600.0, gt=0, description="a per-session MCP server connection unused for this long is closed"

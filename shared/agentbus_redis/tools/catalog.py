@@ -30,6 +30,10 @@ class McpServerStatus(WireModel):
     required: bool = False
     per_session: bool = False
     session_connections: int = 0
+    connects: int = 0
+    """Times the worker connected to it (above 1: it was lost and reconnected)."""
+    tools_changed: int = 0
+    """Times the server said its tools changed (``notifications/tools/list_changed``) and they were listed again."""
 
 
 class CatalogEntry(WireModel):

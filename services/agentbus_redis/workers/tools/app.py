@@ -326,6 +326,7 @@ def mcp_servers(settings: ToolSettings, root: Path, *, on_change: Callable[[], N
     policy = ConnectionPolicy(
         connect_timeout_s=settings.mcp_connect_timeout_s,
         ping_interval_s=settings.mcp_ping_interval_s,
+        backoff_initial_s=min(settings.mcp_backoff_initial_s, settings.mcp_backoff_max_s),
         backoff_max_s=settings.mcp_backoff_max_s,
     )
     return McpServers(

@@ -254,9 +254,10 @@ class McpConnection:
 
 
 async def _probe(client: Client) -> None:
-    """A request that fails when the connection is gone: ``ping`` (removed in 2026-07-28: ``server/discover``)."""
+    """A request that fails when the connection is gone: ``ping``; on 2026-07-28, which removed it, ``tools/list``
+    (the session answers ``server/discover`` from what it kept, without asking the server)."""
     if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        await client.session.discover()
+        await client.list_tools()
     else:
         await client.session.send_ping()
 

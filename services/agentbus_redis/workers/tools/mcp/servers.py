@@ -88,7 +88,9 @@ class McpServers:
             key = (name, workspace)
             connection = self._per_session.get(key)
             if connection is None:
-                connection = McpConnection(name, self.servers[name], cwd=workspace, policy=self.policy)
+                connection = McpConnection(
+                    name, self.servers[name], cwd=workspace, policy=self.policy, on_change=self._changed
+                )
                 self._per_session[key] = connection
                 connection.start()
                 log.info("mcp_session_server_started", server=name, workspace=str(workspace))
@@ -125,6 +127,8 @@ class McpServers:
                     required=options.required,
                     per_session=options.per_session,
                     session_connections=sessions,
+                    connects=listing.connects,
+                    tools_changed=listing.list_changes,
                 )
             )
         return statuses
