@@ -1,4 +1,5 @@
-"""The real clients the compat suite runs (and the MCP servers the MCP tests connect to), installed from npm at pinned versions into a cache outside the repo.
+"""The real clients the compat suite runs (and the MCP servers the MCP tests connect to), installed from npm
+at pinned versions into a cache outside the repo.
 
 ``python -m tests.compat.npm_clients`` installs them (``.ci/run`` calls it so the suite does not pay for
 it); the session fixtures call :func:`ensure_installed`, which reuses an installed copy and installs under a
