@@ -148,8 +148,11 @@ _EXPANDED_KEYS = ("command", "args", "env", "url", "headers")
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
-    parts = [part for part in loc if part not in ("stdio", "http")]
-    return ".".join(str(part) for part in ("mcpServers", *parts[1:])) if parts else "mcpServers"
+    """``mcpServers.NAME.key…`` from a pydantic location below ``mcpServers`` (the union's tags left out)."""
+    if not loc:
+        return "mcpServers"
+    rest = loc[2:] if len(loc) > 1 and loc[1] in ("stdio", "http") else loc[1:]
+    return ".".join(["mcpServers", str(loc[0]), *(str(part) for part in rest)])
 
 
 def parse_mcp_config(text: str, *, source: str, env: Mapping[str, str]) -> McpConfig:
