@@ -16,6 +16,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -362,6 +364,12 @@ async def test_a_killed_server_leaves_the_catalog_and_comes_back(
 
     await eventually(gone, timeout_s=30, interval_s=0.02)
     assert (await _servers(deployment))["time"].state == "restarting"
+    # The server is marked required: the worker says it is not ready while the server is down (the first
+    # reconnect waits AGENTBUS_TOOLS__MCP_BACKOFF_INITIAL_S = 2 s).
+    with pytest.raises(urllib.error.HTTPError) as not_ready:
+        urllib.request.urlopen(f"http://127.0.0.1:{worker.port}/readyz", timeout=5)
+    assert not_ready.value.code == 503
+    assert "mcp:time" in not_ready.value.read().decode()
 
     async def back() -> bool:
         servers = await _servers(deployment)
