@@ -37,7 +37,9 @@ from tests.integration.cluster import TEST_ALLOW_RULES, WorkerCluster, eventuall
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import ended_with, live_messages, reply, text, tool_use, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+"""The module's setup starts five workers and four MCP servers (two of them node): on a loaded machine that
+alone was seen to take over 120 s."""
 
 MAX_OUTPUT_CHARS = 20_000
 GREETING = "hello-from-the-worker-environment"
