@@ -1,4 +1,5 @@
-"""The real clients the compat suite runs, installed from npm at pinned versions into a cache outside the repo.
+"""The real clients the compat suite runs (and the MCP servers the MCP tests connect to), installed from npm
+at pinned versions into a cache outside the repo.
 
 ``python -m tests.compat.npm_clients`` installs them (``.ci/run`` calls it so the suite does not pay for
 it); the session fixtures call :func:`ensure_installed`, which reuses an installed copy and installs under a
@@ -36,6 +37,9 @@ class NpmClient:
 CLAUDE_CODE = NpmClient(CLAUDE_CODE_PACKAGE, CLAUDE_CODE_VERSION, "claude")
 PI = NpmClient(PI_PACKAGE, PI_VERSION, "pi")
 CLIENTS = (CLAUDE_CODE, PI)
+MCP_SERVER_EVERYTHING = NpmClient("@modelcontextprotocol/server-everything", "2026.8.31", "mcp-server-everything")
+"""The MCP reference server (tests/integration/test_mcp_servers.py): stdio and streamable HTTP."""
+MCP_SERVERS = (MCP_SERVER_EVERYTHING,)
 
 
 class NpmUnreachable(RuntimeError):
@@ -99,7 +103,7 @@ def ensure_installed(client: NpmClient) -> Path:
 
 
 def main() -> int:
-    for client in CLIENTS:
+    for client in (*CLIENTS, *MCP_SERVERS):
         try:
             path = ensure_installed(client)
         except NpmUnreachable as unreachable:

@@ -9,6 +9,7 @@ model worker's request handling in-process (no model call is made)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,11 +24,15 @@ from agentbus_redis.json_types import JsonObject
 from agentbus_redis.model.cost import DEFAULT_PRICES
 from agentbus_redis.model.request import ModelDefaults
 from agentbus_redis.runtime.codec import entry_fields
+from agentbus_redis.runtime.lane_worker import ensure_groups
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.stores.usage import read_usage, record_usage
 from agentbus_redis.streams.entries import StreamEntry
 from agentbus_redis.streams.topology import MODEL_GROUP, Topology
+from agentbus_redis.workers.model.session_lease import SessionLeaseLost
 from agentbus_redis.workers.model.worker import ModelWorker, request_digest
+from tests.integration.fake_model import FakeModelProcess
+from tests.integration.model_turns import reply, text
 
 pytestmark = [pytest.mark.integration]
 
@@ -123,3 +128,67 @@ async def test_m10_usage_of_a_dead_call_is_recorded_when_the_next_request_supers
     assert (usage.total.requests, usage.total.input_tokens, usage.total.output_tokens) == (1, 100, 20)
     assert worker.stats.superseded == 1
     assert worker.stats.calls == 0
+
+
+async def test_m10_usage_of_a_reply_whose_lease_went_after_its_stop_reason_is_recorded(
+    redis_url: str, fake: FakeModelProcess
+) -> None:
+    """Issue 25 (soak: "usage recorded 8 calls, the servers answered 9"): the session's lease is lost after the
+    reply's ``message_delta`` (its usage final) and before its ``message_stop``. The call is abandoned — the
+    notice is served again and the model called again — but the API billed the first reply in full, so its
+    usage is recorded now."""
+    settings = Settings(_env_file=None, shards=4)
+    redis = aioredis.Redis.from_url(redis_url)
+    topology = Topology(settings.names)
+    session = "usage-lease-lost"
+    # Events a second apart: the lease is taken away in the second between message_delta and message_stop.
+    fake.script(session, [reply(text("hello"), chunk_delay_ms=1000, usage={"output_tokens": 7})])
+    worker = ModelWorker(
+        redis,
+        topology,
+        consumer="loser",
+        settings=settings.model,
+        client=AsyncAnthropic(api_key="sk-ant-test", base_url=fake.base_url, max_retries=0),
+        defaults=ModelDefaults(model=settings.model.model),
+        tools=no_tools,
+        prices=DEFAULT_PRICES,
+        internal_key=b"k" * 32,
+        slots=JobSlots(redis, group=MODEL_GROUP, size=1),
+        keepalive_s=0.05,
+    )
+    try:
+        await redis.set(topology.request(session), orjson.dumps({"session_id": session, "seq": 1, "request": REQUEST}))
+        notice = RequestReady(session_id=session, seq=1, key=topology.request(session), message_count=1)
+        stream = topology.requests_for(session)
+        await ensure_groups(redis, [(stream, MODEL_GROUP)])
+        await redis.xadd(stream, entry_fields(notice))  # type: ignore[arg-type]
+        ((_, [(entry_id, fields)]),) = await redis.xreadgroup(MODEL_GROUP, "loser", {stream: ">"}, count=1)
+        entry = StreamEntry(stream, entry_id.decode(), fields, 1)
+        call = asyncio.ensure_future(worker._run(entry, notice))
+        while b'"message_delta"' not in b"".join(
+            value
+            for _, entry_fields_ in await redis.xrange(topology.ingress_for(session))
+            for value in entry_fields_.values()
+        ):
+            await asyncio.sleep(0.02)
+        await redis.set(topology.model_lease(session), b"another-worker")  # the lease went to another worker
+        with pytest.raises(SessionLeaseLost):
+            await call
+        for _ in range(500):
+            usage = await read_usage(redis, topology, session)
+            if usage.total.requests:
+                break
+            await asyncio.sleep(0.02)
+        assert (usage.total.requests, usage.total.output_tokens) == (1, 7)
+        assert len(fake.requests(session)) == 1
+    finally:
+        await redis.aclose()
+
+
+async def no_tools() -> list[object]:
+    return []
+
+
+async def published(redis: aioredis.Redis, stream: str, needle: bytes) -> bool:
+    """Whether an entry of ``stream`` holds ``needle`` in one of its fields."""
+    return any(needle in value for _, fields in await redis.xrange(stream) for value in fields.values())

@@ -4,9 +4,9 @@ and checks the log: the spec's behaviour (M4 retries with their backoff, M5 non-
 tombstones, M6 fallback model, M7 exact error texts, R10.1 interrupts) and never an unpaired tool_use.
 
 The backoff schedule runs scaled down (``retry_base_delay_ms`` = 200 instead of 500); the times the fake
-server recorded for each request are checked against the pure schedule of ``model/retry.py``: the gap
-after attempt k is at least the low end of k's window and below the low end of k+1's (:func:`assert_backoff`);
-the exact delays the worker chose are checked in its ``api_error`` notices (M4.4).
+server recorded for each request are checked against the delays the worker announced in its ``api_error``
+notices (M4.4): each gap is at least the delay announced for it, and each delay lies in its attempt's window of
+the pure schedule of ``model/retry.py``. (No upper bound on a gap: on a loaded machine a wake-up can come late.)
 """
 
 from __future__ import annotations
@@ -95,15 +95,6 @@ async def set_fallback_model(cluster: WorkerCluster, session: str, fallback: str
 def gaps_ms(requests: list[dict[str, Any]]) -> list[float]:
     times = [float(r["at_ms"]) for r in requests]
     return [later - earlier for earlier, later in itertools.pairwise(times)]
-
-
-def assert_backoff(gap: float, attempt: int) -> None:
-    """The gap after failed attempt ``attempt`` is at least its M4.3 window's low end and below the low end of
-    the next attempt's window (twice as long below the cap): attempt ``k``'s delay was used, not ``k+1``'s;
-    the room above the window's high end is for the round trips on a loaded machine."""
-    low, high = backoff_window_ms(attempt, base_ms=BASE_MS, max_ms=MAX_MS)
-    ceiling = max(backoff_window_ms(attempt + 1, base_ms=BASE_MS, max_ms=MAX_MS)[0], high + BASE_MS)
-    assert low <= gap < ceiling, f"attempt {attempt}: waited {gap:.1f} ms, window [{low}, {high})"
 
 
 async def test_m2_multi_turn_conversation_with_parallel_tool_calls_ends_valid(
@@ -214,7 +205,7 @@ async def test_m4_3_429_waits_exactly_retry_after(deployment: WorkerCluster, fak
     # retry-after: exactly that many seconds, no jitter, no cap (M4.3); announced before the sleep (M4.4).
     assert [(n.retry_attempt, n.retry_in_ms, n.max_retries) for n in notices] == [(1, 1000, MAX_RETRIES)]
     (gap,) = gaps_ms(fake.requests(session))
-    assert 1000 <= gap < 2000, f"waited {gap:.1f} ms"  # not a backoff delay, not twice the header
+    assert gap >= 1000, f"waited {gap:.1f} ms"  # the header's delay (the notice says it was not the backoff's)
     assert text_of(live_messages(history)[-1]) == "ok"
 
 
@@ -225,14 +216,13 @@ async def test_m4_3_500s_retry_on_the_backoff_schedule(deployment: WorkerCluster
         await client.send_prompt(session, "hi")
         history = await wait_for(client, session, turn_ended)
     gaps = gaps_ms(fake.requests(session))
-    assert len(gaps) == 3
-    for attempt, gap in enumerate(gaps, start=1):
-        assert_backoff(gap, attempt)
     notices = [m for m in live_messages(history) if isinstance(m, ApiErrorSystemMessage)]
     assert [n.retry_attempt for n in notices] == [1, 2, 3]
-    for notice in notices:
+    assert len(gaps) == 3
+    for gap, notice in zip(gaps, notices, strict=True):
         low, high = backoff_window_ms(notice.retry_attempt or 0, base_ms=BASE_MS, max_ms=MAX_MS)
         assert low <= (notice.retry_in_ms or 0) < high
+        assert gap >= (notice.retry_in_ms or 0), f"attempt {notice.retry_attempt}: waited {gap:.1f} ms"
     assert text_of(live_messages(history)[-1]) == "recovered"
 
 

@@ -32,7 +32,9 @@ from tests.integration.model_turns import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
-LEASE_MS = 1500
+LEASE_MS = 4000
+"""Short, so a SIGKILLed worker's call is taken over soon; long enough that a live worker on a loaded machine
+(its keep-alive late by a second or more) keeps it: two live workers call the model once per request."""
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from agentbus_redis.pi.constants import TranscriptFormat
 
 if TYPE_CHECKING:
     from agentbus_redis.bus.events import LogEntry
+    from agentbus_redis.config.settings import Settings
     from agentbus_redis.sdk.client import AgentbusClient
     from agentbus_redis.sdk.replay import ReplayReport
 
@@ -56,13 +57,43 @@ def worker_command(
             help="HTTP port of /metrics, /healthz, /readyz [default: a free one, printed on stderr].",
         ),
     ] = None,
+    mcp_config: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--mcp-config",
+            help="tools: an MCP server config (Claude Code's .mcp.json format) whose servers this worker connects "
+            "to (repeatable; added to AGENTBUS_TOOLS__MCP_CONFIG).",
+        ),
+    ] = None,
 ) -> None:
     """Run one worker process (scale by running more of them)."""
     from agentbus_redis.workers.registry import WORKER_FACTORIES, run_worker
 
     if name not in WORKER_FACTORIES:
         fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=USAGE_ERROR)
-    run_worker(name, port=port)
+    if mcp_config and name != "tools":
+        fail("--mcp-config is an option of the tools worker", code=USAGE_ERROR)
+    settings = None
+    if name == "tools":
+        settings = _tools_settings(mcp_config or [])
+    run_worker(name, settings, port=port)
+
+
+def _tools_settings(mcp_config: list[Path]) -> Settings:
+    """The settings with ``--mcp-config`` files added, the MCP configs checked here: a bad file is one line."""
+    from agentbus_redis.config.settings import Settings
+    from agentbus_redis.mcp.config import McpConfigError
+    from agentbus_redis.workers.tools.mcp.config_files import read_mcp_configs
+
+    settings = Settings()
+    if mcp_config:
+        tools = settings.tools.model_copy(update={"mcp_config": [*settings.tools.mcp_config, *mcp_config]})
+        settings = settings.model_copy(update={"tools": tools})
+    try:
+        read_mcp_configs(settings.tools.mcp_config)
+    except McpConfigError as error:
+        fail(str(error), code=USAGE_ERROR)
+    return settings
 
 
 def send_command(

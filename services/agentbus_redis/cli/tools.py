@@ -33,6 +33,7 @@ def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
                 "expires_ms": entry.expires_ms,
                 "age_s": round(max(snapshot.now_ms - entry.refreshed_ms, 0) / 1000, 3),
                 "tools": [tool.name for tool in entry.tools],
+                "mcp_servers": [server.to_wire() for server in entry.mcp_servers],
             }
             for entry in snapshot.live
         ],
@@ -72,6 +73,13 @@ def tools_ls(
         typer.echo(
             f"{entry.worker:<{width}} {refreshed:>10} {_seconds(entry.expires_ms - snapshot.now_ms):>10}  {tools}"
         )
+    servers = [(entry.worker, server) for entry in snapshot.live for server in entry.mcp_servers]
+    if servers:
+        typer.echo(f"{'worker':<{width}} {'MCP server':<16} {'transport':<9} {'state':<11} tools / error")
+        for worker, server in servers:
+            marks = "".join((" [required]" if server.required else "", " [per-session]" if server.per_session else ""))
+            detail = f"{len(server.tools)} tools" if server.state == "connected" else server.error
+            typer.echo(f"{worker:<{width}} {server.name + marks:<16} {server.transport:<9} {server.state:<11} {detail}")
     offered = snapshot.tools()
     workers = len(snapshot.live)
     typer.echo(

@@ -152,6 +152,29 @@ class ToolSettings(BaseModel):
     catalog_refresh_s: float = Field(
         10.0, gt=0, description="how often a tool worker rewrites its entry in the tool catalog"
     )
+    mcp_config: list[Path] = Field(
+        default_factory=list,
+        description="MCP server config files (Claude Code's .mcp.json format) whose servers this tool worker "
+        "connects to, offering their tools as mcp__SERVER__TOOL (JSON list; also `worker tools --mcp-config`)",
+    )
+    mcp_max_output_chars: int = Field(
+        100_000,
+        ge=1000,
+        description="an MCP tool result longer than this (text and image characters) is cut, with a note",
+    )
+    mcp_connect_timeout_s: float = Field(
+        30.0, gt=0, description="an MCP server that does not connect within this is retried"
+    )
+    mcp_ping_interval_s: float = Field(
+        5.0, gt=0, description="how often a connected MCP server is pinged (a dead one is restarted)"
+    )
+    mcp_backoff_initial_s: float = Field(
+        0.5, gt=0, description="the first wait before reconnecting a lost MCP server (doubled at each failure)"
+    )
+    mcp_backoff_max_s: float = Field(30.0, gt=0, description="the longest wait between reconnects of a lost MCP server")
+    mcp_session_idle_s: float = Field(
+        600.0, gt=0, description="a per-session MCP server connection unused for this long is closed"
+    )
     catalog_ttl_s: float = Field(
         30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
     )

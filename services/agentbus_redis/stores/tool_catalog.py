@@ -29,7 +29,14 @@ from agentbus_redis.runtime.key_calls import ServerScript
 from agentbus_redis.runtime.lazy_log import get_logger
 from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.streams.topology import Topology
-from agentbus_redis.tools.catalog import CatalogEntry, HeldEntry, hold_recently_live, merge_catalog, merge_tools
+from agentbus_redis.tools.catalog import (
+    CatalogEntry,
+    HeldEntry,
+    McpServerStatus,
+    hold_recently_live,
+    merge_catalog,
+    merge_tools,
+)
 from agentbus_redis.tools.definitions import ToolDefinition
 
 log = get_logger(__name__)
@@ -199,10 +206,15 @@ class ToolCatalogPublisher(PeriodicTask):
         self.ttl_ms = int(ttl_s * 1000)
         self.now_ms = now_ms
         self.refreshes = 0
+        self.mcp_servers: list[McpServerStatus] = []
+        """The worker's MCP servers and their state (shown by ``agentbus tools ls``)."""
 
     def entry(self) -> CatalogEntry:
         now = self.now_ms()
-        return CatalogEntry(worker=self.worker, refreshed_ms=now, expires_ms=now + self.ttl_ms, tools=self.tools)
+        servers = {"mcp_servers": self.mcp_servers} if self.mcp_servers else {}
+        return CatalogEntry(
+            worker=self.worker, refreshed_ms=now, expires_ms=now + self.ttl_ms, tools=self.tools, **servers
+        )
 
     async def publish(self) -> None:
         """Write (or rewrite) this worker's entry with a fresh expiry."""

@@ -6,7 +6,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentbus_redis.tools.catalog import CatalogEntry, HeldEntry, hold_recently_live, merge_catalog
+    from agentbus_redis.tools.catalog import CatalogEntry, HeldEntry, McpServerStatus, hold_recently_live, merge_catalog
     from agentbus_redis.tools.definitions import ToolDefinition
     from agentbus_redis.tools.schema import ToolSchemaError, api_input_schema
     from agentbus_redis.tools.tool import (
@@ -28,6 +28,7 @@ __all__ = [
     "HeldEntry",
     "InputT",
     "InterruptBehavior",
+    "McpServerStatus",
     "Tool",
     "ToolContext",
     "ToolDefinition",
@@ -48,6 +49,7 @@ _MODULE_OF = {
     "HeldEntry": "catalog",
     "InputT": "tool",
     "InterruptBehavior": "tool",
+    "McpServerStatus": "catalog",
     "Tool": "tool",
     "ToolContext": "tool",
     "ToolDefinition": "definitions",

@@ -17,6 +17,26 @@ from agentbus_redis.tools.definitions import ToolDefinition
 from agentbus_redis.wire import WireModel
 
 
+class McpServerStatus(WireModel):
+    """One MCP server a tool worker connects to, as ``agentbus tools ls`` shows it."""
+
+    name: str
+    transport: str
+    """stdio or http."""
+    state: str
+    """connecting, connected, restarting (lost or failing: see ``error``; retried with backoff) or stopped."""
+    error: str = ""
+    tools: list[str] = Field(default_factory=list)
+    """The server's own tool names (offered as ``mcp__<name>__<tool>``)."""
+    required: bool = False
+    per_session: bool = False
+    session_connections: int = 0
+    connects: int = 0
+    """Times the worker connected to it (above 1: it was lost and reconnected)."""
+    tools_changed: int = 0
+    """Times the server said its tools changed (``notifications/tools/list_changed``) and they were listed again."""
+
+
 class CatalogEntry(WireModel):
     """One tool worker's tools: what it can run, and until when this claim holds unless refreshed."""
 
@@ -29,6 +49,8 @@ class CatalogEntry(WireModel):
     expires_ms: int
     """Epoch ms after which the entry no longer counts: the worker is presumed dead."""
     tools: list[ToolDefinition]
+    mcp_servers: list[McpServerStatus] = Field(default_factory=list)
+    """The MCP servers the worker connects to and their state (a server that is down offers no tools)."""
 
     def live(self, now_ms: int) -> bool:
         return now_ms < self.expires_ms

@@ -245,6 +245,8 @@ class ModelCall:
         self.received: list[CallResult] = []
         """Complete replies the API sent whose publishing is under way: when it fails (the call is abandoned and
         called again), their usage is still recorded by the worker — the API billed them (issue 25)."""
+        self._streaming: tuple[str, _StreamProgress] | None = None
+        """The request whose stream is being read, and what it brought so far."""
         self.on_retry = on_retry
         """Told (failure, attempt, delay in ms) before each backoff sleep: the span's retry events (M11.4)."""
         """The fallback model this call (or an earlier call of its turn) switched to (M6)."""
@@ -273,11 +275,27 @@ class ModelCall:
         stream, request_id = opened
         self.request_id = request_id
         progress = _StreamProgress()
+        # Kept when the read is abandoned (a lost lease, a refused write, a cancel): billed() reads it then.
+        self._streaming = (request_id, progress)
         try:
             await self._read_stream(stream, request_id, progress)
         except _StreamBroke as broke:
+            self._streaming = None
             return await self._stream_fallback(request_id, broke.failure)
+        self._streaming = None
         return self._answer(request_id, progress)
+
+    def billed(self) -> list[CallResult]:
+        """The replies of this call the API billed in full, with their usage: those superseded (M8.5), those
+        received whose publishing was under way, and the one being streamed once its ``message_delta`` came
+        (its usage is final then). A call abandoned at any point (its lease lost, its writes refused) still
+        counts these (issue 25: the soak saw a reply's usage lost when the lease went after its stop reason)."""
+        responses = [*self.superseded, *self.received]
+        if self._streaming is not None:
+            request_id, progress = self._streaming
+            if progress.stop_reason is not None and all(r.request_id != request_id for r in responses):
+                responses.append(self._answer(request_id, progress))
+        return [response for response in responses if response.usage is not None]
 
     def _answer(self, request_id: str, progress: _StreamProgress) -> CallResult:
         return CallResult(

@@ -649,7 +649,7 @@ class ModelWorker:
         replies: the API billed them, and the request is called again by whoever serves its notice next, so
         their usage is recorded now — once (the usage store deduplicates by request id). Redis may be the
         reason the call failed: the records are written in the background until they land."""
-        billed = [response for response in [*call.superseded, *call.received] if response.usage is not None]
+        billed = call.billed()
         if billed:
             task = asyncio.create_task(self._record_until_written(session, billed), name=f"usage:{session}")
             self._usage_writes.add(task)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import structlog
 
 from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from agentbus_redis.agents.tool import AGENT_TOOL_NAME
+from agentbus_redis.config.settings import ToolSettings
 from agentbus_redis.observability.metrics import instrument_handler
 from agentbus_redis.permissions.decide import PermissionContext
 from agentbus_redis.runtime.codec import signed_entry_fields
@@ -35,6 +37,7 @@ from agentbus_redis.subagents.store import AgentStore
 from agentbus_redis.workers.process import WorkerContext
 from agentbus_redis.workers.tools.approvals import ApprovalGate
 from agentbus_redis.workers.tools.executor import ToolTimeouts
+from agentbus_redis.workers.tools.mcp import ConnectionPolicy, McpServers, read_mcp_configs
 from agentbus_redis.workers.tools.registry import ToolRegistry, default_registry
 from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.worker import ToolWorker, abandoned_job_envelope
@@ -77,6 +80,7 @@ class ToolRuntime:
             settings.tools.workspace_scope,
             owner=self.sandbox.owner if self.sandbox is not None else None,
         )
+        self.mcp = mcp_servers(settings.tools, workspace_root, on_change=self._mcp_changed)
         builtin = default_registry(Workspace.at(workspace_root), self.sandbox)
         self.agent_tool = AgentTool(
             context.redis,
@@ -87,10 +91,14 @@ class ToolRuntime:
             tool_names=lambda: _catalog_names(context, builtin),
             workspace_for=lambda session_id: str(self.workspaces.for_session(session_id)),
         )
+        mcp = self.mcp
         self.session_tools = SessionTools(
-            self.workspaces, sandbox=self.sandbox, shared=[self.agent_tool, SendMessageTool(self.agent_tool)]
+            self.workspaces,
+            sandbox=self.sandbox,
+            shared=[self.agent_tool, SendMessageTool(self.agent_tool)],
+            sources=(lambda root: [mcp.source(root)]) if mcp is not None else None,
         )
-        registry = self.session_tools.template()
+        self.registry = registry = self.session_tools.template()
         self.approvals = ApprovalGate(
             context.redis,
             self.topology,
@@ -153,6 +161,28 @@ class ToolRuntime:
             else None
         )
         self.sandbox_state = "not checked yet"
+        self.mcp_sweep = McpIdleSessions(self.mcp) if self.mcp is not None else None
+        self._catalog_dirty = asyncio.Event()
+        self._catalog_writer: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    def _mcp_changed(self) -> None:
+        """An MCP server connected, was lost or changed its tools: the catalog says so at once."""
+        if self._stopping or not hasattr(self, "catalog"):
+            return
+        self._catalog_dirty.set()
+        if self._catalog_writer is None or self._catalog_writer.done():
+            self._catalog_writer = asyncio.create_task(self._write_catalog())
+
+    async def _write_catalog(self) -> None:
+        while self._catalog_dirty.is_set() and not self._stopping:
+            self._catalog_dirty.clear()
+            self.catalog.tools = self.registry.definitions()
+            self.catalog.mcp_servers = self.mcp.statuses() if self.mcp is not None else []
+            try:
+                await self.catalog.publish()
+            except Exception as error:  # Redis away: the periodic refresh writes the same entry later
+                log.warning("tool_catalog_publish_failed", error=repr(error))
 
     def _network_proxy(self) -> DomainProxy | None:
         """The allow-listing proxy of sandboxed commands, when the deployment allow-lists domains (its socket in
@@ -194,6 +224,11 @@ class ToolRuntime:
             await self.proxy.start()
         await self._check_sandbox()
         await ensure_groups(self.context.redis, self.groups())
+        if self.mcp is not None:
+            self.catalog.mcp_servers = self.mcp.statuses()
+            self.mcp.start()  # each server's tools join the catalog when it connects (_mcp_changed)
+            if self.mcp_sweep is not None:
+                self.mcp_sweep.start()
         await self.catalog.publish()  # the model is offered these tools from now on
         for consumer in self.consumers():
             consumer.start()
@@ -217,8 +252,14 @@ class ToolRuntime:
         log.info("sandbox_on", bwrap=self.sandbox.bwrap, version=version, runs_as=self.sandbox.owner, network=domains)
 
     def readiness_notes(self) -> list[tuple[str, bool, str]]:
-        """Shown by ``/readyz``: whether commands run sandboxed (off is stated, not hidden)."""
-        return [("sandbox", True, self.sandbox_state)]
+        """Shown by ``/readyz``: whether commands run sandboxed (off is stated, not hidden), and each MCP server's
+        state (a server marked required that is not connected makes the worker not ready)."""
+        notes = [("sandbox", True, self.sandbox_state)]
+        for status in self.mcp.statuses() if self.mcp is not None else []:
+            connected = status.state == "connected"
+            detail = f"{status.state}, {len(status.tools)} tools" if connected else f"{status.state}: {status.error}"
+            notes.append((f"mcp:{status.name}", connected or not status.required, detail))
+        return notes
 
     async def stop(self) -> None:
         """Stop reading, let the running jobs finish and ack (cancelled after the tool timeout: their
@@ -227,12 +268,17 @@ class ToolRuntime:
         await self.approvals_gauge.stop()
         if self.workspace_cleanup is not None:
             await self.workspace_cleanup.stop()
+        self._stopping = True
         await self.catalog.withdraw()  # first: a stopping worker's tools are no longer offered
         self.slots.close()
         await asyncio.gather(*(jobs.stop(timeout_s=timeout_s) for jobs in self.jobs))
         await self.slots.finish(timeout_s=timeout_s)
         await asyncio.gather(*(abandoned.stop() for abandoned in self.abandoned))
         await self.agent_tool.outputs.close()
+        if self.mcp_sweep is not None:
+            await self.mcp_sweep.stop()
+        if self.mcp is not None:
+            await self.mcp.stop()
         if self.proxy is not None:
             await self.proxy.stop()
             with contextlib.suppress(OSError):
@@ -246,6 +292,8 @@ class ToolRuntime:
         tasks = {"tool_catalog": self.catalog.task, "approvals_gauge": self.approvals_gauge.task}
         if self.workspace_cleanup is not None:
             tasks["workspace_cleanup"] = self.workspace_cleanup.task
+        if self.mcp_sweep is not None:
+            tasks["mcp_idle_sessions"] = self.mcp_sweep.task
         return tasks
 
     def groups(self) -> list[tuple[str, str]]:
@@ -281,6 +329,41 @@ class IdleWorkspaceCleanup(PeriodicTask):
 
     async def tick(self) -> None:
         await asyncio.to_thread(self.workspaces.remove_idle, self.retention_s)
+
+
+class McpIdleSessions(PeriodicTask):
+    """Closes the per-session MCP connections left unused for the configured idle time."""
+
+    task_name = "mcp-idle-sessions"
+    failure_event = "mcp_idle_sessions_failed"
+
+    def __init__(self, servers: McpServers) -> None:
+        super().__init__(min(max(servers.session_idle_s / 4, 1.0), 60.0))
+        self.servers = servers
+
+    async def tick(self) -> None:
+        await self.servers.close_idle()
+
+
+def mcp_servers(settings: ToolSettings, root: Path, *, on_change: Callable[[], None]) -> McpServers | None:
+    """The worker's MCP servers from ``settings.mcp_config`` (None without any); ``McpConfigError`` for a bad file."""
+    servers = read_mcp_configs(settings.mcp_config)
+    if not servers:
+        return None
+    policy = ConnectionPolicy(
+        connect_timeout_s=settings.mcp_connect_timeout_s,
+        ping_interval_s=settings.mcp_ping_interval_s,
+        backoff_initial_s=min(settings.mcp_backoff_initial_s, settings.mcp_backoff_max_s),
+        backoff_max_s=settings.mcp_backoff_max_s,
+    )
+    return McpServers(
+        servers,
+        root=root,
+        policy=policy,
+        max_output_chars=settings.mcp_max_output_chars,
+        session_idle_s=settings.mcp_session_idle_s,
+        on_change=on_change,
+    )
 
 
 async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:

@@ -5,14 +5,14 @@ most recently used workspaces."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.tools.tool import AnyTool
 from agentbus_redis.workers.tools.builtin import builtin_tools
-from agentbus_redis.workers.tools.registry import ToolRegistry
+from agentbus_redis.workers.tools.registry import ToolRegistry, ToolSource
 from agentbus_redis.workers.tools.workspace import Workspace
 
 REGISTRIES_KEPT = 256
@@ -28,11 +28,14 @@ class SessionTools:
         sandbox: Sandbox | None,
         shared: Sequence[AnyTool] = (),
         kept: int = REGISTRIES_KEPT,
+        sources: Callable[[Path], Sequence[ToolSource]] | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.sandbox = sandbox
         self.shared = list(shared)
         self.kept = kept
+        self.sources = sources
+        """The tools that come and go (MCP servers'), as a session workspace sees them."""
         self._registries: OrderedDict[Path, ToolRegistry] = OrderedDict()
 
     def template(self) -> ToolRegistry:
@@ -52,4 +55,5 @@ class SessionTools:
         return registry, workspace
 
     def _registry(self, workspace: Workspace) -> ToolRegistry:
-        return ToolRegistry([*builtin_tools(workspace, self.sandbox), *self.shared])
+        sources = self.sources(workspace.root) if self.sources is not None else ()
+        return ToolRegistry([*builtin_tools(workspace, self.sandbox), *self.shared], sources)
