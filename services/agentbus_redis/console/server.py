@@ -30,14 +30,15 @@ def run_console(settings: Settings | None = None, *, port: int | None = None) ->
     if not any(t is not None and t.get_secret_value() for t in (console.token, console.read_only_token)):
         raise NoConsoleToken
     configure_logging(resolved.log_level, static={"worker": "console"})
-    fd = os.environ.pop(LISTEN_FD_ENV, None)  # the socket `agentbus up` bound for this child
+    fd = os.environ.pop(LISTEN_FD_ENV, None)  # the socket `agentbus up` bound for this child (it prints where)
     listener = (
         socket.socket(fileno=int(fd))
         if fd is not None
         else bind_listener(resolved.http_host, resolved.http_port if port is None else port)
     )
     host, bound = listener.getsockname()[:2]
-    sys.stderr.write(f"agentbus: console on http://{host}:{bound}/\n")
+    if fd is None:
+        sys.stderr.write(f"agentbus: console on http://{host}:{bound}/\n")
     config = uvicorn.Config(
         build_console(resolved),
         host=resolved.http_host,
