@@ -15,13 +15,13 @@ All through real processes: `up` as a subprocess, its workers, its private `redi
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator

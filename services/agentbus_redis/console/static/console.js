@@ -75,7 +75,7 @@ async function sessionsPage(params) {
     el("tbody", {}, ...rows));
   const next = page.next ? el("button", { id: "next-page", onclick: () => go("sessions", { state, q, cursor: page.next }), text: "Next page →" }) : null;
   view.replaceChildren(el("h1", { text: "Sessions" }), form, table,
-    rows.length ? null : el("p", { class: "muted", text: "No sessions." }), el("p", {}, next));
+    ...(rows.length ? [] : [el("p", { class: "muted", text: "No sessions." })]), el("p", {}, next));
 }
 
 // -- a session --------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ async function sessionPage(sessionId) {
     try {
       const s = await api(`/api/sessions/${id}`);
       header.replaceChildren(stateBadge(s.state), el("span", { class: "muted", text: `${s.seq} events` }),
-        s.queued_prompts ? el("span", { class: "muted", text: `${s.queued_prompts} queued prompt(s)` }) : null);
+        ...(s.queued_prompts ? [el("span", { class: "muted", text: `${s.queued_prompts} queued prompt(s)` })] : []));
       usageBox.replaceChildren(usageTable(s.usage));
       requestBox.textContent = s.next_request ? json(s.next_request) : "none yet";
     } catch (err) { header.replaceChildren(el("span", { class: "muted", text: err.message })); }
@@ -294,7 +294,8 @@ async function route() {
   const [path, search] = hash.split("?");
   const params = new URLSearchParams(search || "");
   const [page, ...rest] = path.split("/");
-  for (const link of document.querySelectorAll("[data-nav]")) link.classList.toggle("active", link.dataset.nav === page);
+  const section = page === "session" ? "sessions" : page;
+  for (const link of document.querySelectorAll("[data-nav]")) link.classList.toggle("active", link.dataset.nav === section);
   try {
     if (page === "session") await sessionPage(decodeURIComponent(rest.join("/")));
     else if (page === "approvals") await approvalsPage();
