@@ -116,6 +116,12 @@ async def test_an_approval_allowed_from_the_page_runs_the_edited_input_once(
         assert result_block(message).is_error is None
         await wait_for(bus, session, ended_with("Appended."))
     assert ran(module_cluster, file) == "yy"  # the edited input, run once
+    # Ingestion moved it from the waiting-for-approval index to the ended one.
+    await page.goto("/#/sessions?state=ended")
+    await expect(page.locator(f"tr[data-session='{session}']")).to_have_count(1, timeout=30_000)
+    await page.goto("/#/sessions?state=waiting_approval")
+    await page.wait_for_selector("#sessions")
+    await expect(page.locator(f"tr[data-session='{session}']")).to_have_count(0)
 
 
 async def test_an_approval_denied_from_the_page_leaves_the_deny_text_in_the_transcript(
