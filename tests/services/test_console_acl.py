@@ -85,6 +85,7 @@ async def test_every_page_reads_as_the_console_user(http: httpx.AsyncClient) -> 
     ):
         reply = await http.get(path)
         assert reply.status_code == 200, (path, reply.text)
+    assert (await http.get(f"/api/sessions/{SESSION}")).json()["agents"] == []  # the sub-agent tree, read
     listed = (await http.get("/api/sessions?state=ended")).json()["sessions"]
     assert [row["session_id"] for row in listed] == [SESSION]
 

@@ -39,6 +39,7 @@ from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.session_ids import session_id_problem
 from agentbus_redis.streams.deadletter import replay_dead_letter
 from agentbus_redis.streams.topology import Topology
+from agentbus_redis.subagents.tree import walk
 from agentbus_redis.views.access import login_cookie, role_of_token
 from agentbus_redis.views.paging import BadCursor
 from agentbus_redis.views.states import SESSION_FILTERS
@@ -166,7 +167,29 @@ class Console:
         overview["usage"] = usage.model_dump(mode="json")
         request_json = await self.bus.latest_request(session_id)
         overview["next_request"] = request_json.request if request_json is not None else None
+        overview["agents"] = await self._agents(session_id)
         return JSONResponse(overview, headers=NO_STORE)
+
+    async def _agents(self, session_id: str) -> list[dict[str, Any]]:
+        """The sub-agent sessions the session's Agent calls started, depth first, each with its state and cost."""
+        tree = await self.bus.session_tree(session_id)
+        agents = []
+        for depth, node in walk(tree):
+            if depth == 0:
+                continue
+            usage = await self.bus.usage(node.session_id)
+            agents.append(
+                {
+                    "depth": depth,
+                    "session_id": node.session_id,
+                    "agent_id": node.agent_id,
+                    "agent_type": node.agent_type,
+                    "description": node.description,
+                    "status": node.status,
+                    "cost_usd": usage.total.cost_usd,
+                }
+            )
+        return agents
 
     async def session_events(self, request: Request) -> Response:
         self.tokens.require(request)

@@ -151,10 +151,21 @@ function usageTable(usage) {
       el("td", { text: u.cost_usd !== undefined ? Number(u.cost_usd).toFixed(6) : "-" })))));
 }
 
+function agentsList(agents) {
+  if (!agents.length) return el("p", { class: "muted", text: "No sub-agents." });
+  return el("table", { id: "agents" }, el("tbody", {}, ...agents.map((a) => el("tr", {},
+    el("td", { class: "mono" }, "\u00a0\u00a0".repeat(a.depth - 1),
+      el("a", { href: `#/session/${encodeURIComponent(a.session_id)}`, text: a.agent_id || a.session_id })),
+    el("td", { text: `${a.agent_type || ""}${a.description ? ": " + a.description : ""}` }),
+    el("td", { text: a.status || "-" }),
+    el("td", { text: `$${Number(a.cost_usd || 0).toFixed(4)}` })))));
+}
+
 async function sessionPage(sessionId) {
   const id = encodeURIComponent(sessionId);
   const header = el("div", { class: "toolbar" });
   const usageBox = el("div", { id: "usage-box" });
+  const agentsBox = el("div", { id: "agents-box" });
   const requestBox = el("pre", { id: "next-request" });
   const conversation = el("div", { class: "conversation", id: "conversation" });
   const prompt = el("textarea", { id: "prompt", rows: "3", placeholder: "Send a prompt" });
@@ -177,6 +188,7 @@ async function sessionPage(sessionId) {
       el("div", {}, conversation, actions),
       el("div", { class: "side" },
         el("div", { class: "card" }, el("h2", { text: "Usage and cost" }), usageBox),
+        el("div", { class: "card" }, el("h2", { text: "Sub-agents" }), agentsBox),
         el("div", { class: "card" }, el("a", { href: `/api/sessions/${id}/transcript`, id: "transcript", text: "Download the transcript (JSONL)" })),
         el("details", { class: "card" }, el("summary", { text: "Next API request" }), requestBox),
         el("div", { class: "card" }, rawLog))));
@@ -186,6 +198,7 @@ async function sessionPage(sessionId) {
       header.replaceChildren(stateBadge(s.state), el("span", { class: "muted", text: `${s.seq} events` }),
         ...(s.queued_prompts ? [el("span", { class: "muted", text: `${s.queued_prompts} queued prompt(s)` })] : []));
       usageBox.replaceChildren(usageTable(s.usage));
+      agentsBox.replaceChildren(agentsList(s.agents || []));
       requestBox.textContent = s.next_request ? json(s.next_request) : "none yet";
     } catch (err) { header.replaceChildren(el("span", { class: "muted", text: err.message })); }
   }
