@@ -8,7 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentbus_redis.approvals.ledger import ApprovalBook
-from agentbus_redis.bus.ledger import LedgerState, PendingToolUse
+from agentbus_redis.bus.events import AssistantReply, IngressEnvelope, UserPrompt
+from agentbus_redis.bus.ledger import LedgerState, PendingToolUse, SessionLedger, new_ledger_state
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
+from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.factories import create_assistant_api_error_message, create_assistant_message
 from agentbus_redis.views import (
     BadCursor,
     IndexRow,
@@ -165,3 +170,20 @@ def test_tokens_roles_cookies_and_csrf() -> None:
     assert csrf_ok(csrf_token(cookie, "ro-secret"), cookie, "ro-secret")
     assert not csrf_ok(None, cookie, "ro-secret")
     assert not csrf_ok(csrf_token(cookie, "op-secret"), cookie, "ro-secret")
+
+
+def test_a_turn_that_ends_with_an_api_error_is_listed_failed_until_the_next_prompt() -> None:
+    """The ledger's ``last_turn_failed`` (bus/turn_state.py): set by an M7 API error message, cleared by a prompt."""
+    ledger = SessionLedger(new_ledger_state("s1"), clock=FixedClock(), ids=SequentialIds(1))
+
+    def send(payload: object, key: str) -> None:
+        ledger.apply(IngressEnvelope(session_id="s1", idempotency_key=key, payload=payload), now_ms=1)  # type: ignore[arg-type]
+
+    send(UserPrompt(content="hi"), "k1")
+    assert session_state(ledger.state) == "waiting_model"
+    send(AssistantReply(message=create_assistant_api_error_message("API Error: 500 boom")), "k2")
+    assert session_state(ledger.state) == "failed"
+    send(UserPrompt(content="again"), "k3")
+    assert session_state(ledger.state) == "waiting_model"
+    send(AssistantReply(message=create_assistant_message([TextBlock(text="fine")])), "k4")
+    assert session_state(ledger.state) == "ended"
