@@ -15,6 +15,7 @@ All through real processes: `up` as a subprocess, its workers, its private `redi
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import subprocess
@@ -174,7 +175,27 @@ def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
     lines: list[str] = []
     _read_until(up, "agentbus is up", lines)
     pids = _pids(lines)
-    assert set(pids) == {"redis", "ingestion", "normalization", "transcripts", "tools-1", "model", "fake-model"}, pids
+    assert set(pids) == {
+        "redis",
+        "ingestion",
+        "normalization",
+        "transcripts",
+        "tools-1",
+        "model",
+        "console",
+        "fake-model",
+    }, pids
+    # Issue 30: the console serves with a token generated for this run, and refuses a request without it.
+    (token_line,) = [line for line in lines if line.startswith("console token")]
+    token = token_line.rsplit(": ", 1)[1].strip()
+    (console_line,) = [line for line in lines if line.startswith("console ") and " pid " in line]
+    console_url = console_line.split()[-1]
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{console_url}api/me", headers={"Authorization": f"Bearer {token}"}), timeout=10
+    ) as reply:
+        assert json.loads(reply.read())["role"] == "operator"
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        urllib.request.urlopen(f"{console_url}api/me", timeout=10)
     # Issue 27: once ready, what to do next — the chat command (naming the Redis `up` chose, not the default
     # one `chat` finds by itself) and how to stop.
     hint = _read_until(up, "next:", lines)
@@ -189,7 +210,7 @@ def test_ctrl_c_or_hangup_stops_every_child_workers_before_the_private_redis(
     assert up.returncode == 0, output[-4000:]
     assert "shutdown failed" not in output, output[-4000:]
     assert "redis_unavailable" not in output, output[-4000:]  # no worker outlived its Redis
-    assert output.count("Application shutdown complete") == 5
+    assert output.count("Application shutdown complete") == 6
     assert _wait_gone(pids, timeout_s=5) == {}
     assert not is_reachable(f"redis://127.0.0.1:{redis_port}/0")
 
@@ -276,9 +297,10 @@ def test_leftovers_on_a_port_do_not_fool_readiness_and_console_logs_stay_short(
         "transcripts",
         "tools",
         "model",
+        "console",
         "fake-model",
     }
-    assert sum(record["event"] == "Application shutdown complete." for record in records) == 5
+    assert sum(record["event"] == "Application shutdown complete." for record in records) == 6
 
 
 def _metrics_ports(lines: list[str]) -> dict[str, int]:

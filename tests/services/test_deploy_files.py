@@ -51,6 +51,8 @@ ACL_FILE = DEPLOY / "redis" / "users.acl"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "agentbus.json"
 PROMETHEUS = DEPLOY / "prometheus" / "prometheus.yml"
 ALERT_RULES = DEPLOY / "prometheus" / "alerts.yml"
+WORKER_NAMES = (*WORKER_FACTORIES, "console")
+"""What `agentbus worker NAME` runs: the five pipeline workers and the web console."""
 K8S_BASE = DEPLOY / "k8s" / "base"
 K8S_DEV = DEPLOY / "k8s" / "overlays" / "dev"
 
@@ -142,7 +144,7 @@ def assert_real_cli_command(argv: list[str], where: str) -> None:
     assert result.exit_code == 0, f"{where}: agentbus {' '.join(path)} --help failed: {result.output}"
     if path == ["worker"]:
         assert len(args) == 1, f"{where}: worker takes one NAME, got {args}"
-        assert args[0] in WORKER_FACTORIES, f"{where}: unknown worker {args[0]!r}"
+        assert args[0] in WORKER_NAMES, f"{where}: unknown worker {args[0]!r}"
     else:
         assert not args, f"{where}: unexpected arguments {args} for agentbus {' '.join(path)}"
 
@@ -251,6 +253,7 @@ def test_compose_services(compose: dict[str, Any]) -> None:
         "normalization",
         "transcripts",
         "model",
+        "console",
         "fake-model",
         "prometheus",
         "grafana",
@@ -276,7 +279,7 @@ def test_compose_commands_are_cli_commands(compose: dict[str, Any]) -> None:
         if svc["command"][0] == "worker":
             workers[name] = svc["command"][1]
     assert agentbus_services(compose)["streams-init"]["command"] == ["streams", "init"]
-    assert sorted(workers.values()) == sorted(WORKER_FACTORIES), "each worker type runs as a service"
+    assert sorted(workers.values()) == sorted(WORKER_NAMES), "each worker type runs as a service"
     assert compose["services"]["tools"]["deploy"]["replicas"] == 2
 
 
@@ -380,7 +383,11 @@ def test_prometheus_scrapes_the_four_workers(compose: dict[str, Any]) -> None:
         for sd in job["dns_sd_configs"]:
             for name in sd["names"]:
                 scraped[name] = sd["port"]
-    worker_services = {name: svc for name, svc in agentbus_services(compose).items() if svc["command"][0] == "worker"}
+    worker_services = {
+        name: svc
+        for name, svc in agentbus_services(compose).items()
+        if svc["command"][0] == "worker" and svc["command"][1] != "console"  # a view of the bus: no /metrics
+    }
     assert set(scraped) == set(worker_services)
     for name, port in scraped.items():
         assert str(port) == worker_services[name]["environment"]["AGENTBUS_HTTP_PORT"]
@@ -480,7 +487,7 @@ def test_k8s_deployment_per_worker_with_probes(k8s: list[dict[str, Any]]) -> Non
         assert key == f"{worker}-url"
         assert key in secret
         assert spec["terminationGracePeriodSeconds"] > 0
-    assert sorted(seen) == sorted(WORKER_FACTORIES)
+    assert sorted(seen) == sorted(WORKER_NAMES)
     tools_grace = deployments["agentbus-tools"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert tools_grace > Settings(_env_file=None).tools.timeout_s, "tool workers stop with the tool timeout"
 

@@ -35,7 +35,7 @@ streams_app = typer.Typer(
 )
 dlq_app = typer.Typer(name="dlq", help="Inspect and replay dead letters.", no_args_is_help=True)
 
-WORKER_NAMES_HELP = "ingestion, tools, normalization, transcripts or model"
+WORKER_NAMES_HELP = "ingestion, tools, normalization, transcripts, model or console"
 _STREAM_ID = re.compile(r"^\d+(-\d+)?$")
 
 
@@ -66,7 +66,12 @@ def worker_command(
         ),
     ] = None,
 ) -> None:
-    """Run one worker process (scale by running more of them)."""
+    """Run one worker process (scale by running more of them); ``console`` serves the web console."""
+    if name == "console":
+        from agentbus_redis.console.server import run_console
+
+        run_console(port=port)
+        return
     from agentbus_redis.workers.registry import WORKER_FACTORIES, run_worker
 
     if name not in WORKER_FACTORIES:

@@ -166,6 +166,7 @@ EXPLANATIONS: dict[str, Callable[[BaseException], CliError]] = {
     "builtins.TimeoutError": _as_stated,
     "builtins.OSError": _os_error,
     "agentbus_redis.config.settings.MissingInternalKey": _as_stated,
+    "agentbus_redis.console.server.NoConsoleToken": _as_stated,
 }
 """Expected failures by qualified class name → the one-line error for it. An exception matches the first
 class of its MRO found here, so a subclass entry wins over its base's (AuthenticationError over

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,26 +22,6 @@ def _seconds(milliseconds: int) -> str:
     return f"{max(milliseconds, 0) / 1000:.1f}s"
 
 
-def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
-    """What ``tools ls --json`` prints: the live workers, the merged definitions the model is offered, and any
-    field that is not a catalog entry."""
-    return {
-        "workers": [
-            {
-                "worker": entry.worker,
-                "refreshed_ms": entry.refreshed_ms,
-                "expires_ms": entry.expires_ms,
-                "age_s": round(max(snapshot.now_ms - entry.refreshed_ms, 0) / 1000, 3),
-                "tools": [tool.name for tool in entry.tools],
-                "mcp_servers": [server.to_wire() for server in entry.mcp_servers],
-            }
-            for entry in snapshot.live
-        ],
-        "tools": [tool.to_wire() for tool in snapshot.tools()],
-        "invalid": [{"worker": invalid.worker, "error": invalid.error} for invalid in snapshot.invalid],
-    }
-
-
 @app.command("ls")
 def tools_ls(
     as_json: Annotated[
@@ -50,7 +30,7 @@ def tools_ls(
 ) -> None:
     """List the live tool workers, the tools each can run and how long ago it last refreshed its entry."""
     from agentbus_redis.sdk.client import AgentbusClient
-    from agentbus_redis.stores.tool_catalog import read_catalog_snapshot
+    from agentbus_redis.stores.tool_catalog import read_catalog_snapshot, snapshot_json
 
     async def run() -> CatalogSnapshot:
         async with AgentbusClient.connect() as bus:

@@ -217,6 +217,10 @@ def _settings_and_env() -> tuple[Settings, dict[str, str], bool]:
     env.setdefault("AGENTBUS_TOOLS__ALLOW", DEMO_PERMISSIONS)
     # The worker secret of internal events, shared by the children only (never by producers).
     env.setdefault("AGENTBUS_INTERNAL_KEY", secrets.token_hex(32))
+    console = settings.console
+    if console.token is None and console.read_only_token is None:
+        # The console opens to no one without a token: this run's operator token, printed once it serves.
+        env["AGENTBUS_CONSOLE__TOKEN"] = secrets.token_urlsafe(24)
     return settings, env, configured
 
 
@@ -284,7 +288,7 @@ class UpPlan:
         self.base_port = base_port
         self.policy = policy
         self.signals = signals
-        names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools + ["model"]
+        names = ["ingestion", "normalization", "transcripts"] + ["tools"] * tools + ["model", "console"]
         self.workers = [(name if name != "tools" else f"tools-{i - 2}", name) for i, name in enumerate(names)]
         self.stop = asyncio.Event()
         self.redis_keeper: PrivateRedisKeeper | None = None
@@ -375,7 +379,11 @@ class UpPlan:
     def _announce(self, supervisor: Supervisor, logs: WorkerLogs) -> None:
         for child in supervisor.children:
             host, port = child.listener.getsockname()[:2]
-            typer.echo(f"{child.label:<14} pid {child.pid:<7} http://{host}:{port}/metrics")
+            path = "/" if child.label == "console" else "/metrics"
+            typer.echo(f"{child.label:<14} pid {child.pid:<7} http://{host}:{port}{path}")
+        generated = self.env.get("AGENTBUS_CONSOLE__TOKEN") if "AGENTBUS_CONSOLE__TOKEN" not in os.environ else None
+        if generated:
+            typer.echo(f"console token (this run only; set AGENTBUS_CONSOLE__TOKEN to choose one): {generated}")
         typer.echo(f"worker logs: {logs.path}")
         typer.echo("agentbus is up; Ctrl-C stops it")
 

@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from agentbus_redis.config.build_info import UNKNOWN, build_commit, package_version
     from agentbus_redis.config.settings import (
         AgentSettings,
+        ConsoleSettings,
         ConsumerSettings,
         LaneSettings,
         MissingInternalKey,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "UNKNOWN",
     "AgentSettings",
+    "ConsoleSettings",
     "ConsumerSettings",
     "LaneSettings",
     "MissingInternalKey",
@@ -40,6 +42,7 @@ __all__ = [
 
 _MODULE_OF = {
     "AgentSettings": "settings",
+    "ConsoleSettings": "settings",
     "ConsumerSettings": "settings",
     "LaneSettings": "settings",
     "MissingInternalKey": "settings",

@@ -338,6 +338,18 @@ class RateLimitSettings(BaseModel):
         return requests, tokens
 
 
+class ConsoleSettings(BaseModel):
+    """The web console (``agentbus worker console``): who may open it. Without a token it refuses every page."""
+
+    token: SecretStr | None = Field(
+        None, description="operator token: look at everything, send, interrupt, answer approvals, replay dead letters"
+    )
+    read_only_token: SecretStr | None = Field(None, description="read-only token: look at everything, act on nothing")
+    secure_cookie: bool = Field(
+        False, description="mark the login cookie Secure (set it when the console is served over HTTPS)"
+    )
+
+
 class MissingInternalKey(RuntimeError):
     """AGENTBUS_INTERNAL_KEY is not set for a worker that signs or checks internal events."""
 
@@ -390,6 +402,7 @@ class Settings(BaseSettings):
     tools: ToolSettings = Field(default_factory=ToolSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     http_host: str = Field(
         "127.0.0.1",
         description="address of /metrics, /healthz and /readyz: loopback unless asked (containers set 0.0.0.0)",

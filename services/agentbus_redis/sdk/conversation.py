@@ -281,6 +281,12 @@ def _merged(read: tuple[list[LogEntry], list[LiveDelta]]) -> list[LogEntry | Liv
     return [item for _, item in keyed]
 
 
+def merged_entries(rows: Any, cursors: dict[Any, Any], log_key: str, live_key: str) -> list[LogEntry | LiveDelta]:
+    """One ``XREAD`` of a session's log and live streams (moving ``cursors``), in one order: what a watcher that
+    is not a turn tracker reads (the console's session page)."""
+    return _merged(_entries(rows, cursors, log_key, live_key))
+
+
 def _feed(tracker: TurnTracker, items: list[LogEntry | LiveDelta]) -> list[ConversationEvent]:
     events: list[ConversationEvent] = []
     for item in items:

@@ -109,6 +109,26 @@ async def read_catalog_snapshot(
     return snapshot
 
 
+def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
+    """What ``tools ls --json`` prints: the live workers, the merged definitions the model is offered, and any
+    field that is not a catalog entry."""
+    return {
+        "workers": [
+            {
+                "worker": entry.worker,
+                "refreshed_ms": entry.refreshed_ms,
+                "expires_ms": entry.expires_ms,
+                "age_s": round(max(snapshot.now_ms - entry.refreshed_ms, 0) / 1000, 3),
+                "tools": [tool.name for tool in entry.tools],
+                "mcp_servers": [server.to_wire() for server in entry.mcp_servers],
+            }
+            for entry in snapshot.live
+        ],
+        "tools": [tool.to_wire() for tool in snapshot.tools()],
+        "invalid": [{"worker": invalid.worker, "error": invalid.error} for invalid in snapshot.invalid],
+    }
+
+
 async def prune_expired(redis: aioredis.Redis, topology: Topology, snapshot: CatalogSnapshot) -> int:
     """Delete the snapshot's expired fields that still hold what the snapshot saw; returns how many went."""
     if not snapshot.expired:

@@ -154,6 +154,11 @@ class Topology:
         once a minute)."""
         return self.names.shard_stream(shard, "sessions")
 
+    def session_state_index(self, shard: int, state: str) -> str:
+        """Sorted set of the shard's sessions in console state ``state`` (views/states.py), scored by when they
+        entered it (epoch ms): a session is in exactly one of them, moved in ingestion's batch write."""
+        return self.names.shard_stream(shard, f"sessions:{state}")
+
     def session_indexes(self) -> list[str]:
         return self.names.shard_streams("sessions")
 

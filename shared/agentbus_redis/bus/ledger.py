@@ -51,7 +51,7 @@ from agentbus_redis.bus.events import (
 )
 from agentbus_redis.bus.queued_prompts import turn_open_after
 from agentbus_redis.bus.stuck_turns import WaitingFor, session_wait, stuck_at_ms, stuck_wait
-from agentbus_redis.bus.turn_state import model_due_after
+from agentbus_redis.bus.turn_state import model_due_after, turn_failed_after
 from agentbus_redis.clock import Clock, utc_now
 from agentbus_redis.errors import StreamAccumulationError
 from agentbus_redis.ids import IdSource, random_uuid
@@ -113,6 +113,9 @@ class LedgerState(WireHolder):
     last_progress_ms: int | None = None
     """When the session last made progress (a message logged, a job handed out, a reply streaming): what the
     stuck-turn sweep measures a wait from (bus/stuck_turns.py)."""
+    last_turn_failed: bool = False
+    """The latest turn ended with an API error message (M7): what the console lists as failed, until the next
+    prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -686,6 +689,7 @@ class SessionLedger:
     def _append(self, out: LedgerOutput, message: Message, traceparent: str | None) -> None:
         self.state.seq += 1
         self.state.awaiting_model = model_due_after(message, due=self.state.awaiting_model)
+        self.state.last_turn_failed = turn_failed_after(message, failed=self.state.last_turn_failed)
         origin: dict[str, str | bool] = {"ingress_id": self._ingress_id} if self._ingress_id is not None else {}
         if self._replaying:
             origin["replayed"] = True

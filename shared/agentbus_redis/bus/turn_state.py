@@ -47,4 +47,15 @@ def model_due_after(message: Message, *, due: bool) -> bool:
     return due
 
 
-__all__ = ["answers_tools", "is_interruption", "model_due_after"]
+def turn_failed_after(message: Message, *, failed: bool) -> bool:
+    """Whether the session's latest turn ended in failure once ``message`` is logged: an API error message
+    (M7, ``isApiErrorMessage``) says so, any other reply says the model answered; a prompt starts a new turn that
+    has not failed; anything else keeps it."""
+    if isinstance(message, AssistantMessage):
+        return bool(message.is_api_error_message)
+    if isinstance(message, UserMessage) and not answers_tools(message):
+        return False
+    return failed
+
+
+__all__ = ["answers_tools", "is_interruption", "model_due_after", "turn_failed_after"]

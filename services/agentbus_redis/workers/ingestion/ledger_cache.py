@@ -58,6 +58,8 @@ class CachedLedger:
     stuck_at_ms: int | None = None
     stuck_known: bool = False
     """Whether ``stuck_at_ms`` is the session's score in the shard's stuck-turn index (None: absent)."""
+    listed_state: str | None = None
+    """The console state index (views/states.py) this worker last put the session in (None: not known)."""
     touched_ms: int | None = None
     """When this worker last wrote the session's score in the ``sessions`` set."""
     seen: set[str] | None = None

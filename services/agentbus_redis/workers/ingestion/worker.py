@@ -45,6 +45,7 @@ from agentbus_redis.session_ids import session_id_problem
 from agentbus_redis.streams.entries import StreamEntry
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.subagents.ingestion_hooks import AgentBatch, IngestionAgentHooks
+from agentbus_redis.views.states import SESSION_STATES, session_state
 from agentbus_redis.workers.ingestion.ledger_cache import (
     MAX_SEEN_KEYS_PER_SESSION,
     SESSIONS_TOUCH_INTERVAL_MS,
@@ -389,6 +390,7 @@ class IngestionWorker:
                 else:
                     calls.add("ZADD", self.topology.stuck_index(shard), stuck_at, session)
                 cached.stuck_at_ms, cached.stuck_known = stuck_at, True
+            self._write_listed_state(calls, shard, session, cached, now)
         for session, keys in batch.applied_keys.items():
             calls.add_members("SADD", self.topology.seen_keys(session), list(keys))
             cached = batch.ledgers[session]
@@ -417,6 +419,19 @@ class IngestionWorker:
         for session in batch.interrupts:
             calls.add_keyless("PUBLISH", self.topology.interrupts_channel, session)
         batch.agents.write(calls)
+
+    def _write_listed_state(self, calls: KeyCalls, shard: int, session: str, cached: CachedLedger, now: int) -> None:
+        """Move the session to the console state index of its state when that changed (views/states.py). A
+        ledger loaded from Redis does not know its index: it is removed from all the others once."""
+        state = session_state(cached.ledger.state)
+        if state == cached.listed_state:
+            return
+        stale = SESSION_STATES if cached.listed_state is None else (cached.listed_state,)
+        for old in stale:
+            if old != state:
+                calls.add("ZREM", self.topology.session_state_index(shard, old), session)
+        calls.add("ZADD", self.topology.session_state_index(shard, state), now, session)
+        cached.listed_state = state
 
     def _write_reply_events(self, calls: KeyCalls, session: str, cached: CachedLedger) -> None:
         """Append the new raw events of each open reply to its list; delete the lists of finished ones.
