@@ -26,6 +26,7 @@ from agentbus_redis.pi.constants import TranscriptFormat
 
 if TYPE_CHECKING:
     from agentbus_redis.bus.events import LogEntry
+    from agentbus_redis.config.settings import Settings
     from agentbus_redis.sdk.client import AgentbusClient
     from agentbus_redis.sdk.replay import ReplayReport
 
@@ -56,13 +57,66 @@ def worker_command(
             help="HTTP port of /metrics, /healthz, /readyz [default: a free one, printed on stderr].",
         ),
     ] = None,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tools",
+            help="tools worker: load Python tools from 'package.module:attribute' (a tool, a list of tools or a "
+            "registry; repeatable; added to AGENTBUS_TOOLS__MODULES).",
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            help="tools worker: the pool it serves (calls of its tools are routed there) [AGENTBUS_TOOLS__POOL].",
+        ),
+    ] = None,
+    builtins: Annotated[
+        bool | None,
+        typer.Option(
+            "--builtins/--no-builtins",
+            help="tools worker: also run the built-in tools (Read … Bash, Agent, SendMessage) "
+            "[AGENTBUS_TOOLS__BUILTINS].",
+        ),
+    ] = None,
 ) -> None:
     """Run one worker process (scale by running more of them)."""
     from agentbus_redis.workers.registry import WORKER_FACTORIES, run_worker
 
     if name not in WORKER_FACTORIES:
         fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=USAGE_ERROR)
-    run_worker(name, port=port)
+    if name != "tools":
+        if tools or pool is not None or builtins is not None:
+            fail("--tools, --pool and --builtins are options of `agentbus worker tools`", code=USAGE_ERROR)
+        run_worker(name, port=port)
+        return
+    run_worker(name, _tool_worker_settings(tools or [], pool, builtins), port=port)
+
+
+def _tool_worker_settings(modules: list[str], pool: str | None, builtins: bool | None) -> Settings:
+    """The settings with the command line's tool options on top, its tools loaded once to check them: a source
+    that does not load is one line and exit code 2, before the worker starts."""
+    from agentbus_redis.config.settings import Settings
+    from agentbus_redis.tools.pools import pool_name_problem
+    from agentbus_redis.workers.tools.loading import ToolLoadError, load_tools
+
+    settings = Settings()
+    update: dict[str, Any] = {"modules": [*settings.tools.modules, *modules]}
+    if pool is not None:
+        if (problem := pool_name_problem(pool)) is not None:
+            fail(f"--pool: {problem}", code=USAGE_ERROR)
+        update["pool"] = pool
+    if builtins is not None:
+        update["builtins"] = builtins
+    tool_settings = settings.tools.model_copy(update=update)
+    try:
+        loaded = load_tools(tool_settings.modules, entry_points=tool_settings.entry_points)
+    except ToolLoadError as error:
+        fail(str(error), code=USAGE_ERROR)
+    if not loaded and not tool_settings.builtins:
+        fail("--no-builtins: this worker would run no tool (load some with --tools)", code=USAGE_ERROR)
+    return settings.model_copy(update={"tools": tool_settings})
 
 
 def send_command(

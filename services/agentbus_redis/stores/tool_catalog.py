@@ -31,6 +31,7 @@ from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.tools.catalog import CatalogEntry, merge_catalog
 from agentbus_redis.tools.definitions import ToolDefinition
+from agentbus_redis.tools.pools import DEFAULT_POOL, ToolRoutes, tool_routes
 
 log = get_logger(__name__)
 
@@ -77,6 +78,10 @@ class CatalogSnapshot:
     def tools(self) -> list[ToolDefinition]:
         return merge_catalog(self.live, now_ms=self.now_ms)
 
+    def routes(self) -> ToolRoutes:
+        """Which pool runs each tool (tools/pools.py)."""
+        return tool_routes(self.live, now_ms=self.now_ms)
+
 
 async def read_catalog_snapshot(
     redis: aioredis.Redis, topology: Topology, *, now_ms: Callable[[], int] = epoch_ms
@@ -115,16 +120,25 @@ async def prune_expired(redis: aioredis.Redis, topology: Topology, snapshot: Cat
 async def read_tool_catalog(redis: aioredis.Redis, topology: Topology) -> list[ToolDefinition]:
     """The union of the tools every live tool worker can run, sorted by name (expired worker entries ignored and
     pruned; one tool offered by two workers with different definitions: the most recently refreshed wins)."""
+    return (await _read_and_prune(redis, topology)).tools()
+
+
+async def read_tool_routes(redis: aioredis.Redis, topology: Topology) -> ToolRoutes:
+    """Which pool runs each tool the live workers offer (expired entries ignored and pruned)."""
+    return (await _read_and_prune(redis, topology)).routes()
+
+
+async def _read_and_prune(redis: aioredis.Redis, topology: Topology) -> CatalogSnapshot:
     snapshot = await read_catalog_snapshot(redis, topology)
     for invalid in snapshot.invalid:
         log.warning("tool_catalog_entry_invalid", worker=invalid.worker, error=invalid.error)
     await prune_expired(redis, topology, snapshot)
-    return snapshot.tools()
+    return snapshot
 
 
 class ToolCatalogCache:
-    """:func:`read_tool_catalog` at most once per ``max_age_s`` (a model worker asks for every request; the
-    catalog changes when workers come and go). Concurrent callers during a refresh share its read."""
+    """The catalog read at most once per ``max_age_s`` (a model worker asks for every request, ingestion for
+    every batch that dispatches tool calls; the catalog changes when workers come and go)."""
 
     def __init__(
         self,
@@ -138,15 +152,21 @@ class ToolCatalogCache:
         self.topology = topology
         self.max_age_s = max_age_s
         self._monotonic = monotonic
-        self._tools: list[ToolDefinition] = []
+        self._snapshot = CatalogSnapshot(0)
         self._read_at: float | None = None
 
-    async def tools(self) -> list[ToolDefinition]:
+    async def _fresh(self) -> CatalogSnapshot:
         now = self._monotonic()
         if self._read_at is None or now - self._read_at >= self.max_age_s:
-            self._tools = await read_tool_catalog(self.redis, self.topology)
+            self._snapshot = await _read_and_prune(self.redis, self.topology)
             self._read_at = self._monotonic()
-        return list(self._tools)
+        return self._snapshot
+
+    async def tools(self) -> list[ToolDefinition]:
+        return (await self._fresh()).tools()
+
+    async def routes(self) -> ToolRoutes:
+        return (await self._fresh()).routes()
 
 
 class ToolCatalogPublisher(PeriodicTask):
@@ -165,6 +185,7 @@ class ToolCatalogPublisher(PeriodicTask):
         *,
         worker: str,
         tools: Sequence[ToolDefinition],
+        pool: str = DEFAULT_POOL,
         refresh_s: float = DEFAULT_REFRESH_S,
         ttl_s: float = DEFAULT_TTL_S,
         now_ms: Callable[[], int] = epoch_ms,
@@ -176,13 +197,16 @@ class ToolCatalogPublisher(PeriodicTask):
         self.topology = topology
         self.worker = worker
         self.tools = list(tools)
+        self.pool = pool
         self.ttl_ms = int(ttl_s * 1000)
         self.now_ms = now_ms
         self.refreshes = 0
 
     def entry(self) -> CatalogEntry:
         now = self.now_ms()
-        return CatalogEntry(worker=self.worker, refreshed_ms=now, expires_ms=now + self.ttl_ms, tools=self.tools)
+        return CatalogEntry(
+            worker=self.worker, refreshed_ms=now, expires_ms=now + self.ttl_ms, tools=self.tools, pool=self.pool
+        )
 
     async def publish(self) -> None:
         """Write (or rewrite) this worker's entry with a fresh expiry."""

@@ -28,6 +28,8 @@ class CatalogEntry(WireModel):
     expires_ms: int
     """Epoch ms after which the entry no longer counts: the worker is presumed dead."""
     tools: list[ToolDefinition]
+    pool: str = "default"
+    """The pool the worker serves (tools/pools.py): calls of its tools are routed to that pool's job streams."""
 
     def live(self, now_ms: int) -> bool:
         return now_ms < self.expires_ms

@@ -9,7 +9,7 @@ import structlog
 
 from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from agentbus_redis.agents.tool import AGENT_TOOL_NAME
-from agentbus_redis.observability.metrics import instrument_handler
+from agentbus_redis.observability.metrics import instrument_handler, set_tool_pool
 from agentbus_redis.permissions.decide import PermissionContext
 from agentbus_redis.runtime.codec import signed_entry_fields
 from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
@@ -28,10 +28,12 @@ from agentbus_redis.subagents.permissions import SessionPermissions
 from agentbus_redis.subagents.send_message import SendMessageTool
 from agentbus_redis.subagents.setup import agent_setup
 from agentbus_redis.subagents.store import AgentStore
+from agentbus_redis.tools.tool import AnyTool
 from agentbus_redis.workers.process import WorkerContext
 from agentbus_redis.workers.tools.approvals import ApprovalGate
 from agentbus_redis.workers.tools.executor import ToolTimeouts
-from agentbus_redis.workers.tools.registry import ToolRegistry, default_registry
+from agentbus_redis.workers.tools.loading import ToolLoadError, load_tools
+from agentbus_redis.workers.tools.registry import DuplicateToolName, ToolRegistry, default_registry
 from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.worker import ToolWorker, abandoned_job_envelope
 from agentbus_redis.workers.tools.workspace import Workspace
@@ -82,10 +84,21 @@ class ToolRuntime:
             tool_names=lambda: _catalog_names(context, builtin),
             workspace_for=lambda session_id: str(self.workspaces.for_session(session_id)),
         )
+        loaded = load_tools(settings.tools.modules, entry_points=settings.tools.entry_points)
+        agent_tools: list[AnyTool] = [self.agent_tool, SendMessageTool(self.agent_tool)]
+        if not settings.tools.builtins:
+            agent_tools = []
         self.session_tools = SessionTools(
-            self.workspaces, sandbox=self.sandbox, shared=[self.agent_tool, SendMessageTool(self.agent_tool)]
+            self.workspaces, sandbox=self.sandbox, shared=[*agent_tools, *loaded], builtins=settings.tools.builtins
         )
-        registry = self.session_tools.template()
+        try:
+            registry = self.session_tools.template()
+        except DuplicateToolName as error:
+            raise ToolLoadError(f"tools: {error}") from error
+        if not registry.names:
+            raise ToolLoadError("tools: this worker would run no tool (built-ins off and no tool loaded)")
+        self.pool = settings.tools.pool
+        set_tool_pool(self.pool)
         self.approvals = ApprovalGate(
             context.redis,
             self.topology,
@@ -99,6 +112,7 @@ class ToolRuntime:
             self.topology,
             worker=context.owner,
             tools=registry.definitions(),
+            pool=self.pool,
             refresh_s=settings.tools.catalog_refresh_s,
             ttl_s=settings.tools.catalog_ttl_s,
         )
@@ -123,7 +137,7 @@ class ToolRuntime:
             BatchConsumer(
                 context.redis, stream=stream, group=TOOLS_GROUP, consumer=context.owner, handler=handler, config=config
             )
-            for stream in self.topology.tool_job_streams()
+            for stream in self.topology.tool_job_streams(self.pool)
         ]
         self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.worker.session_tools = self.session_tools

@@ -1,5 +1,6 @@
 """Each session's tools: the built-in tools confined to the session's workspace (Bash in the worker's
-sandbox), beside the tools every session shares (Agent, SendMessage). Registries are cheap and kept for the
+sandbox; none when the worker runs without built-ins), beside the tools every session shares (Agent,
+SendMessage, the tools the worker loaded). Registries are cheap and kept for the
 most recently used workspaces."""
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ class SessionTools:
         *,
         sandbox: Sandbox | None,
         shared: Sequence[AnyTool] = (),
+        builtins: bool = True,
         kept: int = REGISTRIES_KEPT,
     ) -> None:
         self.workspaces = workspaces
         self.sandbox = sandbox
         self.shared = list(shared)
+        self.builtins = builtins
         self.kept = kept
         self._registries: OrderedDict[Path, ToolRegistry] = OrderedDict()
 
@@ -52,4 +55,4 @@ class SessionTools:
         return registry, workspace
 
     def _registry(self, workspace: Workspace) -> ToolRegistry:
-        return ToolRegistry([*builtin_tools(workspace, self.sandbox), *self.shared])
+        return ToolRegistry([*(builtin_tools(workspace, self.sandbox) if self.builtins else ()), *self.shared])
