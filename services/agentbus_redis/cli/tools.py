@@ -1,4 +1,5 @@
-"""``agentbus tools``: the tool catalog — which tool workers are live, what each can run, when it last said so.
+"""``agentbus tools``: the tool catalog — which tool workers are live, the pool each serves, what each can run,
+when it last said so.
 
 Only typer and the standard library at import; the client loads inside the command. Redis errors go to the
 CLI's error boundary (cli/errors.py). Read-only: listing never prunes expired entries.
@@ -23,12 +24,13 @@ def _seconds(milliseconds: int) -> str:
 
 
 def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
-    """What ``tools ls --json`` prints: the live workers, the merged definitions the model is offered, and any
-    field that is not a catalog entry."""
+    """What ``tools ls --json`` prints: the live workers, the merged definitions the model is offered, which pool
+    runs each tool, and any field that is not a catalog entry."""
     return {
         "workers": [
             {
                 "worker": entry.worker,
+                "pool": entry.pool,
                 "refreshed_ms": entry.refreshed_ms,
                 "expires_ms": entry.expires_ms,
                 "age_s": round(max(snapshot.now_ms - entry.refreshed_ms, 0) / 1000, 3),
@@ -37,6 +39,7 @@ def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
             for entry in snapshot.live
         ],
         "tools": [tool.to_wire() for tool in snapshot.tools()],
+        "pools": dict(sorted(snapshot.routes().pool_of_tool.items())),
         "invalid": [{"worker": invalid.worker, "error": invalid.error} for invalid in snapshot.invalid],
     }
 
@@ -47,7 +50,8 @@ def tools_ls(
         bool, typer.Option("--json", help="Print workers, the merged tool definitions and invalid fields as JSON.")
     ] = False,
 ) -> None:
-    """List the live tool workers, the tools each can run and how long ago it last refreshed its entry."""
+    """List the live tool workers, the pool each serves, the tools each can run and how long ago it last refreshed
+    its entry."""
     from agentbus_redis.sdk.client import AgentbusClient
     from agentbus_redis.stores.tool_catalog import read_catalog_snapshot
 
@@ -65,13 +69,13 @@ def tools_ls(
         typer.echo("agentbus: no live tool workers", err=True)
         return
     width = max(len("worker"), *(len(entry.worker) for entry in snapshot.live))
-    typer.echo(f"{'worker':<{width}} {'refreshed':>10} {'expires in':>10}  tools")
+    pools = max(len("pool"), *(len(entry.pool) for entry in snapshot.live))
+    typer.echo(f"{'worker':<{width}} {'pool':<{pools}} {'refreshed':>10} {'expires in':>10}  tools")
     for entry in snapshot.live:
         refreshed = f"{_seconds(snapshot.now_ms - entry.refreshed_ms)} ago"
         tools = ", ".join(sorted(tool.name for tool in entry.tools))
-        typer.echo(
-            f"{entry.worker:<{width}} {refreshed:>10} {_seconds(entry.expires_ms - snapshot.now_ms):>10}  {tools}"
-        )
+        expires = _seconds(entry.expires_ms - snapshot.now_ms)
+        typer.echo(f"{entry.worker:<{width}} {entry.pool:<{pools}} {refreshed:>10} {expires:>10}  {tools}")
     offered = snapshot.tools()
     workers = len(snapshot.live)
     typer.echo(

@@ -68,7 +68,8 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
-        self.sandbox = sandbox_for(settings.tools)
+        # Bash is the one tool that runs commands: a pool without the built-ins needs (and checks) no sandbox.
+        self.sandbox = sandbox_for(settings.tools) if settings.tools.builtins else None
         self.workspaces = SessionWorkspaces(
             workspace_root,
             settings.tools.workspace_scope,
@@ -198,6 +199,9 @@ class ToolRuntime:
 
     async def _check_sandbox(self) -> None:
         """Refuse to start with a sandbox that does not work; say loudly when it is off."""
+        if not self.context.settings.tools.builtins:
+            self.sandbox_state = "not used: this worker runs no built-in tool (no Bash)"
+            return
         if self.sandbox is None:
             self.sandbox_state = SANDBOX_OFF_NOTE
             log.warning("sandbox_off", detail=SANDBOX_OFF_NOTE)
