@@ -34,6 +34,8 @@ def sample(name: str, **labels: str) -> float:
         ("agentbus:requests", "requests"),
         ("agentbus:{s03}:ingress:dlq", "ingress_dlq"),
         ("agentbus:tools:jobs:dlq", "tool_jobs_dlq"),
+        ("agentbus:{s03-41}:tools:pool:weather:jobs", "tool_jobs"),  # a tool pool's jobs (issue 29)
+        ("agentbus:{s03-41}:tools:pool:weather:jobs:dlq", "tool_jobs_dlq"),
         ("other-prefix:{s01}:log", "log"),
         ("ingress", "ingress"),
         ("log_dlq", "log_dlq"),
