@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.examples import DOCS, OUTPUT, PARSED, SHELL, Block, all_blocks, blocks_of, shell_script
+from tests.docs.examples import DOCS, OUTPUT, PARSED, README, SHELL, Block, all_blocks, blocks_of, shell_script
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
+from tests.integration.model_turns import reply, text, tool_use, turn_ended, wait_for
 from tests.shared.generated_sessions import tool_rounds_session
 
 BLOCKS = all_blocks()
@@ -104,3 +105,29 @@ def test_the_sdk_tutorials_program_gets_its_own_prompts_request(deployment: Work
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
     first_seq, second_seq = (int(done.stdout.split()[0]) for done in (first, second))
     assert second_seq > first_seq
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_the_readmes_tool_runs_in_its_own_pool_and_answers_the_model(
+    deployment: WorkerCluster, fake: FakeModelProcess, tmp_path: Path
+) -> None:
+    """Issue 29: the README's custom tool, end to end: its file, started with the command its comment gives, is
+    offered to the model, which calls it and reads its answer."""
+    block = next(block for block in blocks_of(README) if "weather_tools.py" in block.code)
+    (tmp_path / "weather_tools.py").write_text(block.code, encoding="utf-8")
+    command = next(line for line in block.code.splitlines() if "agentbus worker tools" in line)
+    args = command.split("agentbus worker tools", 1)[1].split()
+    (worker,) = deployment.start("tools", args=args, env={"PYTHONPATH": str(tmp_path)})
+    deployment.wait_ready(workers=[worker])
+    session = "readme-weather"
+    fake.script(session, [reply(tool_use("toolu_weather", "weather", city="Oslo")), reply(text("Sunny in Oslo."))])
+    async with deployment.client() as bus:
+        await bus.send_prompt(session, "what is the weather in Oslo?")
+        await wait_for(bus, session, turn_ended, timeout_s=120)
+    (request, answered) = fake.requests(session)
+    assert "weather" in {tool["name"] for tool in request["body"]["tools"]}
+    (result,) = [block for block in answered["body"]["messages"][-1]["content"] if block["type"] == "tool_result"]
+    assert result["tool_use_id"] == "toolu_weather"
+    assert result["content"] in ("It is sunny in Oslo.", [{"type": "text", "text": "It is sunny in Oslo."}])

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,7 +86,10 @@ class WorkerCluster:
             **self.extra_env,
         }
 
-    def start(self, name: str, count: int = 1) -> list[Worker]:
+    def start(
+        self, name: str, count: int = 1, *, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> list[Worker]:
+        """``count`` processes of ``agentbus worker NAME ARGS…``, ``env`` on top of the cluster's environment."""
         self.workspace.mkdir(parents=True, exist_ok=True)
         started = []
         for _ in range(count):
@@ -93,8 +97,8 @@ class WorkerCluster:
             log_path = self.root / f"{name}-{port}.log"
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "agentbus_redis.cli.main", "worker", name, "--port", str(port)],
-                    env=self.env(),
+                    [sys.executable, "-m", "agentbus_redis.cli.main", "worker", name, "--port", str(port), *args],
+                    env={**self.env(), **(env or {})},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
@@ -108,12 +112,13 @@ class WorkerCluster:
             self.start(name, instances)
         self.wait_ready()
 
-    def wait_ready(self, timeout_s: float = 240.0) -> None:
+    def wait_ready(self, timeout_s: float = 240.0, workers: Sequence[Worker] | None = None) -> None:
         """Until every started worker answers ``/readyz``. The default is generous on purpose: a worker
         process spends ~2 s of CPU importing and starting, and the full suite under a shared machine's
-        load (other suites beside it) was seen to take over 60 s for that (``ingestion not ready``)."""
+        load (other suites beside it) was seen to take over 60 s for that (``ingestion not ready``).
+        ``workers``: only these (a test that killed one waits for its replacement alone)."""
         deadline = time.monotonic() + timeout_s
-        for worker in self.workers:
+        for worker in self.workers if workers is None else workers:
             while True:
                 if worker.process.poll() is not None:
                     raise RuntimeError(f"{worker.name} exited: {worker.log_path.read_text()[-2000:]}")

@@ -22,13 +22,14 @@ from agentbus_redis.api.validation import validate_api_request
 from agentbus_redis.bus.events import IngressPayload, RecordedMessage
 from agentbus_redis.config.settings import Settings
 from agentbus_redis.messages.kinds import AssistantMessage, UserMessage, parse_message
-from agentbus_redis.normalize import NormalizeOptions, to_api_request, validate_request
+from agentbus_redis.normalize import to_api_request, validate_request
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.sdk.replay import ReplayPlan, replay_transcript, wait_until_persisted
 from agentbus_redis.session_ids import claude_session_id
 from agentbus_redis.transcript import TranscriptMessage
 from agentbus_redis.transcript_files.api_view import api_view_of_transcript
 from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.workers.normalization.worker import SENDER_FITS_THINKING as WORKER_OPTIONS
 from tests.conftest import CORPUS_ROOT, ON_EVERY_TARGET, corpus_cases, on_targets, requires_corpus
 from tests.integration.cluster import WorkerCluster
 from tests.shared.generated_sessions import GENERATED_SESSIONS, thinking_loop_session, tool_rounds_session
@@ -68,8 +69,9 @@ def api_messages(data: bytes) -> list[MessageParam]:
     return api_view_of_transcript(data, prompt=PROMPT).request["messages"]
 
 
-SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
-"""The normalization worker's options: the open turn keeps its signed thinking for the model worker."""
+SENDER_FITS_THINKING = WORKER_OPTIONS
+"""The normalization worker's options: the open turn keeps its signed thinking for the model worker (and a
+reply's tool results go in call order)."""
 
 
 def open_turn_messages(data: bytes) -> list[MessageParam]:

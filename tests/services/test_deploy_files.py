@@ -40,8 +40,11 @@ from agentbus_redis.streams.topology import (
     TRANSCRIPTS_GROUP,
     Topology,
 )
+from agentbus_redis.tools.pools import DEFAULT_POOL
 from agentbus_redis.workers.registry import WORKER_FACTORIES
+from agentbus_redis.workers.tools.loading import load_tools
 from tests.conftest import REPO_ROOT
+from tests.docs.examples import blocks_of
 from tests.services.acl_redis import AclRedis, dev_password, start_acl_redis
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -99,7 +102,8 @@ def code_env_names() -> set[str]:
     return names
 
 
-KNOWN_ENV = settings_env_names() | code_env_names()
+KNOWN_ENV = settings_env_names() | code_env_names() | {"PYTHONPATH"}
+"""PYTHONPATH: where a tool pool's worker finds a team's tool modules (Python's own variable)."""
 
 
 def assert_env_known(env: Mapping[str, Any], where: str) -> None:
@@ -143,8 +147,11 @@ def assert_real_cli_command(argv: list[str], where: str) -> None:
     result = runner.invoke(cli_app, [*path, "--help"])
     assert result.exit_code == 0, f"{where}: agentbus {' '.join(path)} --help failed: {result.output}"
     if path == ["worker"]:
-        assert len(args) == 1, f"{where}: worker takes one NAME, got {args}"
+        assert args, f"{where}: worker takes a NAME"
         assert args[0] in WORKER_NAMES, f"{where}: unknown worker {args[0]!r}"
+        root: Any = typer.main.get_command(cli_app)
+        worker = root.get_command(root.make_context("agentbus", [], resilient_parsing=True), "worker")
+        worker.make_context("worker", list(args))  # its options parse (a tool pool's --pool, --tools …)
     else:
         assert not args, f"{where}: unexpected arguments {args} for agentbus {' '.join(path)}"
 
@@ -250,6 +257,7 @@ def test_compose_services(compose: dict[str, Any]) -> None:
         "streams-init",
         "ingestion",
         "tools",
+        "tools-weather",
         "normalization",
         "transcripts",
         "model",
@@ -279,8 +287,31 @@ def test_compose_commands_are_cli_commands(compose: dict[str, Any]) -> None:
         if svc["command"][0] == "worker":
             workers[name] = svc["command"][1]
     assert agentbus_services(compose)["streams-init"]["command"] == ["streams", "init"]
-    assert sorted(workers.values()) == sorted(WORKER_NAMES), "each worker type runs as a service"
+    assert set(workers.values()) == set(WORKER_NAMES), "each worker type runs as a service"
     assert compose["services"]["tools"]["deploy"]["replicas"] == 2
+
+
+def test_compose_runs_a_second_tool_pool_with_the_readmes_tools(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: the ``weather`` pool runs only the module compose mounts — the README's example tool, which the
+    k8s ConfigMap carries too — and that module loads."""
+    pool = compose["services"]["tools-weather"]
+    command = pool["command"]
+    assert command[:2] == ["worker", "tools"]
+    assert command[command.index("--pool") + 1] == "weather"
+    assert "--no-builtins" in command
+    spec = command[command.index("--tools") + 1]
+    mounts = {volume.split(":")[1]: REPO_ROOT / volume.split(":")[0] for volume in pool["volumes"]}
+    tools_dir = mounts[pool["environment"]["PYTHONPATH"]]
+    module = (tools_dir / "weather_tools.py").read_text(encoding="utf-8")
+    readme = next(block for block in blocks_of(REPO_ROOT / "README.md") if "weather_tools.py" in block.code)
+    assert readme.code == module, "the README's tool is the one compose runs"
+    configmap = by_kind(base_resources(), "ConfigMap")["agentbus-tools-weather"]["data"]["weather_tools.py"]
+    assert configmap == module, "deploy/k8s/base/configmap-tools-weather.yaml carries deploy/tools/weather_tools.py"
+    monkeypatch.syspath_prepend(str(tools_dir))
+    (weather,) = load_tools([spec], entry_points=False)
+    assert weather.name == "weather"
 
 
 def test_compose_env_exists_and_validates(compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -475,7 +506,8 @@ def test_k8s_deployment_per_worker_with_probes(k8s: list[dict[str, Any]]) -> Non
         assert_real_cli_command(container["args"], f"Deployment {name}")
         worker = container["args"][1]
         seen.append(worker)
-        assert name == f"agentbus-{worker}"
+        pool = pool_of(container["args"])
+        assert name == (f"agentbus-{worker}" if pool == DEFAULT_POOL else f"agentbus-{worker}-{pool}")
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["http"] == port
         assert container["livenessProbe"]["httpGet"] == {"path": HEALTHZ_PATH, "port": "http"}
@@ -487,7 +519,11 @@ def test_k8s_deployment_per_worker_with_probes(k8s: list[dict[str, Any]]) -> Non
         assert key == f"{worker}-url"
         assert key in secret
         assert spec["terminationGracePeriodSeconds"] > 0
-    assert sorted(seen) == sorted(WORKER_NAMES)
+    assert set(seen) == set(WORKER_NAMES)
+    assert sorted(pool_of(d["spec"]["template"]["spec"]["containers"][0]["args"]) for d in deployments.values()) == [
+        *[DEFAULT_POOL] * len(WORKER_NAMES),
+        "weather",
+    ], "a second tool pool (issue 29)"
     tools_grace = deployments["agentbus-tools"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert tools_grace > Settings(_env_file=None).tools.timeout_s, "tool workers stop with the tool timeout"
 
@@ -511,15 +547,23 @@ def test_k8s_scaledobjects_read_the_topology(k8s: list[dict[str, Any]]) -> None:
     secret = by_kind(k8s, "Secret")["agentbus-redis"]["stringData"]
     exported = exported_sample_names()
     objects = by_kind(k8s, "ScaledObject")
-    assert len(objects) == len(WORKER_FACTORIES)
+    consumers = {
+        name
+        for name, d in deployments.items()
+        if d["spec"]["template"]["spec"]["containers"][0]["args"][1] != "console"
+    }
+    assert {o["spec"]["scaleTargetRef"]["name"] for o in objects.values()} == consumers, (
+        "one ScaledObject per stream-consuming Deployment (each tool pool on its own backlog; the console reads none)"
+    )
     for name, scaled in objects.items():
         spec = scaled["spec"]
         target = spec["scaleTargetRef"]["name"]
         assert target in deployments
-        worker = deployments[target]["spec"]["template"]["spec"]["containers"][0]["args"][1]
+        args = deployments[target]["spec"]["template"]["spec"]["containers"][0]["args"]
+        worker = args[1]
         group = WORKER_GROUPS[worker]
         expected = (
-            topology.tool_job_streams()
+            topology.tool_job_streams(pool_of(args))
             if group == TOOLS_GROUP
             else topology.request_streams()
             if group == MODEL_GROUP
@@ -544,6 +588,11 @@ def test_k8s_scaledobjects_read_the_topology(k8s: list[dict[str, Any]]) -> None:
         assert [t["metadata"]["stream"] for t in triggers if t["type"] == "redis-streams"] == expected
         if group in LANE_OF_GROUP:
             assert spec["maxReplicaCount"] <= shards, f"{name}: replicas beyond {shards} shards own nothing"
+
+
+def pool_of(args: list[str]) -> str:
+    """The tool pool a worker command serves (``--pool NAME``; the default pool without it)."""
+    return args[args.index("--pool") + 1] if "--pool" in args else DEFAULT_POOL
 
 
 def test_k8s_prometheus_rules_configmap_carries_the_alert_rules(k8s: list[dict[str, Any]]) -> None:

@@ -34,6 +34,8 @@ def sample(name: str, **labels: str) -> float:
         ("agentbus:requests", "requests"),
         ("agentbus:{s03}:ingress:dlq", "ingress_dlq"),
         ("agentbus:tools:jobs:dlq", "tool_jobs_dlq"),
+        ("agentbus:{s03-41}:tools:pool:weather:jobs", "tool_jobs"),  # a tool pool's jobs (issue 29)
+        ("agentbus:{s03-41}:tools:pool:weather:jobs:dlq", "tool_jobs_dlq"),
         ("other-prefix:{s01}:log", "log"),
         ("ingress", "ingress"),
         ("log_dlq", "log_dlq"),
@@ -81,12 +83,17 @@ def test_record_batch_counts_types_by_family_with_unknown_types_as_other() -> No
 
 
 def test_record_tool_execution_outcomes_and_duration() -> None:
-    before = sample("agentbus_tool_executions_total", tool="Bash", outcome="timeout")
-    before_hist = sample("agentbus_tool_execution_duration_seconds_count", tool="Bash", outcome="timeout")
+    before = sample("agentbus_tool_executions_total", tool="Bash", outcome="timeout", pool="default")
+    before_hist = sample(
+        "agentbus_tool_execution_duration_seconds_count", tool="Bash", outcome="timeout", pool="default"
+    )
     metrics.record_tool_execution("Bash", "timeout", 120.0)
     metrics.record_tool_execution("Bash", "timeout")
-    assert sample("agentbus_tool_executions_total", tool="Bash", outcome="timeout") == before + 2
-    assert sample("agentbus_tool_execution_duration_seconds_count", tool="Bash", outcome="timeout") == before_hist + 1
+    assert sample("agentbus_tool_executions_total", tool="Bash", outcome="timeout", pool="default") == before + 2
+    assert (
+        sample("agentbus_tool_execution_duration_seconds_count", tool="Bash", outcome="timeout", pool="default")
+        == before_hist + 1
+    )
 
 
 def test_record_repairs_uses_repair_kind_values() -> None:

@@ -51,3 +51,15 @@ def test_work_streams_are_the_queues_not_the_records() -> None:
         TrimTarget("t:{s00-1}:tools:jobs", ("tools",)),
         TrimTarget("t:{s01-22}:tools:jobs", ("tools",)),
     ]
+
+
+def test_a_tool_pools_job_streams_are_work_streams_of_its_workers() -> None:
+    """Issue 29: a worker of pool ``weather`` trims that pool's job streams (as the default pool's are)."""
+    topology = Topology(StreamNames(prefix="t:", shards=2))
+    tool_jobs = [target for target in work_streams(topology, tool_pools=["weather"]) if target.groups == ("tools",)]
+    assert tool_jobs == [
+        TrimTarget("t:{s00-1}:tools:jobs", ("tools",)),
+        TrimTarget("t:{s01-22}:tools:jobs", ("tools",)),
+        TrimTarget("t:{s00-1}:tools:pool:weather:jobs", ("tools",)),
+        TrimTarget("t:{s01-22}:tools:pool:weather:jobs", ("tools",)),
+    ]

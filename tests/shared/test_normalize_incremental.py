@@ -21,6 +21,8 @@ from tests.shared.test_normalize_pipeline import _corpus_histories, _messages
 
 CONTEXT = NormalizeOptions(user_context={"currentDate": "Today's date is 2026-11-23."})
 SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
+CALL_ORDER = NormalizeOptions(thinking_enabled=None, results_in_call_order=True)
+"""The normalization worker's options (issue 29: a reply's tool results in call order)."""
 """The normalization worker's options: the open turn keeps its signed thinking (API §1.10), which moves the
 open-turn boundary's effect off the prefix — the split must stay exact there too."""
 
@@ -55,8 +57,8 @@ def publish_points(history: Sequence[Message], budget: int = 160) -> list[int]:
 
 @pytest.mark.parametrize(
     "options",
-    [NormalizeOptions(), CONTEXT, SENDER_FITS_THINKING],
-    ids=["defaults", "user_context", "sender_fits_thinking"],
+    [NormalizeOptions(), CONTEXT, SENDER_FITS_THINKING, CALL_ORDER],
+    ids=["defaults", "user_context", "sender_fits_thinking", "results_in_call_order"],
 )
 def test_r4_every_corpus_prefix_equals_the_full_pipeline(corpus_root: Path, options: NormalizeOptions) -> None:
     """R4.1–R4.29 + API safety: for every Claude Code transcript of the corpus and every publish point,

@@ -65,6 +65,29 @@ def worker_command(
             "to (repeatable; added to AGENTBUS_TOOLS__MCP_CONFIG).",
         ),
     ] = None,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tools",
+            help="tools worker: load Python tools from 'package.module:attribute' (a tool, a list of tools or a "
+            "registry; repeatable; added to AGENTBUS_TOOLS__MODULES).",
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            "--pool",
+            help="tools worker: the pool it serves (calls of its tools are routed there) [AGENTBUS_TOOLS__POOL].",
+        ),
+    ] = None,
+    builtins: Annotated[
+        bool | None,
+        typer.Option(
+            "--builtins/--no-builtins",
+            help="tools worker: also run the built-in tools (Read … Bash, Agent, SendMessage) "
+            "[AGENTBUS_TOOLS__BUILTINS].",
+        ),
+    ] = None,
 ) -> None:
     """Run one worker process (scale by running more of them); ``console`` serves the web console."""
     if name == "console":
@@ -76,29 +99,48 @@ def worker_command(
 
     if name not in WORKER_FACTORIES:
         fail(f"unknown worker {name!r}; choose one of {', '.join(WORKER_FACTORIES)}", code=USAGE_ERROR)
-    if mcp_config and name != "tools":
-        fail("--mcp-config is an option of the tools worker", code=USAGE_ERROR)
-    settings = None
-    if name == "tools":
-        settings = _tools_settings(mcp_config or [])
-    run_worker(name, settings, port=port)
+    if name != "tools":
+        if tools or pool is not None or builtins is not None or mcp_config:
+            fail(
+                "--tools, --pool, --builtins and --mcp-config are options of `agentbus worker tools`", code=USAGE_ERROR
+            )
+        run_worker(name, port=port)
+        return
+    run_worker(name, _tool_worker_settings(tools or [], pool, builtins, mcp_config or []), port=port)
 
 
-def _tools_settings(mcp_config: list[Path]) -> Settings:
-    """The settings with ``--mcp-config`` files added, the MCP configs checked here: a bad file is one line."""
+def _tool_worker_settings(
+    modules: list[str], pool: str | None, builtins: bool | None, mcp_config: list[Path]
+) -> Settings:
+    """The settings with the command line's tool options on top, its tools loaded and its MCP configs read once to
+    check them: a source that does not load, or a bad MCP config, is one line and exit code 2, before the worker
+    starts."""
     from agentbus_redis.config.settings import Settings
     from agentbus_redis.mcp.config import McpConfigError
+    from agentbus_redis.tools.pools import pool_name_problem
+    from agentbus_redis.workers.tools.loading import ToolLoadError, load_tools
     from agentbus_redis.workers.tools.mcp.config_files import read_mcp_configs
 
     settings = Settings()
-    if mcp_config:
-        tools = settings.tools.model_copy(update={"mcp_config": [*settings.tools.mcp_config, *mcp_config]})
-        settings = settings.model_copy(update={"tools": tools})
+    update: dict[str, Any] = {
+        "modules": [*settings.tools.modules, *modules],
+        "mcp_config": [*settings.tools.mcp_config, *mcp_config],
+    }
+    if pool is not None:
+        if (problem := pool_name_problem(pool)) is not None:
+            fail(f"--pool: {problem}", code=USAGE_ERROR)
+        update["pool"] = pool
+    if builtins is not None:
+        update["builtins"] = builtins
+    tool_settings = settings.tools.model_copy(update=update)
     try:
-        read_mcp_configs(settings.tools.mcp_config)
-    except McpConfigError as error:
+        loaded = load_tools(tool_settings.modules, entry_points=tool_settings.entry_points)
+        read_mcp_configs(tool_settings.mcp_config)
+    except (ToolLoadError, McpConfigError) as error:
         fail(str(error), code=USAGE_ERROR)
-    return settings
+    if not loaded and not tool_settings.builtins and not tool_settings.mcp_config:
+        fail("--no-builtins: this worker would run no tool (load some with --tools or --mcp-config)", code=USAGE_ERROR)
+    return settings.model_copy(update={"tools": tool_settings})
 
 
 def send_command(

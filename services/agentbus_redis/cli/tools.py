@@ -1,4 +1,5 @@
-"""``agentbus tools``: the tool catalog — which tool workers are live, what each can run, when it last said so.
+"""``agentbus tools``: the tool catalog — which tool workers are live, the pool each serves, what each can run,
+when it last said so.
 
 Only typer and the standard library at import; the client loads inside the command. Redis errors go to the
 CLI's error boundary (cli/errors.py). Read-only: listing never prunes expired entries.
@@ -28,7 +29,8 @@ def tools_ls(
         bool, typer.Option("--json", help="Print workers, the merged tool definitions and invalid fields as JSON.")
     ] = False,
 ) -> None:
-    """List the live tool workers, the tools each can run and how long ago it last refreshed its entry."""
+    """List the live tool workers, the pool each serves, the tools each can run and how long ago it last refreshed
+    its entry."""
     from agentbus_redis.sdk.client import AgentbusClient
     from agentbus_redis.stores.tool_catalog import read_catalog_snapshot, snapshot_json
 
@@ -46,13 +48,13 @@ def tools_ls(
         typer.echo("agentbus: no live tool workers", err=True)
         return
     width = max(len("worker"), *(len(entry.worker) for entry in snapshot.live))
-    typer.echo(f"{'worker':<{width}} {'refreshed':>10} {'expires in':>10}  tools")
+    pools = max(len("pool"), *(len(entry.pool) for entry in snapshot.live))
+    typer.echo(f"{'worker':<{width}} {'pool':<{pools}} {'refreshed':>10} {'expires in':>10}  tools")
     for entry in snapshot.live:
         refreshed = f"{_seconds(snapshot.now_ms - entry.refreshed_ms)} ago"
         tools = ", ".join(sorted(tool.name for tool in entry.tools))
-        typer.echo(
-            f"{entry.worker:<{width}} {refreshed:>10} {_seconds(entry.expires_ms - snapshot.now_ms):>10}  {tools}"
-        )
+        expires = _seconds(entry.expires_ms - snapshot.now_ms)
+        typer.echo(f"{entry.worker:<{width}} {entry.pool:<{pools}} {refreshed:>10} {expires:>10}  {tools}")
     servers = [(entry.worker, server) for entry in snapshot.live for server in entry.mcp_servers]
     if servers:
         typer.echo(f"{'worker':<{width}} {'MCP server':<16} {'transport':<9} {'state':<11} tools / error")

@@ -20,6 +20,10 @@ from agentbus_redis.confinement.limits import SandboxLimits
 from agentbus_redis.confinement.network import DEFAULT_PORTS, DomainPattern, NetworkPolicy
 from agentbus_redis.confinement.workspaces import WorkspaceScope
 from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.tools.pools import DEFAULT_POOL, pool_name_problem
+
+TOOLS_ENTRY_POINT_GROUP = "agentbus.tools"
+"""The entry-point group an installed package names its tools in (``package.module:attribute``)."""
 
 
 class ConsumerSettings(BaseModel):
@@ -175,6 +179,22 @@ class ToolSettings(BaseModel):
     mcp_session_idle_s: float = Field(
         600.0, gt=0, description="a per-session MCP server connection unused for this long is closed"
     )
+    pool: str = Field(
+        DEFAULT_POOL,
+        description="the pool this tool worker serves: it reads only the pool's job streams, and calls of its "
+        "tools are routed there (pools scale apart)",
+    )
+    modules: list[str] = Field(
+        default_factory=list,
+        description="Python tools to load, each 'package.module:attribute' (a tool, a list of tools or a "
+        "registry); `agentbus worker tools --tools` adds to them",
+    )
+    builtins: bool = Field(
+        True, description="run the built-in tools (Read … Bash, Agent, SendMessage) beside the loaded ones"
+    )
+    entry_points: bool = Field(
+        True, description=f"load the tools installed packages declare in the '{TOOLS_ENTRY_POINT_GROUP}' entry points"
+    )
     catalog_ttl_s: float = Field(
         30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
     )
@@ -194,6 +214,13 @@ class ToolSettings(BaseModel):
             open_files=self.sandbox_open_files,
             file_size_mb=self.sandbox_file_size_mb,
         )
+
+    @field_validator("pool")
+    @classmethod
+    def _valid_pool(cls, name: str) -> str:
+        if (problem := pool_name_problem(name)) is not None:
+            raise ValueError(problem)
+        return name
 
     @model_validator(mode="after")
     def _catalog_ttl_exceeds_refresh(self) -> ToolSettings:

@@ -67,6 +67,8 @@ def _family_of(stream: str) -> str:
     for tail, family in _FAMILY_SUFFIXES:
         if base.endswith(tail):
             return f"{family}_dlq" if dead_letters else family
+    if ":tools:pool:" in base and base.endswith(":jobs"):  # a named pool's jobs (streams/topology.py)
+        return "tool_jobs_dlq" if dead_letters else "tool_jobs"
     return OTHER
 
 

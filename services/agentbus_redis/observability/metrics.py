@@ -112,13 +112,13 @@ SANDBOX_NETWORK_REQUESTS = Counter(
 )
 TOOL_EXECUTIONS = Counter(
     "agentbus_tool_executions_total",
-    "tool_use calls answered, by tool and outcome (placeholder = answered without running).",
-    ["tool", "outcome"],
+    "tool_use calls answered, by tool, outcome (placeholder = answered without running) and the worker's pool.",
+    ["tool", "outcome", "pool"],
 )
 TOOL_DURATION = Histogram(
     "agentbus_tool_execution_duration_seconds",
-    "Run time of a tool call (not recorded for placeholders, which do not run).",
-    ["tool", "outcome"],
+    "Run time of a tool call (not recorded for placeholders, which do not run), by tool, outcome and pool.",
+    ["tool", "outcome", "pool"],
     buckets=TOOL_BUCKETS,
 )
 NORMALIZATION_REPAIRS = Counter(
@@ -287,14 +287,24 @@ def record_trimmed(removed: Mapping[str, int]) -> None:
         _trimmed(stream_family(stream)).inc(count)
 
 
+_tool_pool = "default"
+"""The ``pool`` label of this process's tool executions: a tool worker serves one pool (tools/pools.py)."""
+
+
+def set_tool_pool(pool: str) -> None:
+    """Label this process's tool executions with ``pool`` (a valid pool name: bounded by the deployment)."""
+    global _tool_pool
+    _tool_pool = pool
+
+
 def record_tool_execution(tool: str, outcome: ToolOutcome, duration_s: float | None = None) -> None:
     """One answered tool_use. ``duration_s`` is None for calls that did not run (placeholder, denied …)."""
     if not switch.recording():
         return
     label = tool_label(tool)
-    _tool_executions(label, outcome).inc()
+    _tool_executions(label, outcome, _tool_pool).inc()
     if duration_s is not None:
-        _tool_duration(label, outcome).observe(duration_s)
+        _tool_duration(label, outcome, _tool_pool).observe(duration_s)
 
 
 def record_repairs(kinds: Iterable[str]) -> None:

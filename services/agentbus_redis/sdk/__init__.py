@@ -1,4 +1,5 @@
-"""The Python SDK: publish prompts, follow turns, answer approvals, replay transcripts."""
+"""The Python SDK: publish prompts, follow turns, answer approvals, replay transcripts — and write tools
+(``@tool``, typed by a ``ToolInput`` model; ``agentbus worker tools --tools module:attribute`` runs them)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
         replay_transcript,
         wait_until_persisted,
     )
+    from agentbus_redis.tools.function_tool import FunctionTool, tool
+    from agentbus_redis.tools.tool import ToolContext, ToolError, ToolInput, ToolOutput
 
 __all__ = [
     "PUBLISH_CHUNK",
@@ -51,6 +54,7 @@ __all__ = [
     "Conversation",
     "ConversationEvent",
     "ConversationTimeout",
+    "FunctionTool",
     "Interrupted",
     "NotReplicated",
     "Notice",
@@ -67,6 +71,10 @@ __all__ = [
     "TextDelta",
     "ThinkingDelta",
     "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolInput",
+    "ToolOutput",
     "ToolProgress",
     "ToolResult",
     "TurnEnd",
@@ -77,6 +85,7 @@ __all__ = [
     "plan_pi_replay",
     "plan_replay",
     "replay_transcript",
+    "tool",
     "wait_until_persisted",
 ]
 
@@ -117,6 +126,13 @@ _MODULE_OF = {
     "plan_replay": "replay",
     "replay_transcript": "replay",
     "wait_until_persisted": "replay",
+    # Writing tools (issue 29): the Tool API of agentbus_redis.tools.
+    "FunctionTool": "agentbus_redis.tools.function_tool",
+    "ToolContext": "agentbus_redis.tools.tool",
+    "ToolError": "agentbus_redis.tools.tool",
+    "ToolInput": "agentbus_redis.tools.tool",
+    "ToolOutput": "agentbus_redis.tools.tool",
+    "tool": "agentbus_redis.tools.function_tool",
 }
 
 
@@ -125,7 +141,7 @@ def __getattr__(name: str) -> Any:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -35,9 +35,9 @@ from agentbus_redis.tools.catalog import (
     McpServerStatus,
     hold_recently_live,
     merge_catalog,
-    merge_tools,
 )
 from agentbus_redis.tools.definitions import ToolDefinition
+from agentbus_redis.tools.pools import DEFAULT_POOL, ToolRoutes, tool_routes
 
 log = get_logger(__name__)
 
@@ -87,6 +87,10 @@ class CatalogSnapshot:
     def tools(self) -> list[ToolDefinition]:
         return merge_catalog(self.live, now_ms=self.now_ms)
 
+    def routes(self) -> ToolRoutes:
+        """Which pool runs each tool (tools/pools.py)."""
+        return tool_routes(self.live, now_ms=self.now_ms)
+
 
 async def read_catalog_snapshot(
     redis: aioredis.Redis, topology: Topology, *, now_ms: Callable[[], int] = epoch_ms
@@ -110,12 +114,13 @@ async def read_catalog_snapshot(
 
 
 def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
-    """What ``tools ls --json`` prints: the live workers, the merged definitions the model is offered, and any
-    field that is not a catalog entry."""
+    """What ``tools ls --json`` prints: the live workers, the merged definitions the model is offered, which pool
+    runs each tool, and any field that is not a catalog entry."""
     return {
         "workers": [
             {
                 "worker": entry.worker,
+                "pool": entry.pool,
                 "refreshed_ms": entry.refreshed_ms,
                 "expires_ms": entry.expires_ms,
                 "age_s": round(max(snapshot.now_ms - entry.refreshed_ms, 0) / 1000, 3),
@@ -125,6 +130,7 @@ def snapshot_json(snapshot: CatalogSnapshot) -> dict[str, Any]:
             for entry in snapshot.live
         ],
         "tools": [tool.to_wire() for tool in snapshot.tools()],
+        "pools": dict(sorted(snapshot.routes().pool_of_tool.items())),
         "invalid": [{"worker": invalid.worker, "error": invalid.error} for invalid in snapshot.invalid],
     }
 
@@ -145,18 +151,30 @@ async def prune_expired(redis: aioredis.Redis, topology: Topology, snapshot: Cat
 async def read_tool_catalog(redis: aioredis.Redis, topology: Topology) -> list[ToolDefinition]:
     """The union of the tools every live tool worker can run, sorted by name (expired worker entries ignored and
     pruned; one tool offered by two workers with different definitions: the most recently refreshed wins)."""
-    snapshot = await read_catalog_snapshot(redis, topology)
+    return (await _read_and_prune(redis, topology)).tools()
+
+
+async def read_tool_routes(redis: aioredis.Redis, topology: Topology) -> ToolRoutes:
+    """Which pool runs each tool the live workers offer (expired entries ignored and pruned)."""
+    return (await _read_and_prune(redis, topology)).routes()
+
+
+async def _read_and_prune(
+    redis: aioredis.Redis, topology: Topology, *, now_ms: Callable[[], int] = epoch_ms
+) -> CatalogSnapshot:
+    snapshot = await read_catalog_snapshot(redis, topology, now_ms=now_ms)
     for invalid in snapshot.invalid:
         log.warning("tool_catalog_entry_invalid", worker=invalid.worker, error=invalid.error)
     await prune_expired(redis, topology, snapshot)
-    return snapshot.tools()
+    return snapshot
 
 
 class ToolCatalogCache:
-    """:func:`read_tool_catalog` at most once per ``max_age_s`` (a model worker asks for every request; the
-    catalog changes when workers come and go). With ``hold_s``, an entry seen live is offered for that long
-    after it went missing or expired (:func:`agentbus_redis.tools.catalog.hold_recently_live`: tools do not
-    vanish while their workers write their entries again after a Redis outage)."""
+    """The catalog read at most once per ``max_age_s`` (a model worker asks for every request, ingestion for
+    every batch that dispatches tool calls; the catalog changes when workers come and go). With ``hold_s``, an
+    entry seen live counts as live for that long after it went missing or expired
+    (:func:`agentbus_redis.tools.catalog.hold_recently_live`): tools neither vanish from requests nor lose their
+    pool while their workers write their entries again after a Redis outage."""
 
     def __init__(
         self,
@@ -175,24 +193,30 @@ class ToolCatalogCache:
         self._monotonic = monotonic
         self._now_ms = now_ms
         self._held: dict[str, HeldEntry] = {}
-        self._tools: list[ToolDefinition] = []
+        self._snapshot = CatalogSnapshot(0)
         self._read_at: float | None = None
 
-    async def tools(self) -> list[ToolDefinition]:
+    async def _fresh(self) -> CatalogSnapshot:
         now = self._monotonic()
         if self._read_at is None or now - self._read_at >= self.max_age_s:
-            snapshot = await read_catalog_snapshot(self.redis, self.topology, now_ms=self._now_ms)
-            for invalid in snapshot.invalid:
-                log.warning("tool_catalog_entry_invalid", worker=invalid.worker, error=invalid.error)
-            await prune_expired(self.redis, self.topology, snapshot)
-            held = hold_recently_live(self._held, snapshot.live, now_ms=snapshot.now_ms, hold_ms=self.hold_ms)
-            newly_missing = {w for w, seen in held.items() if seen.missing_since_ms == snapshot.now_ms}
-            if newly_missing:
-                log.info("tool_catalog_entries_held", workers=sorted(newly_missing), hold_s=self.hold_ms / 1000)
-            self._held = held
-            self._tools = merge_tools(seen.entry for seen in held.values())
+            snapshot = await _read_and_prune(self.redis, self.topology, now_ms=self._now_ms)
+            self._held = hold_recently_live(self._held, snapshot.live, now_ms=snapshot.now_ms, hold_ms=self.hold_ms)
+            held = [seen for seen in self._held.values() if seen.missing_since_ms is not None]
+            if any(seen.missing_since_ms == snapshot.now_ms for seen in held):
+                workers = sorted(seen.entry.worker for seen in held)
+                log.info("tool_catalog_entries_held", workers=workers, hold_s=self.hold_ms / 1000)
+            # A held entry counts as live for this read (its expiry moved just past it).
+            still_live = [seen.entry.model_copy(update={"expires_ms": snapshot.now_ms + 1}) for seen in held]
+            live = sorted([*snapshot.live, *still_live], key=lambda entry: entry.worker)
+            self._snapshot = replace(snapshot, live=live)
             self._read_at = self._monotonic()
-        return list(self._tools)
+        return self._snapshot
+
+    async def tools(self) -> list[ToolDefinition]:
+        return (await self._fresh()).tools()
+
+    async def routes(self) -> ToolRoutes:
+        return (await self._fresh()).routes()
 
 
 class ToolCatalogPublisher(PeriodicTask):
@@ -212,6 +236,7 @@ class ToolCatalogPublisher(PeriodicTask):
         *,
         worker: str,
         tools: Sequence[ToolDefinition],
+        pool: str = DEFAULT_POOL,
         refresh_s: float = DEFAULT_REFRESH_S,
         ttl_s: float = DEFAULT_TTL_S,
         now_ms: Callable[[], int] = epoch_ms,
@@ -223,6 +248,7 @@ class ToolCatalogPublisher(PeriodicTask):
         self.topology = topology
         self.worker = worker
         self.tools = list(tools)
+        self.pool = pool
         self.ttl_ms = int(ttl_s * 1000)
         self.now_ms = now_ms
         self.refreshes = 0
@@ -233,7 +259,12 @@ class ToolCatalogPublisher(PeriodicTask):
         now = self.now_ms()
         servers = {"mcp_servers": self.mcp_servers} if self.mcp_servers else {}
         return CatalogEntry(
-            worker=self.worker, refreshed_ms=now, expires_ms=now + self.ttl_ms, tools=self.tools, **servers
+            worker=self.worker,
+            refreshed_ms=now,
+            expires_ms=now + self.ttl_ms,
+            tools=self.tools,
+            pool=self.pool,
+            **servers,
         )
 
     async def publish(self) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.tools.pools import DEFAULT_POOL
 
 INGESTION_GROUP = "ingestion"
 NORMALIZATION_GROUP = "normalization"
@@ -54,15 +55,16 @@ class Topology:
     def log_for(self, session_id: str) -> str:
         return self.log(self.names.shard_of(session_id))
 
-    def tool_jobs(self, shard: int) -> str:
-        """The shard's tool jobs (competing consumers read every shard's stream)."""
-        return self.names.shard_stream(shard, "tools:jobs")
+    def tool_jobs(self, shard: int, pool: str = DEFAULT_POOL) -> str:
+        """The shard's tool jobs of ``pool`` (its workers, competing consumers, read every shard's stream).
+        The default pool's streams keep their name from before pools (tools/pools.py)."""
+        return self.names.shard_stream(shard, _tool_jobs_name(pool))
 
-    def tool_jobs_for(self, session_id: str) -> str:
-        return self.tool_jobs(self.names.shard_of(session_id))
+    def tool_jobs_for(self, session_id: str, pool: str = DEFAULT_POOL) -> str:
+        return self.tool_jobs(self.names.shard_of(session_id), pool)
 
-    def tool_job_streams(self) -> list[str]:
-        return self.names.shard_streams("tools:jobs")
+    def tool_job_streams(self, pool: str = DEFAULT_POOL) -> list[str]:
+        return self.names.shard_streams(_tool_jobs_name(pool))
 
     def requests(self, shard: int) -> str:
         """Notification stream of the shard: one entry per API request published for one of its sessions."""
@@ -164,3 +166,8 @@ class Topology:
 
     def lane_streams(self, group: str) -> list[str]:
         return self.names.shard_streams(LANE_OF_GROUP[group])
+
+
+def _tool_jobs_name(pool: str) -> str:
+    """``tools:jobs`` (the default pool) or ``tools:pool:NAME:jobs``: every pool's streams end in ``:jobs``."""
+    return "tools:jobs" if pool == DEFAULT_POOL else f"tools:pool:{pool}:jobs"

@@ -156,7 +156,8 @@ class WorkerProcess:
         if retention.enabled:
             # Each worker type trims the work streams it reads (both log readers do: harmless, idempotent).
             reads = {stream for stream, _ in runtime.groups()}
-            targets = [target for target in work_streams(Topology(self.settings.names)) if target.stream in reads]
+            streams = work_streams(Topology(self.settings.names), tool_pools=(self.settings.tools.pool,))
+            targets = [target for target in streams if target.stream in reads]
             self.trimmer = StreamTrimmer(
                 redis, targets, keep_acked_ms=int(retention.keep_acked_s * 1000), interval_s=retention.interval_s
             )

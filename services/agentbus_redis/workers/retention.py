@@ -37,6 +37,7 @@ from agentbus_redis.streams.topology import (
     TRANSCRIPTS_GROUP,
     Topology,
 )
+from agentbus_redis.tools.pools import DEFAULT_POOL
 
 log = structlog.get_logger(__name__)
 
@@ -66,13 +67,15 @@ def trim_point(
     return None if stream_id_key(threshold) <= (0, 1) else threshold
 
 
-def work_streams(topology: Topology) -> list[TrimTarget]:
-    """Every stream of the pipeline that is only a queue, with the groups that read it."""
+def work_streams(topology: Topology, tool_pools: Iterable[str] = (DEFAULT_POOL,)) -> list[TrimTarget]:
+    """Every stream of the pipeline that is only a queue, with the groups that read it (the job streams of the
+    tool pools named: a tool worker trims its own pool's)."""
     ingress = [TrimTarget(topology.ingress(shard), (INGESTION_GROUP,)) for shard in range(topology.shards)]
     log_streams = [
         TrimTarget(topology.log(shard), (NORMALIZATION_GROUP, TRANSCRIPTS_GROUP)) for shard in range(topology.shards)
     ]
-    tool_jobs = [TrimTarget(stream, (TOOLS_GROUP,)) for stream in topology.tool_job_streams()]
+    pools = dict.fromkeys((DEFAULT_POOL, *tool_pools))
+    tool_jobs = [TrimTarget(stream, (TOOLS_GROUP,)) for pool in pools for stream in topology.tool_job_streams(pool)]
     return [*ingress, *log_streams, *tool_jobs]
 
 

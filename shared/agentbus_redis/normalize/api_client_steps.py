@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from agentbus_redis.clock import Clock, utc_now
 from agentbus_redis.ids import IdSource, random_uuid
 from agentbus_redis.messages.constants import ADVISOR_RESPONSE
-from agentbus_redis.messages.content import ContentBlock, ServerToolUseBlock, TextBlock, ToolResultBlock, is_thinking
+from agentbus_redis.messages.content import (
+    ContentBlock,
+    ServerToolUseBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    is_thinking,
+)
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
 from agentbus_redis.messages.pairing import PairingFix, PairingReport, ensure_tool_result_pairing
 from agentbus_redis.normalize.content_ops import is_js_blank, placeholder_text, with_assistant_content, with_content
@@ -158,6 +165,36 @@ def pairing_repairs(report: PairingReport, before: Sequence[ApiMessage], after: 
     return repairs
 
 
+def order_tool_results_by_call(messages: Sequence[ApiMessage]) -> list[ApiMessage]:
+    """The tool_result blocks answering an assistant message's calls in the order of its tool_use blocks (each
+    result takes the place of the one it swaps with; other blocks stay where they are). Claude Code sends them
+    in the order they completed (R8.8); the bus, whose parallel calls may run in different tool pools, sends
+    them in call order (agent-loop.md A7.2: the tool_use order is the safest for the API). Run after pairing,
+    which puts every result of assistant k in message k+1."""
+    result = list(messages)
+    for index in range(1, len(result)):
+        message, previous = result[index], result[index - 1]
+        if not isinstance(message, UserMessage) or not isinstance(previous, AssistantMessage):
+            continue
+        content = message.message.content
+        if isinstance(content, str):
+            continue
+        calls = [block.id for block in previous.blocks if isinstance(block, ToolUseBlock)]
+        position = {tool_use_id: order for order, tool_use_id in enumerate(calls)}
+        slots = [n for n, block in enumerate(content) if isinstance(block, ToolResultBlock)]
+        if len(slots) < 2:
+            continue
+        results = [block for block in content if isinstance(block, ToolResultBlock)]
+        ordered = sorted(results, key=lambda block: position.get(block.tool_use_id, len(position)))
+        if ordered == results:
+            continue
+        blocks = list(content)
+        for slot, block in zip(slots, ordered, strict=True):
+            blocks[slot] = block
+        result[index] = with_content(message, blocks)
+    return result
+
+
 def apply_api_client_steps(
     messages: Sequence[ApiMessage],
     *,
@@ -173,7 +210,7 @@ def apply_api_client_steps(
         repairs += step_repairs
     paired, pairing_report = ensure_tool_result_pairing(result, strict=options.strict_pairing, clock=clock, ids=ids)
     repairs += pairing_repairs(pairing_report, result, paired)
-    result = paired
+    result = order_tool_results_by_call(paired) if options.results_in_call_order else paired
     if not options.advisor_enabled:
         result, step_repairs = strip_advisor_blocks(result)
         repairs += step_repairs

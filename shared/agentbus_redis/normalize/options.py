@@ -47,6 +47,9 @@ class NormalizeOptions(BaseModel):
     """Interactive session: selects the media error texts of R4.3."""
     strict_pairing: bool = False
     """R4.30: raise instead of repairing tool_use/tool_result pairing."""
+    results_in_call_order: bool = False
+    """The tool_results of a reply's calls in the order of its tool_use blocks (``order_tool_results_by_call``),
+    not in the order they completed as Claude Code sends them (R8.8)."""
     media_limit: int = 100
     """R4.23: most images+documents one request may carry."""
     max_image_base64_bytes: int = 5 * 1024 * 1024

@@ -51,6 +51,8 @@ class CatalogEntry(WireModel):
     tools: list[ToolDefinition]
     mcp_servers: list[McpServerStatus] = Field(default_factory=list)
     """The MCP servers the worker connects to and their state (a server that is down offers no tools)."""
+    pool: str = "default"
+    """The pool the worker serves (tools/pools.py): calls of its tools are routed to that pool's job streams."""
 
     def live(self, now_ms: int) -> bool:
         return now_ms < self.expires_ms

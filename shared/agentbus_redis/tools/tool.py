@@ -83,6 +83,9 @@ class Tool(abc.ABC, Generic[InputT]):
     name: str = ""
     aliases: tuple[str, ...] = ()
     input_model: type[InputT]
+    timeout_s: float | None = None
+    """This tool's own time limit per call; None: the worker's (``AGENTBUS_TOOLS__TIMEOUT_S``). A limit the
+    operator sets for the tool by name still wins (executor ``ToolTimeouts.per_tool``)."""
 
     def description(self) -> str:
         """What the model is told the tool does (M1.8), true of this instance (its limits). Each field's

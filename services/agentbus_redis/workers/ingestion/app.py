@@ -16,6 +16,7 @@ from agentbus_redis.runtime.codec import signed_entry_fields
 from agentbus_redis.runtime.consumer import BatchConsumer
 from agentbus_redis.runtime.lane_worker import LaneWorker
 from agentbus_redis.runtime.redis_client import TRANSIENT_ERRORS
+from agentbus_redis.stores.tool_catalog import ToolCatalogCache
 from agentbus_redis.streams.topology import INGESTION_GROUP
 from agentbus_redis.subagents.ingestion_hooks import IngestionAgentHooks
 from agentbus_redis.subagents.relay import ChildRelay
@@ -46,6 +47,8 @@ class IngestionRuntime:
         )
         self.relay = ChildRelay(context.redis, self.topology, internal_key=self.worker.internal_key)
         self.hooks = self.worker.agents = IngestionAgentHooks(self.relay)
+        # Each call goes to a pool whose workers have its tool, as the live catalog says (tools/pools.py).
+        self.worker.tool_routes = ToolCatalogCache(context.redis, self.topology).routes
         self._sweeps = 0
         self.lanes = LaneWorker(
             context.redis,

@@ -16,13 +16,14 @@ authenticator (``forged_internal_event``, bus/internal_events.py); each refusal 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 import structlog
 
-from agentbus_redis.bus.events import IngressEnvelope, StreamEvent, parse_ingress
+from agentbus_redis.approvals.records import ApprovalContinuation
+from agentbus_redis.bus.events import IngressEnvelope, StreamEvent, ToolJob, parse_ingress
 from agentbus_redis.bus.ingress_limits import TOO_LARGE, entry_size_problem
 from agentbus_redis.bus.internal_events import (
     AUTH_FIELD,
@@ -45,6 +46,7 @@ from agentbus_redis.session_ids import session_id_problem
 from agentbus_redis.streams.entries import StreamEntry
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.subagents.ingestion_hooks import AgentBatch, IngestionAgentHooks
+from agentbus_redis.tools.pools import DEFAULT_POOL, ToolRoutes, split_by_pool
 from agentbus_redis.views.states import SESSION_STATES, session_state
 from agentbus_redis.workers.ingestion.ledger_cache import (
     MAX_SEEN_KEYS_PER_SESSION,
@@ -109,6 +111,9 @@ class _Batch:
     """(stream family, event type) → entries written."""
     agents: AgentBatch = field(default_factory=lambda: AgentBatch(None))
     """Sub-agents: child entries to relay to parents, parents whose children to cancel."""
+    tool_jobs: list[ToolJob] = field(default_factory=list)
+    approval_jobs: list[ApprovalContinuation] = field(default_factory=list)
+    """Jobs to write to their tools' pools once the batch is applied (:meth:`IngestionWorker._dispatch`)."""
 
 
 class IngestionWorker:
@@ -147,6 +152,8 @@ class IngestionWorker:
         self.cache = LedgerCache()
         self.agents: IngestionAgentHooks | None = None
         """Sub-agents (subagents): set by the runtime; None relays nothing."""
+        self.tool_routes: Callable[[], Awaitable[ToolRoutes]] | None = None
+        """Which pool runs each tool (the live tool catalog, tools/pools.py); None: every job to the default pool."""
 
     def _invalid_traceparent(self, _error: Exception) -> None:
         metrics.record_traceparent_invalid("ingestion")
@@ -229,6 +236,8 @@ class IngestionWorker:
                 log.warning("stuck_turn_ended", session_id=session, waiting_for=out.stuck_ended)
             if out.invalid is not None:
                 batch.poison[entry.entry_id] = Poison(out.invalid_reason, out.invalid)
+        if batch.tool_jobs or batch.approval_jobs:
+            await self._dispatch(batch)
         for session, dropped in batch.dropped:
             log.debug("ingress_dropped", session_id=session, reason=dropped.reason, detail=dropped.detail)
         self.dropped_total += len(batch.dropped)
@@ -353,13 +362,8 @@ class IngestionWorker:
                 batch.outputs.append(Output(log_stream, fields))
                 batch.outputs.append(Output(events_stream, fields, SESSION_EVENTS_MAXLEN))
                 batch.produced["log", entry.message.type] += 1
-        for job in out.tool_jobs:
-            batch.outputs.append(Output(self.topology.tool_jobs_for(session), entry_fields(job)))
-            batch.produced["tool_jobs", "tool_job"] += 1
-        for continuation in out.approval_jobs:  # signed: only ingestion may release a parked call (§H)
-            fields = signed_entry_fields(continuation, self.internal_key)
-            batch.outputs.append(Output(self.topology.tool_jobs_for(session), fields))
-            batch.produced["tool_jobs", continuation.type] += 1
+        batch.tool_jobs += out.tool_jobs
+        batch.approval_jobs += out.approval_jobs
         if out.closed_tool_use_ids:
             batch.closed.setdefault(session, []).extend(out.closed_tool_use_ids)
         if out.retracted_uuids:
@@ -367,6 +371,22 @@ class IngestionWorker:
         if out.interrupt_tools or out.interrupt_model:
             batch.interrupts[session] = self.now_ms()
         batch.dropped.extend((session, dropped) for dropped in out.dropped)
+
+    async def _dispatch(self, batch: _Batch) -> None:
+        """Write the batch's tool jobs to the job streams of their tools' pools: a reply's calls split by pool
+        (each pool's share in call order), a continuation (one pool's parked calls) whole and signed — only
+        ingestion may release a parked call (§H)."""
+        routes = ToolRoutes() if self.tool_routes is None else await self.tool_routes()
+        for job in batch.tool_jobs:
+            for pool, calls in split_by_pool(job.tool_uses, routes):
+                share = job if len(calls) == len(job.tool_uses) else job.model_copy(update={"tool_uses": calls})
+                batch.outputs.append(Output(self.topology.tool_jobs_for(job.session_id, pool), entry_fields(share)))
+                batch.produced["tool_jobs", "tool_job"] += 1
+        for continuation in batch.approval_jobs:
+            pool = routes.pool_of(continuation.tool_uses[0].name) if continuation.tool_uses else DEFAULT_POOL
+            fields = signed_entry_fields(continuation, self.internal_key)
+            batch.outputs.append(Output(self.topology.tool_jobs_for(continuation.session_id, pool), fields))
+            batch.produced["tool_jobs", continuation.type] += 1
 
     def _write_state(self, calls: KeyCalls, shard: int, batch: _Batch) -> None:
         """Queue the batch's state writes (after its log entries and tool jobs, before the XACK)."""

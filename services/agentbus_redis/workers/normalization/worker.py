@@ -42,10 +42,11 @@ from agentbus_redis.workers.log_batch import decode_log_batch
 
 log = structlog.get_logger(__name__)
 
-SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
+SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None, results_in_call_order=True)
 """The model worker sets ``thinking`` and fits it to the open turn (``build_model_params``, M1.6, API §1.10):
 the requests published here keep the open turn's signed thinking byte-identical, so a tool loop passes the
-previous reply's thinking back as the API requires when thinking is on."""
+previous reply's thinking back as the API requires when thinking is on. A reply's tool results go in the
+order of its calls (they may complete in any order, in several tool pools: tools/pools.py)."""
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ import structlog
 from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from agentbus_redis.agents.tool import AGENT_TOOL_NAME
 from agentbus_redis.config.settings import ToolSettings
-from agentbus_redis.observability.metrics import instrument_handler
+from agentbus_redis.observability.metrics import instrument_handler, set_tool_pool
 from agentbus_redis.permissions.decide import PermissionContext
 from agentbus_redis.runtime.codec import signed_entry_fields
 from agentbus_redis.runtime.consumer import BatchConsumer, BatchOutcome, Output, Poison
@@ -34,11 +34,13 @@ from agentbus_redis.subagents.permissions import SessionPermissions
 from agentbus_redis.subagents.send_message import SendMessageTool
 from agentbus_redis.subagents.setup import agent_setup
 from agentbus_redis.subagents.store import AgentStore
+from agentbus_redis.tools.tool import AnyTool
 from agentbus_redis.workers.process import WorkerContext
 from agentbus_redis.workers.tools.approvals import ApprovalGate
 from agentbus_redis.workers.tools.executor import ToolTimeouts
+from agentbus_redis.workers.tools.loading import ToolLoadError, load_tools
 from agentbus_redis.workers.tools.mcp import ConnectionPolicy, McpServers, read_mcp_configs
-from agentbus_redis.workers.tools.registry import ToolRegistry, default_registry
+from agentbus_redis.workers.tools.registry import DuplicateToolName, ToolRegistry, default_registry
 from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.worker import ToolWorker, abandoned_job_envelope
 from agentbus_redis.workers.tools.workspace import Workspace
@@ -73,7 +75,8 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
-        self.sandbox = sandbox_for(settings.tools)
+        # Bash is the one tool that runs commands: a pool without the built-ins needs (and checks) no sandbox.
+        self.sandbox = sandbox_for(settings.tools) if settings.tools.builtins else None
         self.proxy = self._network_proxy()
         self.workspaces = SessionWorkspaces(
             workspace_root,
@@ -91,14 +94,26 @@ class ToolRuntime:
             tool_names=lambda: _catalog_names(context, builtin),
             workspace_for=lambda session_id: str(self.workspaces.for_session(session_id)),
         )
+        loaded = load_tools(settings.tools.modules, entry_points=settings.tools.entry_points)
+        agent_tools: list[AnyTool] = [self.agent_tool, SendMessageTool(self.agent_tool)]
+        if not settings.tools.builtins:
+            agent_tools = []
         mcp = self.mcp
         self.session_tools = SessionTools(
             self.workspaces,
             sandbox=self.sandbox,
-            shared=[self.agent_tool, SendMessageTool(self.agent_tool)],
+            shared=[*agent_tools, *loaded],
+            builtins=settings.tools.builtins,
             sources=(lambda root: [mcp.source(root)]) if mcp is not None else None,
         )
-        self.registry = registry = self.session_tools.template()
+        try:
+            self.registry = registry = self.session_tools.template()
+        except DuplicateToolName as error:
+            raise ToolLoadError(f"tools: {error}") from error
+        if not registry.names and mcp is None:
+            raise ToolLoadError("tools: this worker would run no tool (built-ins off, no tool loaded, no MCP server)")
+        self.pool = settings.tools.pool
+        set_tool_pool(self.pool)
         self.approvals = ApprovalGate(
             context.redis,
             self.topology,
@@ -112,6 +127,7 @@ class ToolRuntime:
             self.topology,
             worker=context.owner,
             tools=registry.definitions(),
+            pool=self.pool,
             refresh_s=settings.tools.catalog_refresh_s,
             ttl_s=settings.tools.catalog_ttl_s,
         )
@@ -136,7 +152,7 @@ class ToolRuntime:
             BatchConsumer(
                 context.redis, stream=stream, group=TOOLS_GROUP, consumer=context.owner, handler=handler, config=config
             )
-            for stream in self.topology.tool_job_streams()
+            for stream in self.topology.tool_job_streams(self.pool)
         ]
         self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.worker.session_tools = self.session_tools
@@ -188,8 +204,8 @@ class ToolRuntime:
         """The allow-listing proxy of sandboxed commands, when the deployment allow-lists domains (its socket in
         a directory of the worker's own; the sandbox mounts it)."""
         network = self.context.settings.tools.sandbox_network
-        if not network.allowed_domains:
-            return None
+        if not network.allowed_domains or not self.context.settings.tools.builtins:
+            return None  # no domain allowed, or no Bash (a pool without the built-ins runs no command)
         if self.sandbox is None:
             log.warning("sandbox_network_ignored", detail="the sandbox is off: commands have the worker's network")
             return None
@@ -239,6 +255,9 @@ class ToolRuntime:
 
     async def _check_sandbox(self) -> None:
         """Refuse to start with a sandbox that does not work; say loudly when it is off."""
+        if not self.context.settings.tools.builtins:
+            self.sandbox_state = "not used: this worker runs no built-in tool (no Bash)"
+            return
         if self.sandbox is None:
             self.sandbox_state = SANDBOX_OFF_NOTE
             log.warning("sandbox_off", detail=SANDBOX_OFF_NOTE)

@@ -62,8 +62,11 @@ class ToolTimeouts:
     default_s: float | None = 900.0
     per_tool: Mapping[str, float | None] = field(default_factory=dict)
 
-    def for_tool(self, name: str) -> float | None:
-        return self.per_tool.get(name, self.default_s)
+    def for_tool(self, name: str, declared: float | None = None) -> float | None:
+        """The operator's limit for ``name``, else the tool's own (``Tool.timeout_s``), else the default."""
+        if name in self.per_tool:
+            return self.per_tool[name]
+        return declared if declared is not None else self.default_s
 
 
 @dataclass
@@ -251,7 +254,7 @@ class _Run:
 
     async def _run_call(self, call: _Call) -> None:
         name = call.tool.name if call.tool is not None else call.block.name
-        limit = self.timeouts.for_tool(name)
+        limit = self.timeouts.for_tool(name, None if call.tool is None else call.tool.timeout_s)
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:

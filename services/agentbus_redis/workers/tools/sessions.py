@@ -1,5 +1,6 @@
 """Each session's tools: the built-in tools confined to the session's workspace (Bash in the worker's
-sandbox), beside the tools every session shares (Agent, SendMessage). Registries are cheap and kept for the
+sandbox; none when the worker runs without built-ins), beside the tools every session shares (Agent,
+SendMessage, the tools the worker loaded). Registries are cheap and kept for the
 most recently used workspaces."""
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ class SessionTools:
         *,
         sandbox: Sandbox | None,
         shared: Sequence[AnyTool] = (),
+        builtins: bool = True,
         kept: int = REGISTRIES_KEPT,
         sources: Callable[[Path], Sequence[ToolSource]] | None = None,
     ) -> None:
         self.workspaces = workspaces
         self.sandbox = sandbox
         self.shared = list(shared)
+        self.builtins = builtins
         self.kept = kept
         self.sources = sources
         """The tools that come and go (MCP servers'), as a session workspace sees them."""
@@ -56,4 +59,5 @@ class SessionTools:
 
     def _registry(self, workspace: Workspace) -> ToolRegistry:
         sources = self.sources(workspace.root) if self.sources is not None else ()
-        return ToolRegistry([*builtin_tools(workspace, self.sandbox), *self.shared], sources)
+        builtins = builtin_tools(workspace, self.sandbox) if self.builtins else ()
+        return ToolRegistry([*builtins, *self.shared], sources)
