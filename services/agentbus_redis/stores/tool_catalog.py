@@ -44,6 +44,8 @@ log = get_logger(__name__)
 DEFAULT_REFRESH_S = 10.0
 DEFAULT_TTL_S = 30.0
 PUBLISH_RETRY_MAX_S = 1.0
+READ_MAX_AGE_S = 1.0
+"""How old a worker's read of the catalog may be (:func:`catalog_reader`)."""
 """A publisher whose refresh failed (Redis away) tries again at least this often: its entry is back within about
 a second of Redis (readers hold what they saw live for a refresh interval plus this, :class:`ToolCatalogCache`)."""
 
@@ -217,6 +219,16 @@ class ToolCatalogCache:
 
     async def routes(self) -> ToolRoutes:
         return (await self._fresh()).routes()
+
+
+def catalog_reader(redis: aioredis.Redis, topology: Topology, *, refresh_s: float) -> ToolCatalogCache:
+    """The cache a worker reads the catalog through (the model worker's tools, ingestion's routes): read at most
+    once a second — the catalog changes when tool workers come and go, not per request — and holding what was
+    live while its worker writes it again after a Redis outage: a refresh interval (``refresh_s``, the
+    deployment's ``catalog_refresh_s``), the publisher's retry and the cache's own age."""
+    return ToolCatalogCache(
+        redis, topology, max_age_s=READ_MAX_AGE_S, hold_s=refresh_s + PUBLISH_RETRY_MAX_S + READ_MAX_AGE_S
+    )
 
 
 class ToolCatalogPublisher(PeriodicTask):

@@ -16,7 +16,7 @@ from agentbus_redis.runtime.codec import signed_entry_fields
 from agentbus_redis.runtime.consumer import BatchConsumer
 from agentbus_redis.runtime.lane_worker import LaneWorker
 from agentbus_redis.runtime.redis_client import TRANSIENT_ERRORS
-from agentbus_redis.stores.tool_catalog import ToolCatalogCache
+from agentbus_redis.stores.tool_catalog import catalog_reader
 from agentbus_redis.streams.topology import INGESTION_GROUP
 from agentbus_redis.subagents.ingestion_hooks import IngestionAgentHooks
 from agentbus_redis.subagents.relay import ChildRelay
@@ -48,7 +48,8 @@ class IngestionRuntime:
         self.relay = ChildRelay(context.redis, self.topology, internal_key=self.worker.internal_key)
         self.hooks = self.worker.agents = IngestionAgentHooks(self.relay)
         # Each call goes to a pool whose workers have its tool, as the live catalog says (tools/pools.py).
-        self.worker.tool_routes = ToolCatalogCache(context.redis, self.topology).routes
+        refresh_s = context.settings.tools.catalog_refresh_s
+        self.worker.tool_routes = catalog_reader(context.redis, self.topology, refresh_s=refresh_s).routes
         self._sweeps = 0
         self.lanes = LaneWorker(
             context.redis,

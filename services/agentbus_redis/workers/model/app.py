@@ -20,14 +20,13 @@ from agentbus_redis.runtime.lane_worker import ensure_groups
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.stores.price_table import load_price_table
 from agentbus_redis.stores.token_bucket import TokenBucket
-from agentbus_redis.stores.tool_catalog import PUBLISH_RETRY_MAX_S, ToolCatalogCache
+from agentbus_redis.stores.tool_catalog import catalog_reader
 from agentbus_redis.streams.topology import MODEL_GROUP
 from agentbus_redis.tools.definitions import ToolDefinition
 from agentbus_redis.workers.model.api_key import require_api_key
 from agentbus_redis.workers.model.worker import ModelWorker
 from agentbus_redis.workers.process import WorkerContext
 
-CATALOG_MAX_AGE_S = 1.0
 SHUTDOWN_GRACE_S = 30.0
 """How long a stopping worker lets its calls finish; the rest are cancelled and their notices redelivered."""
 
@@ -67,11 +66,7 @@ class ModelRuntime:
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         keepalive_s = max(min(claim_idle_ms, settings.model.session_lease_ms) / 3000, 0.05)
         self.client = model_client(settings)
-        # Read at most once a second: the catalog changes when tool workers come and go, not per request. What
-        # was live is held while its worker writes it again after a Redis outage: a refresh interval, the
-        # publisher's retry and this cache's own age.
-        hold_s = settings.tools.catalog_refresh_s + PUBLISH_RETRY_MAX_S + CATALOG_MAX_AGE_S
-        self.catalog = ToolCatalogCache(context.redis, self.topology, max_age_s=CATALOG_MAX_AGE_S, hold_s=hold_s)
+        self.catalog = catalog_reader(context.redis, self.topology, refresh_s=settings.tools.catalog_refresh_s)
         self.worker = ModelWorker(
             context.redis,
             self.topology,
