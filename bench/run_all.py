@@ -66,7 +66,7 @@ def run(command: list[str]) -> str:
     done = subprocess.run(command, cwd=BENCH.parent, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
-        msg = f"{command[2]} failed with exit code {done.returncode}"
+        msg = f"{command[1]} failed with exit code {done.returncode}"
         raise RuntimeError(msg)
     return done.stdout
 
