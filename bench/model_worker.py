@@ -316,6 +316,9 @@ async def run(args: argparse.Namespace) -> None:
     print(f"TTFT p90   SDK {sdk_p90:7.2f} ms   bus {bus_p90:7.2f} ms   added {bus_p90 - sdk_p90:+6.2f} ms")
     print(f"CPU/event  SDK {sdk_us:7.1f} µs   worker {bus_us:7.1f} µs   ratio {bus_us / sdk_us:5.2f}")
     print(f"goal: added TTFT p50 <= 2 ms: {'met' if added <= 2 else 'NOT met'}")
+    if args.json:
+        figures = {"sdk_p50_ms": sdk_p50, "bus_p50_ms": bus_p50, "added_p50_ms": added, "sdk_us": sdk_us}
+        Path(args.json).write_text(orjson.dumps({**figures, "worker_us": bus_us, "calls": args.calls}).decode())
     if marks is not None:
         print("\nwhere a bus call's TTFT goes (the probes add a few µs a step):")
         print("\n".join(breakdown(marks, walls, sdk_headers)))
@@ -328,6 +331,7 @@ def main() -> None:
     parser.add_argument("--chars", type=int, default=2000)
     parser.add_argument("--chunk", type=int, default=16)
     parser.add_argument("--breakdown", action="store_true", help="time each step of a bus call (probed worker)")
+    parser.add_argument("--json", help="also write the figures to this file (bench/run_all.py)")
     asyncio.run(run(parser.parse_args()))
 
 
