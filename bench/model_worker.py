@@ -20,6 +20,12 @@ characters in deltas of ``--chunk`` characters (``chars / chunk + 6`` events).
 - Baseline and bus calls alternate, so both see the same load on the machine.
 
 The goal: added TTFT (bus p50 − SDK p50) ≤ 2 ms.
+
+``--breakdown`` (issue 31) runs the worker with timing probes (``bench/probed_worker.py``) and prints where a
+bus call's TTFT goes, step by step (p50 and p90 of each step's wall time, p50 of the worker's CPU time in it):
+the notice read, the slot, the lease and session state, the request build, the bucket and the call's setup,
+the HTTP request until its headers, the first event, the first write, and the reader's wake-up; beside the
+SDK's own split of its TTFT (headers, first event) from the same fake server.
 """
 
 from __future__ import annotations
@@ -77,11 +83,14 @@ def start_fake(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError(f"fake-model did not start: {log.read_text()}")
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str], log: Path, marks: Path | None = None) -> subprocess.Popen[bytes]:
     port = free_port()
+    entry = ["-m", "agentbus_redis.cli.main"]
+    if marks is not None:
+        entry = [str(Path(__file__).with_name("probed_worker.py")), str(marks)]
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "agentbus_redis.cli.main", "worker", "model", "--port", str(port)],
+            [sys.executable, *entry, "worker", "model", "--port", str(port)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -106,13 +115,16 @@ def reply_step(chars: int, chunk: int) -> dict[str, Any]:
     return {"kind": "reply", "content": content, "stop_reason": "end_turn", "chunk_chars": chunk}
 
 
-async def sdk_call(client: AsyncAnthropic) -> tuple[float, int, float]:
-    """(TTFT s, events, CPU s of consuming them) of one direct streaming call."""
+async def sdk_call(client: AsyncAnthropic, headers_s: list[float] | None = None) -> tuple[float, int, float]:
+    """(TTFT s, events, CPU s of consuming them) of one direct streaming call; the time to the response's
+    headers is appended to ``headers_s``."""
     cpu0 = time.process_time()
     started = time.perf_counter()
     stream = await client.messages.create(
         model=MODEL, max_tokens=1024, messages=[{"role": "user", "content": "hi"}], stream=True
     )
+    if headers_s is not None:
+        headers_s.append(time.perf_counter() - started)
     ttft = 0.0
     events = 0
     async for _ in stream:
@@ -122,8 +134,11 @@ async def sdk_call(client: AsyncAnthropic) -> tuple[float, int, float]:
     return ttft, events, time.process_time() - cpu0
 
 
-async def bus_call(redis: aioredis.Redis, topology: Topology) -> tuple[float, str]:
-    """TTFT through the bus of one call for a fresh session: notice XADD → first stream_event in ingress."""
+async def bus_call(
+    redis: aioredis.Redis, topology: Topology, walls: dict[str, tuple[float, float]] | None = None
+) -> tuple[float, str]:
+    """TTFT through the bus of one call for a fresh session: notice XADD → first stream_event in ingress
+    (``walls``: the session's wall-clock start and end, for the breakdown)."""
     session = f"bench-{uuid.uuid4().hex[:12]}"
     request = {"messages": [{"role": "user", "content": "hi"}]}
     await redis.set(topology.request(session), orjson.dumps({"session_id": session, "seq": 1, "request": request}))
@@ -131,6 +146,7 @@ async def bus_call(redis: aioredis.Redis, topology: Topology) -> tuple[float, st
     ingress = topology.ingress_for(session)
     last: Any = await redis.xrevrange(ingress, count=1)
     cursor = last[0][0] if last else b"0-0"
+    wall = time.time()
     started = time.perf_counter()
     await redis.xadd(topology.requests_for(session), entry_fields(notice))  # type: ignore[arg-type]
     while True:
@@ -141,7 +157,10 @@ async def bus_call(redis: aioredis.Redis, topology: Topology) -> tuple[float, st
             for entry_id, fields in entries:
                 cursor = entry_id
                 if orjson.loads(fields[b"data"]).get("session_id") == session:
-                    return time.perf_counter() - started, session
+                    ttft = time.perf_counter() - started
+                    if walls is not None:
+                        walls[session] = (wall, wall + ttft)
+                    return ttft, session
 
 
 async def wait_answered(redis: aioredis.Redis, topology: Topology, sessions: list[str]) -> None:
@@ -154,6 +173,73 @@ async def wait_answered(redis: aioredis.Redis, topology: Topology, sessions: lis
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{session} not answered")
             await asyncio.sleep(0.005)
+
+
+STEPS = [
+    ("handler", "notice read (XADD → the worker's handler)"),
+    ("job", "slot: the call's task runs"),
+    ("state", "lease + session state (1 round trip)"),
+    ("built", "request build (catalog, config, params)"),
+    ("sent", "token bucket + call setup"),
+    ("headers", "HTTP request → response headers"),
+    ("event", "first event parsed"),
+    ("write", "first write queued → sent"),
+    ("seen", "first write → the reader has it"),
+]
+
+
+def breakdown(marks_file: Path, walls: dict[str, tuple[float, float]], sdk_headers: list[float]) -> list[str]:
+    """Per step of a bus call (``STEPS``): p50/p90 wall ms and p50 worker CPU ms, from the probes' marks."""
+    marks: dict[str, dict[str, tuple[float, float]]] = {}
+    handler_times: list[tuple[float, float]] = []
+    pauses: list[tuple[float, float]] = []
+    parsed: dict[str, int] = {}
+    for line in marks_file.read_text().splitlines():
+        stamp, name, session, value = line.split()
+        if name == "gc":
+            pauses.append((float(stamp), float(value)))
+        elif name == "parsed":
+            parsed[session] = int(value)
+        elif name == "handler":
+            handler_times.append((float(stamp), float(value)))
+        else:
+            marks.setdefault(session, {}).setdefault(name, (float(stamp), float(value)))
+    walls_ms: dict[str, list[float]] = {name: [] for name, _ in STEPS}
+    cpu_ms: dict[str, list[float]] = {name: [] for name, _ in STEPS}
+    for session, (start, seen) in walls.items():
+        own = marks.get(session)
+        if own is None or "job" not in own or "written" not in own:
+            continue
+        own["handler"] = max((h for h in handler_times if h[0] <= own["job"][0]), default=(start, 0.0))
+        previous: float = start
+        previous_cpu: float | None = None
+        for name, _ in STEPS:
+            at, cpu = (seen, None) if name == "seen" else own[name]
+            walls_ms[name].append((at - previous) * 1000)
+            if cpu is not None and previous_cpu is not None:
+                cpu_ms[name].append((cpu - previous_cpu) * 1000)
+            previous, previous_cpu = at, cpu
+    lines = [f"{'step':46} {'p50 ms':>7} {'p90 ms':>7} {'CPU p50':>8}"]
+    for name, label in STEPS:
+        values = walls_ms[name]
+        if not values:
+            continue
+        cpu_text = f"{statistics.median(cpu_ms[name]):8.2f}" if cpu_ms[name] else f"{'':>8}"
+        lines.append(f"{label:46} {statistics.median(values):7.2f} {p(values, 0.9):7.2f} {cpu_text}")
+    lines.append(f"{'SDK alone: HTTP request → response headers':46} {statistics.median(sdk_headers) * 1000:7.2f}")
+    before_write = [parsed[session] for session in walls if session in parsed]
+    if before_write:
+        lines.append(
+            f"events parsed before the first write went out: p50 {statistics.median(before_write):.0f}, "
+            f"p90 {p([float(n) for n in before_write], 0.9):.0f}, max {max(before_write)}"
+        )
+    first = min(start for start, _ in walls.values())
+    measured = [pause for at, pause in pauses if at >= first]
+    if measured:
+        lines.append(
+            f"GC pauses over 1 ms in the worker while measured: {len(measured)}, longest {max(measured):.1f} ms"
+        )
+    return lines
 
 
 def p(values: list[float], q: float) -> float:
@@ -177,7 +263,10 @@ async def run(args: argparse.Namespace) -> None:
         "AGENTBUS_RETENTION__ENABLED": "false",
         "LOG_LEVEL": "WARNING",
     }
-    worker = start_worker(env, root / "worker.log")
+    marks = root / "marks.txt" if args.breakdown else None
+    worker = start_worker(env, root / "worker.log", marks)
+    walls: dict[str, tuple[float, float]] = {}
+    sdk_headers: list[float] = []
     redis = aioredis.Redis.from_url(redis_server.url)
     topology = Topology(StreamNames(prefix="agentbus:", shards=SHARDS))
     client = AsyncAnthropic(api_key="bench", base_url=base_url, max_retries=0)
@@ -195,11 +284,11 @@ async def run(args: argparse.Namespace) -> None:
         sessions: list[str] = []
         worker_cpu0 = cpu_seconds(worker.pid)
         for _ in range(args.calls):
-            ttft, events, cpu = await sdk_call(client)
+            ttft, events, cpu = await sdk_call(client, sdk_headers)
             sdk_ttft.append(ttft)
             sdk_cpu += cpu
             sdk_events += events
-            ttft, session = await bus_call(redis, topology)
+            ttft, session = await bus_call(redis, topology, walls)
             bus_ttft.append(ttft)
             sessions.append(session)
             await wait_answered(redis, topology, [session])
@@ -227,6 +316,12 @@ async def run(args: argparse.Namespace) -> None:
     print(f"TTFT p90   SDK {sdk_p90:7.2f} ms   bus {bus_p90:7.2f} ms   added {bus_p90 - sdk_p90:+6.2f} ms")
     print(f"CPU/event  SDK {sdk_us:7.1f} µs   worker {bus_us:7.1f} µs   ratio {bus_us / sdk_us:5.2f}")
     print(f"goal: added TTFT p50 <= 2 ms: {'met' if added <= 2 else 'NOT met'}")
+    if args.json:
+        figures = {"sdk_p50_ms": sdk_p50, "bus_p50_ms": bus_p50, "added_p50_ms": added, "sdk_us": sdk_us}
+        Path(args.json).write_text(orjson.dumps({**figures, "worker_us": bus_us, "calls": args.calls}).decode())
+    if marks is not None:
+        print("\nwhere a bus call's TTFT goes (the probes add a few µs a step):")
+        print("\n".join(breakdown(marks, walls, sdk_headers)))
 
 
 def main() -> None:
@@ -235,6 +330,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--chars", type=int, default=2000)
     parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--breakdown", action="store_true", help="time each step of a bus call (probed worker)")
+    parser.add_argument("--json", help="also write the figures to this file (bench/run_all.py)")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -342,6 +342,7 @@ class ModelCall:
                         publisher.record(self._inflight(request_id, "streaming"))
                     self._publish_event(request_id, index, event, progress, max_tokens if index == 0 else None)
                     index += 1
+                    await publisher.send_started()
         except (asyncio.CancelledError, SessionLeaseLost, PublishFailed):
             # An interrupt (M2.9), the session's lease lost, or a write that never landed: close the connection
             # now; what was published stays (R10.1; the lease's next holder tombstones it and calls again).

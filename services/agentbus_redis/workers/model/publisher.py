@@ -98,6 +98,7 @@ class SessionPublisher:
         self._writer: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._record: bytes | None = None
+        self._unsent = False
         self.published = 0
 
     def fresh(self) -> SessionPublisher:
@@ -154,6 +155,16 @@ class SessionPublisher:
         self._pending.append(fields)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_pending())
+            self._unsent = True
+
+    async def send_started(self) -> None:
+        """Let a write just started go out now. The stream's reader calls this after each event: the SDK parses
+        the events already received without giving the event loop a turn, so a write task started at the first
+        event of a burst would otherwise wait behind the whole burst (tens of ms of parsing: TTFT, issue 31).
+        One turn per write started, not per event."""
+        if self._unsent:
+            self._unsent = False
+            await asyncio.sleep(0)
 
     def stream_event_fields(
         self,
