@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -39,7 +40,7 @@ from agentbus_redis.workers.process import WorkerContext
 from agentbus_redis.workers.tools.approvals import ApprovalGate
 from agentbus_redis.workers.tools.executor import ToolTimeouts
 from agentbus_redis.workers.tools.loading import ToolLoadError, load_tools
-from agentbus_redis.workers.tools.mcp import ConnectionPolicy, McpServers, read_mcp_configs
+from agentbus_redis.workers.tools.mcp.config_files import read_mcp_configs
 from agentbus_redis.workers.tools.registry import DuplicateToolName, ToolRegistry, default_registry
 from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.worker import ToolWorker, abandoned_job_envelope
@@ -51,6 +52,10 @@ SANDBOX_OFF_NOTE = (
     "OFF (AGENTBUS_TOOLS__SANDBOX=off): Bash runs unsandboxed with the worker's rights, environment (its Redis "
     "credentials and internal key) and network"
 )
+
+if TYPE_CHECKING:
+    from agentbus_redis.workers.tools.mcp.servers import McpServers
+
 log = structlog.get_logger(__name__)
 
 
@@ -369,6 +374,9 @@ def mcp_servers(settings: ToolSettings, root: Path, *, on_change: Callable[[], N
     servers = read_mcp_configs(settings.mcp_config)
     if not servers:
         return None
+    from agentbus_redis.workers.tools.mcp.connection import ConnectionPolicy  # the mcp SDK: only when configured
+    from agentbus_redis.workers.tools.mcp.servers import McpServers
+
     policy = ConnectionPolicy(
         connect_timeout_s=settings.mcp_connect_timeout_s,
         ping_interval_s=settings.mcp_ping_interval_s,
