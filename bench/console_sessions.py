@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import socket
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agentbus_redis.bus.ledger import LedgerState, PendingToolUse
 from agentbus_redis.config.settings import Settings
 from agentbus_redis.console.app import build_console
-from agentbus_redis.local.redis_server import start_local_redis
+from agentbus_redis.local.redis_server import free_port, start_local_redis
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.views.states import SESSION_FILTERS, session_state
 from agentbus_redis.workers.ingestion.ledger_cache import dump_state
@@ -85,13 +84,8 @@ async def clean(url: str, prefix: str) -> None:
     await redis.aclose()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def serve(settings: Settings, port: int) -> uvicorn.Server:
+    """The console app on ``port`` in a thread of this process, once it answers (both console benches)."""
     server = uvicorn.Server(
         uvicorn.Config(build_console(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )

@@ -16,49 +16,27 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import httpx
 import redis.asyncio as aioredis
-import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agentbus_redis.bus.live_reply import LiveDelta
 from agentbus_redis.config.settings import Settings
-from agentbus_redis.console.app import build_console
-from agentbus_redis.local.redis_server import start_local_redis
+from agentbus_redis.local.redis_server import free_port, start_local_redis
 from agentbus_redis.runtime.codec import entry_fields
 from agentbus_redis.streams.topology import Topology
+from bench.console_sessions import serve
 
 TOKEN = "bench-console-token"
 SESSION = "bench-stream-delay"
 TARGET_MS = 100.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def serve(settings: Settings, port: int) -> uvicorn.Server:
-    server = uvicorn.Server(
-        uvicorn.Config(build_console(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the console did not start")
-        time.sleep(0.05)
-    return server
 
 
 async def measure(url: str, topology: Topology, port: int, deltas: int, gap_ms: float) -> list[float]:
