@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 import urllib.error
 import urllib.request
@@ -129,6 +130,9 @@ async def ready(cluster: WorkerCluster) -> None:
     """Every live worker answers /readyz, two of each kind (the replacements of the killed ones included)."""
 
     async def all_ready() -> bool:
+        died = [w for w in cluster.workers if w.process.poll() not in (None, -signal.SIGKILL)]
+        if died:  # not one the test killed: it will not come back, say why at once
+            raise RuntimeError("\n".join(f"{w.name} exited: {w.log_path.read_text()[-2000:]}" for w in died))
         for worker in [w for w in cluster.workers if w.process.poll() is None]:
             try:
                 url = f"http://127.0.0.1:{worker.port}/readyz"

@@ -227,12 +227,16 @@ class LocalRedisCluster:
             node.stop()
 
 
+CLUSTER_BUS_PORT_OFFSET = 10_000
+"""A cluster node's bus port is its port plus this (Redis's default)."""
+
+
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports whose cluster bus ports (port + 10000) are valid too."""
+    """``count`` distinct free ports whose cluster bus ports (port + 10000) are free too."""
     ports: list[int] = []
     while len(ports) < count:
-        port = free_port()
-        if port + 10000 <= 65535 and port not in ports:
+        port = free_port(headroom=CLUSTER_BUS_PORT_OFFSET)
+        if port not in ports:
             ports.append(port)
     return ports
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import redis
 import redis.asyncio as aioredis
@@ -42,12 +44,52 @@ def is_reachable(url: str, *, timeout_s: float = 0.5) -> bool:
         client.close()
 
 
-def free_port() -> int:
-    """Ask the kernel for a free TCP port on the loopback interface."""
+LOWEST_LISTEN_PORT: Final = 10_000
+"""Where :func:`free_port` starts looking (below it live the well-known and registered services)."""
+
+FREE_PORT_TRIES: Final = 200
+
+
+def ephemeral_port_floor() -> int:
+    """The first port of the kernel's ephemeral range (``ip_local_port_range``; Linux's default 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def free_port(*, headroom: int = 0) -> int:
+    """A TCP port on the loopback interface that nothing listens on now, for a server about to bind it.
+
+    Chosen at random *below* the kernel's ephemeral range, not by binding port 0: the kernel hands ports
+    of that range to every outgoing connection, so a port it picked could be taken as the local end of
+    some client connection between this call and the server's bind (the full suite, with a few hundred
+    processes connecting, saw a worker's replacement die on ``address already in use``). Two callers may
+    still pick the same port at the same moment: callers that can, bind first and hand the socket down
+    (``WorkerCluster``, ``agentbus up``); ``redis-server`` cannot, so :func:`start_local_redis` retries.
+    ``headroom``: the port plus it must be below the ephemeral range too (a cluster node's bus port).
+    """
+    ceiling = ephemeral_port_floor() - headroom
+    if ceiling <= LOWEST_LISTEN_PORT:  # an unusual ip_local_port_range: let the kernel choose
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            chosen: int = sock.getsockname()[1]
+            return chosen
+    for _ in range(FREE_PORT_TRIES):
+        port = random.randrange(LOWEST_LISTEN_PORT, ceiling)
+        if all(_bindable(candidate) for candidate in (port, port + headroom)):
+            return port
+    msg = f"no free port between {LOWEST_LISTEN_PORT} and {ceiling} after {FREE_PORT_TRIES} tries"
+    raise RedisServerUnavailable(msg)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass
@@ -130,6 +172,13 @@ class LocalRedis:
     def log_path(self) -> Path:
         return self.directory / "redis.log"
 
+    def lost_its_port(self) -> bool:
+        """The server exited because its port was taken (its log says so)."""
+        try:
+            return "Address already in use" in self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
     def stop(self, *, kill: bool = False) -> None:
         stop_process(self.process, kill=kill)
 
@@ -184,10 +233,21 @@ def start_local_redis(
 ) -> LocalRedis:
     """Start a private Redis on a free port in ``directory`` (a fresh temp dir by default)."""
     root = directory if directory is not None else Path(tempfile.mkdtemp(prefix="agentbus-redis-"))
-    server = LocalRedis(
-        port=port or free_port(), directory=root, appendonly=appendonly, die_with_parent=die_with_parent
-    )
-    return server.start()
+    for attempt in range(1, PORT_RACE_RETRIES + 1):
+        server = LocalRedis(
+            port=port or free_port(), directory=root, appendonly=appendonly, die_with_parent=die_with_parent
+        )
+        try:
+            return server.start()
+        except RedisServerUnavailable:
+            # A port we chose can be taken by another process between the choice and redis-server's bind
+            # (it cannot be handed a bound socket): choose again. A port the caller named is theirs to fix.
+            if port is not None or attempt == PORT_RACE_RETRIES or not server.lost_its_port():
+                raise
+    raise AssertionError("unreachable")
+
+
+PORT_RACE_RETRIES: Final = 5
 
 
 KEEPER_POLL_INTERVAL_S = 0.2
