@@ -9,7 +9,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,9 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentbus_redis.local.redis_server import free_port
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.streams.names import StreamNames
+from agentbus_redis.workers.registry import bind_http_port
+from tests.integration.forked import ForkedProcess, start_command
 
 TEST_SHARDS = 4
 TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]
@@ -28,7 +28,7 @@ TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash
 @dataclass
 class Worker:
     name: str
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     port: int
     log_path: Path
 
@@ -93,14 +93,13 @@ class WorkerCluster:
         self.workspace.mkdir(parents=True, exist_ok=True)
         started = []
         for _ in range(count):
-            port = free_port()
-            log_path = self.root / f"{name}-{port}.log"
-            with log_path.open("wb") as log:
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "agentbus_redis.cli.main", "worker", name, "--port", str(port), *args],
-                    env={**self.env(), **(env or {})},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
+            # Bound here and handed down (as `agentbus up` does): a port chosen now and bound by the child later
+            # can be taken in between, and the child then dies on start.
+            with bind_http_port("127.0.0.1", 0) as listener:
+                port = listener.getsockname()[1]
+                log_path = self.root / f"{name}-{port}.log"
+                process = start_command(
+                    ["worker", name, *args], env={**self.env(), **(env or {})}, log_path=log_path, listener=listener
                 )
             worker = Worker(name, process, port, log_path)
             self.workers.append(worker)

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,11 +12,12 @@ from typing import Any
 
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.workers.model.fake_server import FakeModelAdmin
+from tests.integration.forked import ForkedProcess, start_command
 
 
 @dataclass
 class FakeModelProcess:
-    process: subprocess.Popen[bytes]
+    process: ForkedProcess
     base_url: str
 
     @property
@@ -41,12 +42,7 @@ class FakeModelProcess:
 
 def start_fake_model(log_path: Path, *, script: str = "echo", timeout_s: float = 30.0) -> FakeModelProcess:
     """Start ``agentbus fake-model`` (its output to ``log_path``) and wait for the URL it prints."""
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "agentbus_redis.cli.main", "fake-model", "--port", "0", "--script", script],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    process = start_command(["fake-model", "--port", "0", "--script", script], env=os.environ, log_path=log_path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace")
