@@ -57,7 +57,7 @@ async def measure(calls: int) -> None:
             os.chown(root, *sandbox.owner)
         proxy = DomainProxy(NetworkPolicy.build(["pypi.org"]), Path(directory) / "proxy" / "proxy.sock")
         await proxy.start()
-        bridged_sandbox = sandbox.with_proxy(proxy.socket_path)
+        bridged_sandbox = sandbox.with_proxy(proxy)
         workspace = Workspace.at(root)
         tools = {
             "unsandboxed": BashTool(workspace),

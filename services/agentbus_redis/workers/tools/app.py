@@ -161,6 +161,8 @@ class ToolRuntime:
         ]
         self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.worker.session_tools = self.session_tools
+        if self.proxy is not None:  # each session may narrow the deployment's list (its config, read per job)
+            self.worker.sandbox_network = self.proxy.policy
         self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
             BatchConsumer(
@@ -215,7 +217,7 @@ class ToolRuntime:
             log.warning("sandbox_network_ignored", detail="the sandbox is off: commands have the worker's network")
             return None
         proxy = DomainProxy(network.policy(), Path(tempfile.mkdtemp(prefix="agentbus-proxy-")) / "proxy.sock")
-        self.sandbox = self.sandbox.with_proxy(proxy.socket_path, network.bridge_python)
+        self.sandbox = self.sandbox.with_proxy(proxy, network.bridge_python)
         return proxy
 
     async def _on_interrupt(self, session_id: str) -> None:
