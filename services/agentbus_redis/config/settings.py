@@ -179,6 +179,17 @@ class ToolSettings(BaseModel):
     mcp_session_idle_s: float = Field(
         600.0, gt=0, description="a per-session MCP server connection unused for this long is closed"
     )
+    mcp_sandbox: bool = Field(
+        False,
+        description="run every stdio MCP server under the sandbox Bash runs in (no network, no worker secret, its "
+        'workspace only) unless its .mcp.json entry says "agentbus": {"sandbox": false}; off: only the servers '
+        "whose entry asks for it",
+    )
+    mcp_sandbox_read_only_paths: list[str] = Field(
+        default_factory=list,
+        description="absolute paths mounted read-only for every sandboxed MCP server besides the system (a "
+        "virtualenv, an interpreter's prefix); never the tools root or a directory holding it",
+    )
     pool: str = Field(
         DEFAULT_POOL,
         description="the pool this tool worker serves: it reads only the pool's job streams, and calls of its "
@@ -198,6 +209,13 @@ class ToolSettings(BaseModel):
     catalog_ttl_s: float = Field(
         30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
     )
+
+    @field_validator("mcp_sandbox_read_only_paths")
+    @classmethod
+    def _absolute_paths(cls, paths: list[str]) -> list[str]:
+        if bad := [path for path in paths if not path.startswith("/")]:
+            raise ValueError(f"must be absolute paths: {', '.join(map(repr, bad))}")
+        return paths
 
     @field_validator("sandbox_env_allow")
     @classmethod

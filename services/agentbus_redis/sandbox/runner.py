@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from agentbus_redis.confinement.bubblewrap import (
     bubblewrap_argv,
 )
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, sandbox_environment
-from agentbus_redis.confinement.limits import SETUP_FAILED_EXIT, SandboxLimits
+from agentbus_redis.confinement.limits import SETUP_FAILED_EXIT, SandboxLimits, closing_descriptors_argv
 from agentbus_redis.confinement.network import NetworkPolicy, proxy_environment
 from agentbus_redis.sandbox.proxy import DomainProxy
 
@@ -123,6 +124,21 @@ class Sandbox:
             network=self.network,
         )
         return bubblewrap_argv(plan, shell, command)
+
+    def program_argv(
+        self, workspace: Path, argv: Sequence[str], *, shell: str = "/bin/bash", unset: Sequence[str] = ()
+    ) -> list[str]:
+        """``argv`` — a long-lived program such as a stdio MCP server, talking over its stdin and stdout — run in
+        this sandbox on ``workspace`` as a command is (same mounts, namespaces, limits and network), with nothing
+        but stdio open and the names ``unset`` removed from the environment it is started with (what a
+        launcher adds to the one it is given)."""
+        steps = [f"unset {' '.join(shlex.quote(name) for name in unset)}"] if unset else []
+        command = "; ".join([*steps, f"exec {shlex.join(argv)}"])
+        return closing_descriptors_argv(shell, self.argv(workspace, shell, command))
+
+    def with_read_only(self, paths: Sequence[str]) -> Sandbox:
+        """This sandbox with ``paths`` mounted read-only besides the system (a program's own installation)."""
+        return replace(self, system_paths=tuple(dict.fromkeys((*self.system_paths, *paths))))
 
     def with_proxy(self, proxy: DomainProxy, python: str | None = None) -> Sandbox:
         """This sandbox with a way out through ``proxy``; the bridge runs on ``python`` (None: the first of
