@@ -17,6 +17,7 @@ import ipaddress
 import json
 import socket
 import sys
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from agentbus_redis.sandbox.workspaces import SERVERS_DIR
 from agentbus_redis.stores.tool_catalog import read_catalog_snapshot
 from agentbus_redis.tools.catalog import McpServerStatus
 from agentbus_redis.workers.tools.app import server_sandboxes
+from tests.cli.process import agentbus, cli_env
 from tests.compat.npm_clients import MCP_SERVER_EVERYTHING, NpmUnreachable, ensure_installed, install_dir
 from tests.integration.cluster import TEST_ALLOW_RULES, WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
@@ -181,6 +183,14 @@ async def test_servers_others_wrote_start_list_and_answer_sandboxed(
 ) -> None:
     servers = await _all_connected(deployment)
     assert {name for name, server in servers.items() if server.sandboxed} == set(SERVERS) - {"bare"}
+    shown = agentbus("tools", "ls", cwd=deployment.root, env=cli_env(deployment.redis_url))
+    assert shown.code == 0, shown.stderr
+    for line in ("time [sandboxed]", "everything [required] [sandboxed]", "session_probe [per-session] [sandboxed]"):
+        assert line in shown.stdout, shown.stdout
+    assert "bare [sandboxed]" not in shown.stdout
+    with urllib.request.urlopen(f"http://127.0.0.1:{deployment.of('tools')[0].port}/readyz", timeout=10) as answer:
+        sandbox = json.loads(answer.read())["checks"]["sandbox"]
+    assert "MCP servers sandboxed: everything, netprobe, probe, session_probe, time" in sandbox["detail"], sandbox
     history = await _turn(
         deployment,
         fake,
