@@ -180,7 +180,7 @@ class ToolRuntime:
         ]
         self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.worker.session_tools = self.session_tools
-        if self.proxy is not None:  # each session may narrow the deployment's list (its config, read per job)
+        if self.proxy is not None and settings.tools.builtins:  # a session may narrow its Bash's list (per job)
             self.worker.sandbox_network = self.proxy.policy
         self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
