@@ -8,7 +8,9 @@ Measured per call: from the tool's ``call`` until its result (spawn, the command
 process reaped). Unsandboxed: ``bash -c`` behind the descriptor-closing exec. Sandboxed: the worker's
 sandbox as this process would build it (as root: bwrap as root, ``setpriv`` to nobody, ``unshare --user``,
 the limits set, then the command). Bridged: the same sandbox when the deployment allow-lists a domain (the
-bridge to the worker's proxy started before the command; the commands here make no request). The figure is
+bridge to the worker's proxy started before the command; the commands here make no request). Narrowed: bridged
+for a session whose own allow-list narrows the deployment's (the proxy serves it on a socket made for the
+command and removed after it). The figure is
 the ratio of the medians and the added milliseconds, per command; a command that does real work pays the
 same absolute cost, a smaller share of it.
 """
@@ -37,10 +39,10 @@ from agentbus_redis.workers.tools.workspace import Workspace
 COMMANDS = ("true", "echo hello; ls -la", "seq 1 20000 | sort -n | tail -1")
 
 
-async def one_call(tool: BashTool, command: str) -> float:
+async def one_call(tool: BashTool, command: str, ctx: ToolContext | None = None) -> float:
     parsed = tool.input_model.model_validate({"command": command})
     started = time.perf_counter()
-    events = [event async for event in tool.call(parsed, ToolContext(tool_use_id="toolu_bench"))]
+    events = [event async for event in tool.call(parsed, ctx or ToolContext(tool_use_id="toolu_bench"))]
     elapsed = time.perf_counter() - started
     output = events[-1]
     assert isinstance(output, ToolOutput)
@@ -55,26 +57,30 @@ async def measure(calls: int) -> None:
         root.mkdir()
         if sandbox.owner is not None:
             os.chown(root, *sandbox.owner)
-        proxy = DomainProxy(NetworkPolicy.build(["pypi.org"]), Path(directory) / "proxy" / "proxy.sock")
+        deployment = NetworkPolicy.build(["pypi.org", "*.pythonhosted.org"])
+        proxy = DomainProxy(deployment, Path(directory) / "proxy" / "proxy.sock")
         await proxy.start()
-        bridged_sandbox = sandbox.with_proxy(proxy.socket_path)
+        bridged_sandbox = sandbox.with_proxy(proxy)
         workspace = Workspace.at(root)
         tools = {
             "unsandboxed": BashTool(workspace),
             "sandboxed": BashTool(workspace, sandbox=sandbox),
             "bridged": BashTool(workspace, sandbox=bridged_sandbox),
+            "narrowed": BashTool(workspace, sandbox=bridged_sandbox),
         }
+        session = ToolContext(tool_use_id="toolu_bench", sandbox_network=deployment.narrowed(["pypi.org"]))
+        contexts = {"narrowed": session}
         version = await sandbox.check(root)
         await bridged_sandbox.check(root)
         print(f"{version} ({sandbox.bwrap}); commands run as {sandbox.owner or 'the worker user'}; {calls} calls each")
         print("bridged: sandboxed with a domain allow-list (the network bridge started before each command)")
         for command in COMMANDS:
-            for tool in tools.values():  # warm up
-                await one_call(tool, command)
+            for name, tool in tools.items():  # warm up
+                await one_call(tool, command, contexts.get(name))
             times: dict[str, list[float]] = {name: [] for name in tools}
             for _ in range(calls):
                 for name, tool in tools.items():
-                    times[name].append(await one_call(tool, command))
+                    times[name].append(await one_call(tool, command, contexts.get(name)))
             median = {name: statistics.median(values) * 1000 for name, values in times.items()}
             p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in times.items()}
             print(
@@ -87,6 +93,11 @@ async def measure(calls: int) -> None:
                 f"{'':40} bridged   {median['bridged']:7.2f} ms (p90 {p90['bridged']:6.2f})  "
                 f"ratio to sandboxed {median['bridged'] / median['sandboxed']:5.2f}x  "
                 f"added {median['bridged'] - median['sandboxed']:6.2f} ms"
+            )
+            print(
+                f"{'':40} narrowed  {median['narrowed']:7.2f} ms (p90 {p90['narrowed']:6.2f})  "
+                f"ratio to bridged   {median['narrowed'] / median['bridged']:5.2f}x  "
+                f"added {median['narrowed'] - median['bridged']:6.2f} ms"
             )
         await proxy.stop()
 

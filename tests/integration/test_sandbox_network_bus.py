@@ -16,9 +16,19 @@ from urllib.parse import urlparse
 import pytest
 import redis
 
+from agentbus_redis.confinement.session_network import SessionSandboxNetwork
+from agentbus_redis.model.session_config import SessionModelConfig
+from agentbus_redis.streams.topology import Topology
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
-from tests.integration.test_sandbox_escapes import ALLOW, API_KEY, assert_healthy, bash, tools_worker_pid
+from tests.integration.test_sandbox_escapes import (
+    ALLOW,
+    API_KEY,
+    assert_healthy,
+    bash,
+    new_session,
+    tools_worker_pid,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -102,3 +112,39 @@ async def test_readyz_names_the_allowed_domains(deployment: WorkerCluster) -> No
         checks = json.loads(answer.read())["checks"]
     assert checks["sandbox"]["ok"] is True
     assert "network: only through the proxy, to pypi.org, *.pythonhosted.org" in checks["sandbox"]["detail"]
+
+
+def configure_session(cluster: WorkerCluster, session: str, network: SessionSandboxNetwork) -> None:
+    """The session's own config beside it, as a producer stores it (``SessionModelConfig.sandbox_network``)."""
+    config = SessionModelConfig(sandbox_network=network.model_dump(exclude_unset=True))
+    client = redis.Redis.from_url(cluster.redis_url)
+    client.set(Topology(cluster.names).session_config(session), config.to_wire_json())
+    client.close()
+
+
+async def test_each_session_gets_its_own_narrower_list(deployment: WorkerCluster, fake: FakeModelProcess) -> None:
+    """Two sessions served by one worker at the same time: one narrowed to PyPI's files host, one to
+    pypi.org; each reaches its own and is refused the other's — the proxy applies the calling session's
+    policy. A session asking for more than the deployment allows has its command refused, naming the entry."""
+    files_only, pypi_only, wider = new_session(), new_session(), new_session()
+    configure_session(deployment, files_only, SessionSandboxNetwork(allowed_domains=["*.pythonhosted.org"]))
+    configure_session(deployment, pypi_only, SessionSandboxNetwork(allowed_domains=["pypi.org"]))
+    configure_session(deployment, wider, SessionSandboxNetwork(allowed_domains=["pypi.org", "example.com"]))
+    pypi, files = f"{CURL_CODE} https://pypi.org/simple/", f"{CURL_CODE} https://files.pythonhosted.org/"
+    result = await bash(deployment, fake, pypi, session=pypi_only, timeout_ms=90_000)
+    assert result.text == "200", result
+    result = await bash(deployment, fake, files, session=pypi_only, timeout_ms=90_000)
+    assert result.is_error, result
+    assert "response 403" in result.text, result
+    result = await bash(deployment, fake, pypi, session=files_only, timeout_ms=90_000)
+    assert result.is_error, result
+    assert "response 403" in result.text, result
+    result = await bash(deployment, fake, files, session=files_only, timeout_ms=90_000)
+    assert "response 403" not in result.text, result
+    result = await bash(deployment, fake, "echo never", session=wider)
+    assert result.is_error, result
+    assert "The command was not run" in result.text, result
+    assert "'example.com': the deployment does not allow it" in result.text, result
+    result = await bash(deployment, fake, pypi, timeout_ms=90_000)  # a session without a list: the deployment's
+    assert result.text == "200", result
+    assert "sandbox_network_refused" in deployment.logs()

@@ -443,3 +443,21 @@ async def test_sigkill_of_the_tool_and_ingestion_workers_loses_no_child_and_answ
         for child in (one, two):
             prompts = [e for e in await bus.history(child) if e.message.type == "user"]
             assert len(prompts) == 1  # one first prompt, however often the launch ran
+
+
+async def test_a_child_inherits_its_parents_sandbox_network(cluster: WorkerCluster) -> None:
+    """Issue 28: a session's own network allow-list narrows the deployment's; its sub-agents get the same list
+    (a child never reaches more than its parent: without it the child would have the deployment's)."""
+    parent = "agents-network"
+    narrowed = {"allowed_domains": ["pypi.org"], "denied_domains": ["evil.example.com"]}
+    async with cluster.client() as bus:
+        await bus.redis.set(
+            bus.topology.session_config(parent), SessionModelConfig(sandbox_network=narrowed).to_wire_json()
+        )
+        await bus.send_prompt_and_wait(parent, "start an agent")
+        await bus.send_assistant(parent, create_assistant_message([agent_call("toolu_net", "net", "Say hi.")]))
+        child = child_of(parent, "toolu_net")
+        await bus.next_request(child, after_seq=0)
+        config = await config_of(bus, child)
+        assert config.sandbox_network == narrowed
+        await bus.send_assistant(child, create_assistant_message("hi"))

@@ -29,7 +29,7 @@ from agentbus_redis.config.settings import Settings, ToolSettings
 from agentbus_redis.confinement.network import IPNetwork, NetworkPolicy
 from agentbus_redis.sandbox.proxy import DomainProxy
 from agentbus_redis.sandbox.runner import Sandbox, SandboxUnavailable
-from agentbus_redis.tools.tool import ToolContext, ToolOutput
+from agentbus_redis.tools.tool import ToolContext, ToolError, ToolOutput
 from agentbus_redis.workers.tools.builtin.bash import BashTool
 from agentbus_redis.workers.tools.workspace import Workspace
 from tests.services.test_tools_bash import all_gone, processes_with
@@ -56,9 +56,10 @@ class Box:
     proxy: DomainProxy
     bridge_port: int
 
-    async def run(self, command: str) -> ToolOutput:
+    async def run(self, command: str, ctx: ToolContext | None = None) -> ToolOutput:
         parsed = self.tool.input_model.model_validate({"command": command, "timeout": 120_000})
-        events = [event async for event in self.tool.call(parsed, ToolContext(tool_use_id="toolu_net"))]
+        ctx = ctx or ToolContext(tool_use_id="toolu_net")
+        events = [event async for event in self.tool.call(parsed, ctx)]
         output = events[-1]
         assert isinstance(output, ToolOutput)
         return output
@@ -73,7 +74,7 @@ async def boxed(tmp_path: Path, policy: NetworkPolicy) -> AsyncIterator[Box]:
     proxy = DomainProxy(policy, tmp_path / "proxy" / "proxy.sock")
     await proxy.start()
     try:
-        sandbox = sandbox.with_proxy(proxy.socket_path)
+        sandbox = sandbox.with_proxy(proxy)
         assert sandbox.network is not None
         port = random.randint(20_000, 60_000)  # the bridge's own marker in the process list
         sandbox = replace(sandbox, network=replace(sandbox.network, port=port))
@@ -124,6 +125,29 @@ async def test_another_domain_gets_a_403_the_command_sees(pypi_box: Box) -> None
     output = await pypi_box.run(f"{CURL_CODE} https://evil.pythonhosted.org/")
     assert "response 403" in output.content
     assert counted("denied", "not_allowed") >= denied + 2
+
+
+async def test_a_sessions_narrower_list_is_served_on_a_socket_of_its_own(pypi_box: Box) -> None:
+    """Per-session allow-lists: the command runs bridged to a socket the proxy serves with the session's policy
+    (the deployment's narrowed), removed when the command ends; the deployment's socket is left as it was."""
+    deployment = pypi_box.proxy.policy
+    only_files = ToolContext(tool_use_id="toolu_net", sandbox_network=deployment.narrowed(["*.pythonhosted.org"]))
+    output = await pypi_box.run(f"{CURL_CODE} https://pypi.org/simple/", only_files)
+    assert output.is_error, output.content
+    assert "response 403" in output.content, output.content
+    output = await pypi_box.run("curl -sS --max-time 60 -i http://pypi.org/simple/", only_files)
+    assert "pypi.org:80 is not allowed (not_allowed)" in output.content, output.content
+    output = await pypi_box.run(f"{CURL_CODE} https://files.pythonhosted.org/", only_files)
+    assert "response 403" not in output.content, output.content  # reached (whatever the page answers)
+    assert sorted(path.name for path in pypi_box.proxy.socket_path.parent.iterdir()) == ["proxy.sock"]
+    output = await pypi_box.run(f"{CURL_CODE} https://pypi.org/simple/")  # another session: the deployment's
+    assert output.content == "200", output.content
+    nothing = ToolContext(tool_use_id="toolu_net", sandbox_network=deployment.narrowed([]))
+    output = await pypi_box.run("env | grep -ic _proxy=; ls /run/agentbus 2>&1 | head -1", nothing)
+    assert output.content.splitlines()[0] == "0", output.content  # no bridge, no proxy variables
+    refused = ToolContext(tool_use_id="toolu_net", sandbox_network_refused="entry 'evil.com' is not allowed")
+    with pytest.raises(ToolError, match=re.escape("The command was not run: entry 'evil.com' is not allowed")):
+        await pypi_box.run("echo never", refused)
 
 
 async def test_without_the_proxy_there_is_no_route(pypi_box: Box) -> None:
@@ -234,7 +258,7 @@ async def test_a_bridge_that_cannot_start_stops_the_check_and_says_why(tmp_path:
     proxy = DomainProxy(NetworkPolicy.build(["pypi.org"]), tmp_path / "proxy" / "proxy.sock")
     await proxy.start()
     try:
-        broken = sandbox.with_proxy(proxy.socket_path, "/usr/bin/no-such-python3")
+        broken = sandbox.with_proxy(proxy, "/usr/bin/no-such-python3")
         with pytest.raises(SandboxUnavailable, match="the network bridge could not start"):
             await broken.check(workspace)
     finally:

@@ -118,6 +118,17 @@ def test_bubblewrap_argv_of_an_unprivileged_worker() -> None:
     assert argv[-1] == "ls"
 
 
+def test_a_deeper_read_only_path_gets_searchable_ancestors() -> None:
+    """A sandboxed MCP server's virtualenv (issue 28): bwrap would make its parents 0700, out of the reach of
+    the sandbox's user; they are made 0755 first, as the workspace's are."""
+    plan = SandboxPlan(bwrap="bwrap", workspace="/ws", system_paths=("/usr", "/opt/venvs/mcp"))
+    options = bubblewrap_argv(plan, "/bin/bash", "ls")
+    options = options[: options.index("--")]
+    assert _option_values(options, "--ro-bind-try", 2) == [("/usr", "/usr"), ("/opt/venvs/mcp", "/opt/venvs/mcp")]
+    bind = options.index("/opt/venvs/mcp") - 1
+    assert options[bind - 8 : bind] == ["--perms", "0755", "--dir", "/opt", "--perms", "0755", "--dir", "/opt/venvs"]
+
+
 def test_bubblewrap_argv_of_a_root_worker_drops_to_the_sandbox_user() -> None:
     drop = DropPrivileges(uid=65534, gid=65534)
     plan = SandboxPlan(bwrap="bwrap", workspace="/ws", drop=drop)

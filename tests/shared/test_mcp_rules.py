@@ -11,6 +11,7 @@ from agentbus_redis.mcp import (
     HttpServer,
     McpConfigError,
     McpProgress,
+    McpSandboxOptions,
     MissingVariables,
     StdioServer,
     expand_variables,
@@ -19,6 +20,7 @@ from agentbus_redis.mcp import (
     mcp_tool_output,
     merge_mcp_configs,
     parse_mcp_config,
+    server_sandbox,
 )
 from agentbus_redis.messages.content import ImageBlock, TextBlock
 from agentbus_redis.permissions.rules import parse_rule, rule_matches_whole_tool
@@ -103,12 +105,62 @@ def test_keys_claude_code_knows_and_agentbus_ignores_are_kept() -> None:
         (_config({"a__b": {"command": "x"}}), "f.json: mcpServers: Value error, server name 'a__b' must be"),
         (_config({"a b": {"command": "x"}}), "f.json: mcpServers: Value error, server name 'a b' must be"),
         (_config({"s": {"command": "x", "agentbus": {"perSesion": True}}}), "f.json: mcpServers.s.agentbus.perSesion"),
+        (
+            _config({"s": {"type": "http", "url": "http://x", "agentbus": {"sandbox": True}}}),
+            "f.json: mcpServers.s: Value error, agentbus.sandbox applies to stdio servers only",
+        ),
+        (
+            _config({"s": {"command": "x", "agentbus": {"sandbox": "yes"}}}),
+            "f.json: mcpServers.s.agentbus.sandbox: Input should be a valid boolean",
+        ),
+        (
+            _config({"s": {"command": "x", "agentbus": {"sandbox": {"allowedDomains": ["*"]}}}}),
+            "f.json: mcpServers.s.agentbus.sandbox.allowedDomains: Value error, network allow-list entry '*'",
+        ),
+        (
+            _config({"s": {"command": "x", "agentbus": {"sandbox": {"readOnlyPaths": ["venv"]}}}}),
+            "f.json: mcpServers.s.agentbus.sandbox.readOnlyPaths: Value error, must be absolute paths: 'venv'",
+        ),
+        (
+            _config({"s": {"command": "x", "agentbus": {"sandbox": {"network": True}}}}),
+            "f.json: mcpServers.s.agentbus.sandbox.network: Extra inputs are not permitted",
+        ),
     ],
 )
 def test_a_bad_config_is_one_located_error(text: str, message: str) -> None:
     with pytest.raises(McpConfigError) as raised:
         parse_mcp_config(text, source="f.json", env={})
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_a_stdio_server_is_sandboxed_by_its_entry_else_by_the_deployments_default() -> None:
+    """Issue 28: ``"agentbus": {"sandbox": …}`` beside Claude Code's fields (kept as they are)."""
+    servers = {
+        "plain": {"command": "a"},
+        "on": {"command": "b", "agentbus": {"sandbox": True}},
+        "off": {"command": "c", "agentbus": {"sandbox": False}},
+        "net": {
+            "command": "d",
+            "timeout": 5,
+            "agentbus": {
+                "perSession": True,
+                "sandbox": {"allowedDomains": ["pypi.org"], "deniedDomains": ["x.pypi.org"], "readOnlyPaths": ["/v"]},
+            },
+        },
+        "web": {"type": "http", "url": "http://x", "agentbus": {"sandbox": False}},
+    }
+    config = parse_mcp_config(_config(servers), source="f", env={}).mcp_servers
+    chosen = {default: {n: server_sandbox(s, default=default) for n, s in config.items()} for default in (False, True)}
+    assert chosen[False] == {
+        "plain": None,
+        "on": McpSandboxOptions(),
+        "off": None,
+        "net": McpSandboxOptions(allowed_domains=["pypi.org"], denied_domains=["x.pypi.org"], read_only_paths=["/v"]),
+        "web": None,
+    }
+    assert chosen[True] == {**chosen[False], "plain": McpSandboxOptions()}
+    assert config["net"].model_extra == {"timeout": 5}
+    assert config["net"].agentbus.per_session
 
 
 def test_one_server_name_in_two_files_is_an_error() -> None:

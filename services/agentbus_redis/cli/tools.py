@@ -59,7 +59,13 @@ def tools_ls(
     if servers:
         typer.echo(f"{'worker':<{width}} {'MCP server':<16} {'transport':<9} {'state':<11} tools / error")
         for worker, server in servers:
-            marks = "".join((" [required]" if server.required else "", " [per-session]" if server.per_session else ""))
+            marks = "".join(
+                (
+                    " [required]" if server.required else "",
+                    " [per-session]" if server.per_session else "",
+                    " [sandboxed]" if server.sandboxed else "",
+                )
+            )
             detail = f"{len(server.tools)} tools" if server.state == "connected" else server.error
             typer.echo(f"{worker:<{width}} {server.name + marks:<16} {server.transport:<9} {server.state:<11} {detail}")
     offered = snapshot.tools()

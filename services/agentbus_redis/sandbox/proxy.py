@@ -10,6 +10,12 @@ rebinding included). A refusal is a ``403`` the command sees (``X-Proxy-Error: b
 as Claude Code's proxy answers). Every decision is logged (``sandbox_network``) and counted
 (``agentbus_sandbox_network_requests_total``).
 
+The main socket serves the deployment's policy. A narrower policy (a session's own allow-list, a sandboxed
+MCP server's) gets a socket of its own for as long as the command or server that uses it lives
+(:meth:`DomainProxy.listening`): the proxy knows which policy a connection is under by the socket it arrived
+on, which the worker chose and mounted — nothing the command sends can name another (a sandbox sees only its
+own socket, at the same path in every sandbox).
+
 Why not a library: proxy.py (the best-known Python one) runs its own acceptor processes and threads with a
 TCP listener and a plugin API around them; what is needed here is ~150 lines on the worker's own loop,
 listening on a Unix socket, with the decision being a pure function.
@@ -21,7 +27,9 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import secrets
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -82,19 +90,42 @@ class DomainProxy:
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    @contextlib.asynccontextmanager
+    async def listening(self, policy: NetworkPolicy) -> AsyncIterator[Path]:
+        """The socket serving ``policy`` while the context lasts: the main one for the deployment's own policy,
+        else one of its own, beside it, removed at the end (connections through it run to their end)."""
+        if policy == self.policy:
+            yield self.socket_path
+            return
+        path = self.socket_path.with_name(f"policy-{secrets.token_hex(8)}.sock")
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(reader, writer, policy)
+
+        server = await asyncio.start_unix_server(serve, path=str(path), limit=MAX_HEAD_BYTES)
+        os.chmod(path, 0o666)
+        try:
+            yield path
+        finally:
+            server.close()
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, policy: NetworkPolicy | None = None
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         try:
-            await self._handle(reader, writer)
+            await self._handle(reader, writer, self.policy if policy is None else policy)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         finally:
             self._connections.discard(task)
             writer.close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, policy: NetworkPolicy) -> None:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
         if len(self._connections) > self.max_connections:
             log.warning("sandbox_network", decision="denied", reason="too_many_connections")
@@ -109,8 +140,8 @@ class DomainProxy:
             record_sandbox_network("bad_request")
             return
         method, host, port, forwarded = request
-        target = self.policy.check_target(host, port)
-        upstream = await self._open(target) if target.allowed else None
+        target = policy.check_target(host, port)
+        upstream = await self._open(policy, target) if target.allowed else None
         if isinstance(upstream, tuple):
             upstream_reader, upstream_writer, address = upstream
         else:
@@ -132,7 +163,7 @@ class DomainProxy:
             upstream_writer.close()
 
     async def _open(
-        self, target: TargetDecision
+        self, policy: NetworkPolicy, target: TargetDecision
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str] | Refusal | None:
         """A connection to the first address of ``target`` the policy accepts; the refusal when none is
         (None: the name did not resolve or nothing answered)."""
@@ -145,7 +176,7 @@ class DomainProxy:
             except OSError:
                 return "no_address"
             addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
-        refusals = {address: self.policy.check_address(address, target) for address in addresses}
+        refusals = {address: policy.check_address(address, target) for address in addresses}
         permitted = [address for address, refusal in refusals.items() if refusal is None]
         if not permitted:
             return next(iter(refusals.values()), "no_address")

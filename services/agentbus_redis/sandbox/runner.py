@@ -5,9 +5,11 @@ unsandboxed; ``AGENTBUS_TOOLS__SANDBOX=off`` is the only way to run them bare)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shlex
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,8 +22,9 @@ from agentbus_redis.confinement.bubblewrap import (
     bubblewrap_argv,
 )
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, sandbox_environment
-from agentbus_redis.confinement.limits import SETUP_FAILED_EXIT, SandboxLimits
-from agentbus_redis.confinement.network import proxy_environment
+from agentbus_redis.confinement.limits import SETUP_FAILED_EXIT, SandboxLimits, closing_descriptors_argv
+from agentbus_redis.confinement.network import NetworkPolicy, proxy_environment
+from agentbus_redis.sandbox.proxy import DomainProxy
 
 if TYPE_CHECKING:
     from agentbus_redis.config.settings import ToolSettings
@@ -71,6 +74,8 @@ class Sandbox:
     drop: DropPrivileges | None = None
     network: NetworkBridge | None = None
     """Set when the worker runs an allow-listing proxy (``proxy.py``): commands reach it through a bridge."""
+    proxy: DomainProxy | None = None
+    """That proxy (its deployment policy on ``network.socket``; a narrower policy on a socket of its own)."""
 
     @classmethod
     def for_this_process(
@@ -120,13 +125,47 @@ class Sandbox:
         )
         return bubblewrap_argv(plan, shell, command)
 
-    def with_proxy(self, socket: Path, python: str | None = None) -> Sandbox:
-        """This sandbox with a way out through the proxy listening on ``socket``; the bridge runs on ``python``
-        (None: the first of :data:`BRIDGE_PYTHONS` that exists — the system is mounted at the same paths)."""
+    def program_argv(
+        self, workspace: Path, argv: Sequence[str], *, shell: str = "/bin/bash", unset: Sequence[str] = ()
+    ) -> list[str]:
+        """``argv`` — a long-lived program such as a stdio MCP server, talking over its stdin and stdout — run in
+        this sandbox on ``workspace`` as a command is (same mounts, namespaces, limits and network), with nothing
+        but stdio open and the names ``unset`` removed from the environment it is started with (what a
+        launcher adds to the one it is given)."""
+        steps = [f"unset {' '.join(shlex.quote(name) for name in unset)}"] if unset else []
+        command = "; ".join([*steps, f"exec {shlex.join(argv)}"])
+        return closing_descriptors_argv(shell, self.argv(workspace, shell, command))
+
+    def with_read_only(self, paths: Sequence[str]) -> Sandbox:
+        """This sandbox with ``paths`` mounted read-only besides the system (a program's own installation)."""
+        return replace(self, system_paths=tuple(dict.fromkeys((*self.system_paths, *paths))))
+
+    def with_proxy(self, proxy: DomainProxy, python: str | None = None) -> Sandbox:
+        """This sandbox with a way out through ``proxy``; the bridge runs on ``python`` (None: the first of
+        :data:`BRIDGE_PYTHONS` that exists — the system is mounted at the same paths)."""
         if python is None:
             python = next((path for path in BRIDGE_PYTHONS if os.access(path, os.X_OK)), BRIDGE_PYTHONS[0])
         program = Path(__file__).with_name("bridge.py").read_text()
-        return replace(self, network=NetworkBridge(socket=str(socket), program=program, python=python))
+        bridge = NetworkBridge(socket=str(proxy.socket_path), program=program, python=python)
+        return replace(self, network=bridge, proxy=proxy)
+
+    @contextlib.asynccontextmanager
+    async def networked(self, policy: NetworkPolicy | None) -> AsyncIterator[Sandbox]:
+        """This sandbox for commands under ``policy`` (a narrowing of the deployment's, ``NetworkPolicy.narrowed``;
+        None: the deployment's) while the context lasts: bridged to a proxy socket serving that policy, or with
+        no network at all when it allows nothing."""
+        if policy is None or self.network is None or self.proxy is None:
+            yield self
+            return
+        if not policy.enabled:
+            yield replace(self, network=None)
+            return
+        async with self.proxy.listening(policy) as socket:
+            yield (
+                self
+                if str(socket) == self.network.socket
+                else replace(self, network=replace(self.network, socket=str(socket)))
+            )
 
     def environment(self, workspace: Path, source: Mapping[str, str] | None = None) -> dict[str, str]:
         """The command's whole environment (bubblewrap is started with it: the worker's never reaches it)."""

@@ -19,6 +19,8 @@ from agentbus_redis.confinement.workspaces import SESSIONS_DIR, WorkspaceScope, 
 
 log = structlog.get_logger(__name__)
 CHECK_DIR = ".sandbox-check"
+SERVERS_DIR = ".mcp-servers"
+"""Under the tools root: one directory per sandboxed MCP server, the only one its shared connection may write."""
 
 
 class SessionWorkspaces:
@@ -47,6 +49,19 @@ class SessionWorkspaces:
         directory.mkdir(mode=0o700, exist_ok=True)
         if self.owner is not None:
             os.chown(directory, *self.owner)
+        return directory
+
+    def server_dir(self, name: str) -> Path:
+        """The directory of the sandboxed MCP server ``name`` (a ``.mcp.json`` server name: one path component)
+        for its connection every session shares: outside ``sessions/``, so no session's workspace is in it."""
+        if not name or "/" in name or name in (".", ".."):
+            raise ValueError(f"not an MCP server name: {name!r}")
+        directory = self.root / SERVERS_DIR / name
+        if not directory.is_dir():
+            directory.parent.mkdir(mode=0o711, exist_ok=True)
+            directory.mkdir(mode=0o700, exist_ok=True)
+            if self.owner is not None:
+                os.chown(directory, *self.owner)
         return directory
 
     def for_session(self, session_id: str) -> Path:

@@ -355,4 +355,5 @@ class AgentTool(Tool[AgentInput]):
             agent_type=record.agent_type,
             depth=record.depth,
             max_turns=definition.max_turns,  # A3.8: enforced by the model worker (model/max_turns.py)
+            sandbox_network=parent.sandbox_network,  # a child never reaches more than its parent
         )

@@ -1,6 +1,7 @@
 """The bubblewrap command line of one sandboxed command.
 
-What the command sees: the system directories read-only, its session's workspace (at the same path the
+What the command sees: the system directories read-only (and the extra read-only paths a program needs, such
+as a sandboxed MCP server's virtualenv), its session's workspace (at the same path the
 file tools report) writable, a private ``/tmp`` of bounded size, a ``/proc`` of its own PID namespace
 (no other process's ``environ`` or ``cmdline``), a minimal ``/dev``, its own IPC, UTS and network
 namespaces (only a loopback of its own: no network), no capabilities, and a new session (no
@@ -112,7 +113,9 @@ def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
         plan.hostname,
     ]
     argv += ["--unshare-user"] if plan.drop is None else []
-    for path in plan.system_paths:
+    for path in plan.system_paths:  # a deeper path (a virtualenv) gets searchable ancestors, as the workspace does
+        for ancestor in _ancestors(path):
+            argv += ["--perms", "0755", "--dir", ancestor]
         argv += ["--ro-bind-try", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--perms", "1777", "--size", str(plan.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]

@@ -15,6 +15,13 @@ that resolves to a private address — DNS rebinding — is refused like the add
 - **IP literals** are reached only when listed as they are (``10.0.0.5``, ``2001:db8::1``); a pattern
   never matches an address.
 - **Ports**: the policy's ports only (80 and 443 unless configured).
+- **Narrowing** (a session's own list, a sandboxed MCP server's): :meth:`NetworkPolicy.narrowed` keeps the
+  deployment's ports, networks and denied patterns and replaces its allowed patterns by the narrower list,
+  each entry of which the deployment must already allow — never a widening. An exact name (or IP literal)
+  is accepted when the deployment allows that host; ``*.a.example.com`` when a deployment wildcard covers
+  every name below it (``*.a.example.com`` itself or ``*.example.com``); a deployment's exact entry never
+  covers a wildcard. An entry the deployment denies (an exact name it denies, a wildcard inside a denied
+  wildcard) allows nothing and is refused too. The narrower list may add denied patterns of its own.
 - **Addresses**: loopback and the unspecified address (which Linux connects to loopback) never, whatever
   is listed — the worker's Redis and its own ports live there. Any other address that is not global
   (private, link-local, the cloud metadata address 169.254.169.254, shared, reserved) or multicast only
@@ -26,7 +33,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import idna
@@ -55,6 +62,12 @@ class InvalidDomainPattern(ValueError):
     def __init__(self, pattern: str, why: str) -> None:
         super().__init__(f"network allow-list entry {pattern!r}: {why}")
         self.pattern = pattern
+        self.why = why
+
+
+class DomainNotAllowed(InvalidDomainPattern):
+    """An entry of a narrower list (a session's, a sandboxed MCP server's) that the deployment's policy does
+    not allow: a narrower list may only narrow (:meth:`NetworkPolicy.narrowed`)."""
 
 
 def normalize_host(host: str) -> str | None:
@@ -119,6 +132,15 @@ class DomainPattern:
         """``host`` normalised (see :func:`normalize_host`)."""
         return host.endswith("." + self.host) if self.wildcard else host == self.host
 
+    def covers(self, other: DomainPattern) -> bool:
+        """Every host ``other`` matches, this pattern matches too (an exact entry covers only itself)."""
+        if not other.wildcard:
+            return self.matches(other.host)
+        return self.wildcard and (other.host == self.host or other.host.endswith("." + self.host))
+
+    def __str__(self) -> str:
+        return f"*.{self.host}" if self.wildcard else self.host
+
 
 @dataclass(frozen=True, slots=True)
 class TargetDecision:
@@ -166,6 +188,27 @@ class NetworkPolicy:
     @property
     def enabled(self) -> bool:
         return bool(self.allowed)
+
+    def narrowed(self, allowed: Iterable[str] | None, denied: Iterable[str] = ()) -> NetworkPolicy:
+        """This policy limited to ``allowed`` (None: this policy's own allowed patterns; empty: no network)
+        with ``denied`` refused besides this policy's denied patterns. Raises :class:`InvalidDomainPattern`
+        for an entry that does not parse and :class:`DomainNotAllowed` for an allowed entry this policy does
+        not allow (see the module docstring: a narrower list never widens)."""
+        extra_denied = tuple(DomainPattern.parse(text) for text in denied)
+        if allowed is None:
+            kept = self.allowed
+        else:
+            parsed = [(text, DomainPattern.parse(text)) for text in allowed]
+            for text, pattern in parsed:
+                if not any(mine.covers(pattern) for mine in self.allowed):
+                    wider = (
+                        "the deployment allows no network" if not self.allowed else "the deployment does not allow it"
+                    )
+                    raise DomainNotAllowed(text, f"{wider} (a session or server list may only narrow)")
+                if any(mine.covers(pattern) for mine in self.denied):
+                    raise DomainNotAllowed(text, "the deployment denies it")
+            kept = tuple(dict.fromkeys(pattern for _, pattern in parsed))
+        return replace(self, allowed=kept, denied=tuple(dict.fromkeys((*self.denied, *extra_denied))))
 
     def check_target(self, host: str, port: int) -> TargetDecision:
         """May a command ask for ``host:port``? (The addresses it resolves to are checked after.)"""

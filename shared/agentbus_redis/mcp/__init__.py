@@ -6,12 +6,14 @@ from agentbus_redis.mcp.config import (
     HttpServer,
     McpConfig,
     McpConfigError,
+    McpSandboxOptions,
     McpServer,
     MissingVariables,
     StdioServer,
     expand_variables,
     merge_mcp_configs,
     parse_mcp_config,
+    server_sandbox,
 )
 from agentbus_redis.mcp.names import MCP_PREFIX, mcp_tool_name, normalize_mcp_name
 from agentbus_redis.mcp.results import (
@@ -30,6 +32,7 @@ __all__ = [
     "McpConfig",
     "McpConfigError",
     "McpProgress",
+    "McpSandboxOptions",
     "McpServer",
     "MissingVariables",
     "StdioServer",
@@ -40,5 +43,6 @@ __all__ = [
     "merge_mcp_configs",
     "normalize_mcp_name",
     "parse_mcp_config",
+    "server_sandbox",
     "truncation_note",
 ]

@@ -4,8 +4,12 @@ The file is ``{"mcpServers": {NAME: SERVER}}``. A SERVER is stdio (``command``, 
 ``"stdio"`` or absent) or streamable HTTP (``type: "http"``, ``url``, ``headers``). Strings in ``command``,
 ``args``, ``env``, ``url`` and ``headers`` may name environment variables as Claude Code expands them:
 ``${VAR}`` (an error when unset) and ``${VAR:-default}``. agentbus' own options sit under the extra key
-``"agentbus"``, which Claude Code ignores: ``perSession`` (a connection per session instead of one per worker)
-and ``required`` (the worker is not ready while the server is down).
+``"agentbus"``, which Claude Code ignores: ``perSession`` (a connection per session instead of one per worker),
+``required`` (the worker is not ready while the server is down) and, for a stdio server, ``sandbox``: ``true``
+(run it under the tool worker's bubblewrap sandbox, as Bash commands run, with no network), an object (the
+same, with ``allowedDomains`` / ``deniedDomains`` it may reach through the worker's proxy — within the
+deployment's allow-list — and ``readOnlyPaths`` it needs mounted, such as its virtualenv), or ``false`` (run
+it bare even where the deployment sandboxes stdio servers by default, ``AGENTBUS_TOOLS__MCP_SANDBOX``).
 """
 
 from __future__ import annotations
@@ -15,8 +19,19 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from agentbus_redis.confinement.network import DomainPattern
 from agentbus_redis.errors import AgentbusError
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -56,6 +71,53 @@ def expand_variables(text: str, env: Mapping[str, str]) -> str:
     return expanded
 
 
+class McpSandboxOptions(BaseModel):
+    """``"sandbox": {...}`` of a stdio server's ``"agentbus"`` key (``"sandbox": true`` is all defaults)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
+    """What the server may reach through the worker's proxy (the deployment's pattern syntax), each entry one
+    the deployment's allow-list allows; empty: no network."""
+    denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
+    """Refused besides what the deployment denies."""
+    read_only_paths: list[str] = Field(default_factory=list, alias="readOnlyPaths")
+    """Absolute paths mounted read-only besides the system (the server's virtualenv, its interpreter's
+    prefix, its package directory); never the tools root or a directory holding it."""
+
+    @field_validator("allowed_domains", "denied_domains")
+    @classmethod
+    def _patterns_parse(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            DomainPattern.parse(pattern)  # InvalidDomainPattern (a ValueError) names the bad entry
+        return patterns
+
+    @field_validator("read_only_paths")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        if bad := [path for path in paths if not path.startswith("/") or "\0" in path]:
+            raise ValueError(f"must be absolute paths: {', '.join(map(repr, bad))}")
+        return paths
+
+
+def _sandbox_kind(value: Any) -> str:
+    if value is None:
+        return "default"
+    return "options" if isinstance(value, dict | McpSandboxOptions) else "switch"
+
+
+SandboxChoice = Annotated[
+    Annotated[StrictBool, Tag("switch")]
+    | Annotated[McpSandboxOptions, Tag("options")]
+    | Annotated[None, Tag("default")],
+    Discriminator(
+        _sandbox_kind,
+        custom_error_type="mcp_sandbox",
+        custom_error_message="sandbox must be true, false or an object (allowedDomains, deniedDomains, readOnlyPaths)",
+    ),
+]
+
+
 class AgentbusServerOptions(BaseModel):
     """The ``"agentbus"`` key of a server entry."""
 
@@ -65,6 +127,9 @@ class AgentbusServerOptions(BaseModel):
     """A connection (for stdio: a process, started in the session's workspace) per session, not one per worker."""
     required: bool = False
     """``/readyz`` of the worker fails while this server is not connected."""
+    sandbox: SandboxChoice = None
+    """A stdio server only: run it under the tool worker's sandbox (``true`` or the options), or bare
+    (``false``); None: as the deployment says (``AGENTBUS_TOOLS__MCP_SANDBOX``)."""
 
 
 class _Server(BaseModel):
@@ -96,6 +161,12 @@ class HttpServer(_Server):
         if not url.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
         return url
+
+    @model_validator(mode="after")
+    def _no_sandbox(self) -> HttpServer:
+        if self.agentbus.sandbox not in (None, False):
+            raise ValueError("agentbus.sandbox applies to stdio servers only (an http server runs elsewhere)")
+        return self
 
 
 def _server_kind(value: Any) -> str:
@@ -152,7 +223,8 @@ def _location(loc: tuple[int | str, ...]) -> str:
     if not loc:
         return "mcpServers"
     rest = loc[2:] if len(loc) > 1 and loc[1] in ("stdio", "http") else loc[1:]
-    return ".".join(["mcpServers", str(loc[0]), *(str(part) for part in rest)])
+    parts = [str(part) for index, part in enumerate(rest) if index == 0 or rest[index - 1] != "sandbox"]
+    return ".".join(["mcpServers", str(loc[0]), *parts])
 
 
 def parse_mcp_config(text: str, *, source: str, env: Mapping[str, str]) -> McpConfig:
@@ -184,6 +256,19 @@ def parse_mcp_config(text: str, *, source: str, env: Mapping[str, str]) -> McpCo
         loc = tuple(first["loc"])
         where = _location(loc[1:]) if loc and loc[0] in ("mcpServers", "mcp_servers") else "mcpServers"
         raise McpConfigError(f"{source}: {where}: {first['msg']}") from None
+
+
+def server_sandbox(server: McpServer, *, default: bool) -> McpSandboxOptions | None:
+    """How ``server`` is sandboxed (None: it runs bare): its own ``agentbus.sandbox``, else ``default`` (the
+    deployment's ``AGENTBUS_TOOLS__MCP_SANDBOX``). An http server never is (it is not the worker's process)."""
+    if not isinstance(server, StdioServer):
+        return None
+    chosen = server.agentbus.sandbox
+    if chosen is None:
+        chosen = default
+    if isinstance(chosen, McpSandboxOptions):
+        return chosen
+    return McpSandboxOptions() if chosen else None
 
 
 def merge_mcp_configs(configs: list[tuple[str, McpConfig]]) -> dict[str, McpServer]:

@@ -42,3 +42,9 @@ class SessionModelConfig(WireModel):
     max_turns: int | None = Field(default=None, ge=1)
     """A3.8 / R10.6: model calls one turn may make; past it the model worker ends the turn with a
     ``max_turns_reached`` attachment instead of calling (model/max_turns.py). None: no limit."""
+    sandbox_network: JsonObject | None = None
+    """The hosts this session's sandboxed commands may reach, within the deployment's allow-list: a
+    :class:`~agentbus_redis.confinement.session_network.SessionSandboxNetwork` (``allowed_domains``,
+    ``denied_domains``), read by the tool workers at each job, which refuse the session's commands when it
+    asks for more than the deployment allows. A sub-agent's child inherits its parent's. None: the
+    deployment's list."""

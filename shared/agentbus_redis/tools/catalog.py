@@ -30,6 +30,8 @@ class McpServerStatus(WireModel):
     """The server's own tool names (offered as ``mcp__<name>__<tool>``)."""
     required: bool = False
     per_session: bool = False
+    sandboxed: bool = False
+    """A stdio server run under the tool worker's sandbox (``"agentbus": {"sandbox": …}``)."""
     session_connections: int = 0
     connects: int = 0
     """Times the worker connected to it (above 1: it was lost and reconnected)."""

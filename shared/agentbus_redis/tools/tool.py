@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,9 @@ from agentbus_redis.json_types import JsonObject, JsonValue
 from agentbus_redis.messages.content import ContentBlock
 from agentbus_redis.tools.definitions import ToolDefinition
 from agentbus_redis.tools.schema import api_input_schema
+
+if TYPE_CHECKING:  # the sandbox rules (which name session ids) are the caller's: only the type is needed here
+    from agentbus_redis.confinement.network import NetworkPolicy
 
 InterruptBehavior = Literal["block", "cancel"]
 """On a user interrupt (R8.9): ``block`` tools finish, ``cancel`` tools are stopped."""
@@ -74,6 +77,12 @@ class ToolContext:
     tool_use_id: str
     traceparent: str | None = None
     """The call's own ``execute_tool`` span: a tool that starts work elsewhere (a child session) continues it."""
+    sandbox_network: NetworkPolicy | None = None
+    """What the calling session's sandboxed commands may reach: its own allow-list narrowed from the
+    deployment's (None: the deployment's)."""
+    sandbox_network_refused: str | None = None
+    """Why the calling session's network allow-list was refused (it asks for more than the deployment allows,
+    or does not parse): a sandboxed command does not run (never with a wider list instead)."""
 
 
 class Tool(abc.ABC, Generic[InputT]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +15,8 @@ import structlog
 from agentbus_redis.agents.send_message import SEND_MESSAGE_TOOL_NAME
 from agentbus_redis.agents.tool import AGENT_TOOL_NAME
 from agentbus_redis.config.settings import ToolSettings
+from agentbus_redis.confinement.network import InvalidDomainPattern, NetworkPolicy
+from agentbus_redis.mcp.config import McpConfigError, McpSandboxOptions, McpServer, server_sandbox
 from agentbus_redis.observability.metrics import instrument_handler, set_tool_pool
 from agentbus_redis.permissions.decide import PermissionContext
 from agentbus_redis.runtime.codec import signed_entry_fields
@@ -24,7 +26,7 @@ from agentbus_redis.runtime.periodic import PeriodicTask
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.runtime.stream_admin import TOOLS_ABANDONED_GROUP as ABANDONED_GROUP
 from agentbus_redis.sandbox.proxy import DomainProxy
-from agentbus_redis.sandbox.runner import sandbox_for
+from agentbus_redis.sandbox.runner import Sandbox, sandbox_for
 from agentbus_redis.sandbox.workspaces import SessionWorkspaces
 from agentbus_redis.stores.tool_catalog import ToolCatalogPublisher, read_tool_catalog
 from agentbus_redis.streams.deadletter import DeadLetter
@@ -54,6 +56,7 @@ SANDBOX_OFF_NOTE = (
 )
 
 if TYPE_CHECKING:
+    from agentbus_redis.workers.tools.mcp.connection import ServerSandbox
     from agentbus_redis.workers.tools.mcp.servers import McpServers
 
 log = structlog.get_logger(__name__)
@@ -80,15 +83,31 @@ class ToolRuntime:
         )
         claim_idle_ms = settings.consumer.claim_min_idle_ms
         self.slots = JobSlots(context.redis, group=TOOLS_GROUP, size=settings.tools.max_concurrent_jobs)
-        # Bash is the one tool that runs commands: a pool without the built-ins needs (and checks) no sandbox.
-        self.sandbox = sandbox_for(settings.tools) if settings.tools.builtins else None
+        mcp_config = read_mcp_configs(settings.tools.mcp_config)
+        self.sandboxed_mcp = {
+            name: options
+            for name, server in mcp_config.items()
+            if (options := server_sandbox(server, default=settings.tools.mcp_sandbox)) is not None
+        }
+        """The stdio MCP servers that run under the sandbox (by their entry, or the deployment's default)."""
+        # Bash and the sandboxed MCP servers are what runs in the sandbox: a pool with neither checks none.
+        self.sandbox = sandbox_for(settings.tools) if settings.tools.builtins or self.sandboxed_mcp else None
         self.proxy = self._network_proxy()
         self.workspaces = SessionWorkspaces(
             workspace_root,
             settings.tools.workspace_scope,
             owner=self.sandbox.owner if self.sandbox is not None else None,
         )
-        self.mcp = mcp_servers(settings.tools, workspace_root, on_change=self._mcp_changed)
+        self.mcp = mcp_servers(
+            settings.tools,
+            mcp_config,
+            workspace_root,
+            on_change=self._mcp_changed,
+            sandbox=self.sandbox,
+            sandboxed=self.sandboxed_mcp,
+            network=self.proxy.policy if self.proxy is not None else NetworkPolicy(),
+            server_dir=self.workspaces.server_dir,
+        )
         builtin = default_registry(Workspace.at(workspace_root), self.sandbox)
         self.agent_tool = AgentTool(
             context.redis,
@@ -161,6 +180,8 @@ class ToolRuntime:
         ]
         self.worker.session_permissions = SessionPermissions(AgentStore(context.redis, self.topology), permissions)
         self.worker.session_tools = self.session_tools
+        if self.proxy is not None and settings.tools.builtins:  # a session may narrow its Bash's list (per job)
+            self.worker.sandbox_network = self.proxy.policy
         self.slots.stats = self.jobs[0].stats  # the slots' acks and failures show in the first shard's metrics
         self.abandoned = [
             BatchConsumer(
@@ -209,13 +230,14 @@ class ToolRuntime:
         """The allow-listing proxy of sandboxed commands, when the deployment allow-lists domains (its socket in
         a directory of the worker's own; the sandbox mounts it)."""
         network = self.context.settings.tools.sandbox_network
-        if not network.allowed_domains or not self.context.settings.tools.builtins:
-            return None  # no domain allowed, or no Bash (a pool without the built-ins runs no command)
+        servers_reach_out = any(options.allowed_domains for options in self.sandboxed_mcp.values())
+        if not network.allowed_domains or not (self.context.settings.tools.builtins or servers_reach_out):
+            return None  # no domain allowed, or nothing sandboxed would use one (no Bash, no server asks)
         if self.sandbox is None:
             log.warning("sandbox_network_ignored", detail="the sandbox is off: commands have the worker's network")
             return None
         proxy = DomainProxy(network.policy(), Path(tempfile.mkdtemp(prefix="agentbus-proxy-")) / "proxy.sock")
-        self.sandbox = self.sandbox.with_proxy(proxy.socket_path, network.bridge_python)
+        self.sandbox = self.sandbox.with_proxy(proxy, network.bridge_python)
         return proxy
 
     async def _on_interrupt(self, session_id: str) -> None:
@@ -260,12 +282,14 @@ class ToolRuntime:
 
     async def _check_sandbox(self) -> None:
         """Refuse to start with a sandbox that does not work; say loudly when it is off."""
-        if not self.context.settings.tools.builtins:
-            self.sandbox_state = "not used: this worker runs no built-in tool (no Bash)"
+        if not self.context.settings.tools.builtins and not self.sandboxed_mcp:
+            self.sandbox_state = "not used: this worker runs no built-in tool (no Bash) and no sandboxed MCP server"
             return
         if self.sandbox is None:
             self.sandbox_state = SANDBOX_OFF_NOTE
-            log.warning("sandbox_off", detail=SANDBOX_OFF_NOTE)
+            if self.sandboxed_mcp:
+                self.sandbox_state += f"; the MCP servers {', '.join(sorted(self.sandboxed_mcp))} too"
+            log.warning("sandbox_off", detail=self.sandbox_state)
             return
         version = await self.sandbox.check(self.workspaces.check_dir())
         network = self.context.settings.tools.sandbox_network
@@ -273,6 +297,8 @@ class ToolRuntime:
         self.sandbox_state = f"on: {version} ({self.sandbox.bwrap}); network: " + (
             f"only through the proxy, to {domains}" if domains else "none"
         )
+        if self.sandboxed_mcp:
+            self.sandbox_state += f"; MCP servers sandboxed: {', '.join(sorted(self.sandboxed_mcp))}"
         log.info("sandbox_on", bwrap=self.sandbox.bwrap, version=version, runs_as=self.sandbox.owner, network=domains)
 
     def readiness_notes(self) -> list[tuple[str, bool, str]]:
@@ -369,13 +395,30 @@ class McpIdleSessions(PeriodicTask):
         await self.servers.close_idle()
 
 
-def mcp_servers(settings: ToolSettings, root: Path, *, on_change: Callable[[], None]) -> McpServers | None:
-    """The worker's MCP servers from ``settings.mcp_config`` (None without any); ``McpConfigError`` for a bad file."""
-    servers = read_mcp_configs(settings.mcp_config)
+def mcp_servers(
+    settings: ToolSettings,
+    servers: Mapping[str, McpServer],
+    root: Path,
+    *,
+    on_change: Callable[[], None],
+    sandbox: Sandbox | None = None,
+    sandboxed: Mapping[str, McpSandboxOptions] | None = None,
+    network: NetworkPolicy | None = None,
+    server_dir: Callable[[str], Path] | None = None,
+) -> McpServers | None:
+    """The worker's MCP servers (None without any), the ``sandboxed`` ones confined in ``sandbox`` (run bare
+    when it is off) with their network narrowed from ``network`` (the deployment's); ``McpConfigError`` for a
+    server whose sandbox asks for a domain the deployment does not allow or mounts the tools root."""
     if not servers:
         return None
     from agentbus_redis.workers.tools.mcp.connection import ConnectionPolicy  # the mcp SDK: only when configured
     from agentbus_redis.workers.tools.mcp.servers import McpServers
+
+    confined = (
+        server_sandboxes(sandbox, sandboxed or {}, network or NetworkPolicy(), settings, root)
+        if sandbox is not None
+        else {}
+    )
 
     policy = ConnectionPolicy(
         connect_timeout_s=settings.mcp_connect_timeout_s,
@@ -390,7 +433,39 @@ def mcp_servers(settings: ToolSettings, root: Path, *, on_change: Callable[[], N
         max_output_chars=settings.mcp_max_output_chars,
         session_idle_s=settings.mcp_session_idle_s,
         on_change=on_change,
+        sandboxes=confined,
+        server_dir=server_dir,
     )
+
+
+def server_sandboxes(
+    sandbox: Sandbox,
+    sandboxed: Mapping[str, McpSandboxOptions],
+    network: NetworkPolicy,
+    settings: ToolSettings,
+    root: Path,
+) -> dict[str, ServerSandbox]:
+    """Each sandboxed server's confinement: the worker's sandbox with its read-only paths (the deployment's
+    and its own), under the deployment's network narrowed by its entry. Raises ``McpConfigError``."""
+    from agentbus_redis.workers.tools.mcp.connection import ServerSandbox
+
+    confined: dict[str, ServerSandbox] = {}
+    for name, options in sandboxed.items():
+        where = f"mcpServers.{name}.agentbus.sandbox"
+        try:
+            policy = network.narrowed(options.allowed_domains, options.denied_domains)
+        except InvalidDomainPattern as error:
+            raise McpConfigError(f"{where}.allowedDomains: {error}") from None
+        paths = [*settings.mcp_sandbox_read_only_paths, *options.read_only_paths]
+        for path in paths:
+            resolved = Path(path).resolve()
+            if resolved == root or resolved in root.parents or root in resolved.parents:
+                raise McpConfigError(
+                    f"{where}.readOnlyPaths: {path!r} holds or is inside the tools root {root} (every session's "
+                    "workspace): mount the server's own installation only"
+                )
+        confined[name] = ServerSandbox(sandbox.with_read_only(paths), policy)
+    return confined
 
 
 async def _catalog_names(context: WorkerContext, builtin: ToolRegistry) -> list[str]:

@@ -145,8 +145,10 @@ class _Run:
         max_concurrency: int,
         spans: ToolCallSpans | None = None,
         run_claim: RunClaim | None = None,
+        context: ToolContext | None = None,
     ) -> None:
         self.permissions = permissions
+        self.context = context
         self.spans = spans
         self.run_claim = run_claim
         self.open_spans: dict[int, Span] = {}
@@ -211,7 +213,11 @@ class _Run:
         assert tool is not None
         assert parsed is not None
         span = self.open_spans.get(call.index)
-        ctx = ToolContext(tool_use_id=call.block.id, traceparent=None if span is None else span.traceparent)
+        traceparent = None if span is None else span.traceparent
+        if self.context is None:
+            ctx = ToolContext(tool_use_id=call.block.id, traceparent=traceparent)
+        else:
+            ctx = replace(self.context, tool_use_id=call.block.id, traceparent=traceparent)
         await tool.validate_input(parsed, ctx)
         try:
             read_only: bool | None = bool(tool.is_read_only(parsed))
@@ -373,13 +379,15 @@ async def execute_tool_uses(
     max_concurrency: int = MAX_TOOL_USE_CONCURRENCY,
     spans: ToolCallSpans | None = None,
     run_claim: RunClaim | None = None,
+    context: ToolContext | None = None,
 ) -> AsyncIterator[ProgressMessage | UserMessage]:
     """Run ``tool_uses`` (one assistant reply's, in order) and yield progress messages and one
     result message per tool_use (see the module docstring); ``spans`` opens each call's
-    ``execute_tool`` span (tool_spans.py); ``run_claim`` makes side-effecting calls at most once."""
-    context = permissions if permissions.is_subagent == is_subagent else replace(permissions, is_subagent=is_subagent)
+    ``execute_tool`` span (tool_spans.py); ``run_claim`` makes side-effecting calls at most once; ``context``
+    holds the job's facts each call's :class:`ToolContext` starts from (the session's sandbox network)."""
+    decided = permissions if permissions.is_subagent == is_subagent else replace(permissions, is_subagent=is_subagent)
     run = _Run(
-        permissions=context,
+        permissions=decided,
         timeouts=timeouts or ToolTimeouts(),
         interrupt=interrupt,
         messages=results.MessageFactory(
@@ -390,6 +398,7 @@ async def execute_tool_uses(
         max_concurrency=max_concurrency,
         spans=spans,
         run_claim=run_claim,
+        context=context,
     )
     calls = [_prepare(index, block, registry) for index, block in enumerate(tool_uses)]
     try:

@@ -39,6 +39,8 @@ from agentbus_redis.bus.events import (
 )
 from agentbus_redis.bus.ledger import tool_result_ids_of
 from agentbus_redis.clock import Clock, utc_now
+from agentbus_redis.confinement.network import NetworkPolicy
+from agentbus_redis.confinement.session_network import InvalidSessionNetwork, session_network_policy
 from agentbus_redis.ids import IdSource, random_uuid
 from agentbus_redis.messages.content import ToolUseBlock
 from agentbus_redis.messages.kinds import ProgressMessage, UserMessage
@@ -51,6 +53,7 @@ from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.streams.entries import EntryKey, StreamEntry
 from agentbus_redis.streams.topology import TOOLS_GROUP, Topology
 from agentbus_redis.subagents.launcher import enter_agent_job
+from agentbus_redis.tools.tool import ToolContext
 from agentbus_redis.workers.tools.approvals import AnyJob, ApprovalGate, JobPlan, carries_decision
 from agentbus_redis.workers.tools.executor import ToolTimeouts, execute_tool_uses
 from agentbus_redis.workers.tools.registry import ToolRegistry
@@ -122,6 +125,9 @@ class ToolWorker:
         """Sub-agents (subagents/permissions.py): a child session's calls are decided in its own mode."""
         self.session_tools: SessionTools | None = None
         """Per-session workspaces: a job's tools are confined to its session's workspace (else ``registry``'s)."""
+        self.sandbox_network: NetworkPolicy | None = None
+        """The deployment's network policy when sandboxed commands have one (the proxy runs): each job's
+        session may narrow it in its config (``SessionModelConfig.sandbox_network``), read with the job."""
 
     def handler(self) -> BatchHandler:
         return self.handle
@@ -153,7 +159,9 @@ class ToolWorker:
         pipe.sismember(self.topology.retracted(job.session_id), job.assistant_uuid)
         pipe.smismember(self.topology.answered(job.session_id), [call.id for call in job.tool_uses])
         pipe.get(self.topology.interrupt(job.session_id))
-        retracted, answered, interrupted_at = await pipe.execute()
+        if self.sandbox_network is not None:
+            pipe.get(self.topology.session_config(job.session_id))
+        retracted, answered, interrupted_at, *config = await pipe.execute()
         if retracted:
             self.stats.jobs_skipped_retracted += 1
             return
@@ -180,6 +188,7 @@ class ToolWorker:
             trace_id=span.trace_id,
             span_id=span.span_id,
         )
+        context = self._call_context(job.session_id, config[0] if config else None)
         running = _Running(job.session_id, job.dispatched_ms)
         if interrupted_at is not None and int(interrupted_at) >= job.dispatched_ms:
             running.interrupt.set()
@@ -207,6 +216,7 @@ class ToolWorker:
                 spans=spans,
                 is_subagent=is_child_session(job.session_id),
                 run_claim=functools.partial(self._claim_run, job.session_id, f"{self.consumer}:{secrets.token_hex(8)}"),
+                context=context,
             ):
                 if agent_job.deferred(message):
                     continue
@@ -217,6 +227,17 @@ class ToolWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await keepalive
             self._running.pop(entry.key, None)
+
+    def _call_context(self, session_id: str, raw_config: bytes | None) -> ToolContext | None:
+        """The facts of this job every call starts from: the session's sandbox network (None: nothing to add)."""
+        if self.sandbox_network is None:
+            return None
+        try:
+            policy = session_network_policy(self.sandbox_network, raw_config)
+        except InvalidSessionNetwork as refused:
+            log.warning("sandbox_network_refused", session_id=session_id, error=str(refused))
+            return ToolContext(tool_use_id="", sandbox_network_refused=str(refused))
+        return ToolContext(tool_use_id="", sandbox_network=policy)
 
     async def _claim_run(self, session_id: str, attempt: str, call: ToolUseBlock) -> bool:
         """Claim ``call`` for this attempt of its job; False when an earlier attempt started it."""

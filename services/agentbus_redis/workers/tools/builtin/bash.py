@@ -240,7 +240,7 @@ class BashTool(Tool[BashInput]):
             return "there is no network access"
         return (
             "network access goes through an HTTP(S) proxy (set in the environment) that admits only the "
-            "deployment's allowed domains and answers 403 for any other"
+            "allowed domains (the deployment's, or the session's narrower list) and answers 403 for any other"
         )
 
     async def validate_input(self, tool_input: BashInput, ctx: ToolContext) -> None:
@@ -249,15 +249,15 @@ class BashTool(Tool[BashInput]):
         if not tool_input.command.strip():
             raise ToolError("The command is empty.")
 
-    def _environment(self) -> dict[str, str]:
-        if self.sandbox is not None:  # the allow-listed names only: never the worker's secrets
-            return {**self.sandbox.environment(self.workspace.root, self.env), **QUIET_ENV}
+    def _environment(self, sandbox: Sandbox | None) -> dict[str, str]:
+        if sandbox is not None:  # the allow-listed names only: never the worker's secrets
+            return {**sandbox.environment(self.workspace.root, self.env), **QUIET_ENV}
         base = dict(os.environ) if self.env is None else dict(self.env)
         return {**base, **QUIET_ENV}
 
-    def _argv(self, command: str) -> list[str]:
-        if self.sandbox is not None:
-            argv = self.sandbox.argv(self.workspace.root, self.shell, command)
+    def _argv(self, sandbox: Sandbox | None, command: str) -> list[str]:
+        if sandbox is not None:
+            argv = sandbox.argv(self.workspace.root, self.shell, command)
         else:
             argv = [self.shell, "-c", command]
         return closing_descriptors_argv(self.shell, argv)
@@ -274,11 +274,22 @@ class BashTool(Tool[BashInput]):
             await asyncio.wait_for(protocol.exited.wait(), self.kill_grace_s)
 
     async def call(self, tool_input: BashInput, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+        if self.sandbox is None:
+            async for item in self._run(None, tool_input):
+                yield item
+            return
+        if ctx.sandbox_network_refused is not None:
+            raise ToolError(f"The command was not run: {ctx.sandbox_network_refused}")
+        async with self.sandbox.networked(ctx.sandbox_network) as sandbox:  # the calling session's allow-list
+            async for item in self._run(sandbox, tool_input):
+                yield item
+
+    async def _run(self, sandbox: Sandbox | None, tool_input: BashInput) -> AsyncIterator[ToolProgress | ToolOutput]:
         timeout_ms = min(tool_input.timeout or self.default_timeout_ms, self.max_timeout_ms)
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
         process, protocol = await _spawn(
-            self._argv(tool_input.command), cwd=str(self.workspace.root), env=self._environment()
+            self._argv(sandbox, tool_input.command), cwd=str(self.workspace.root), env=self._environment(sandbox)
         )
         output = _CommandOutput(self.max_output_chars, PROGRESS_OUTPUT_CHARS)
         readers = [

@@ -9,6 +9,15 @@ stream) lists the tools again. Every change of state or tools calls ``on_change`
 A stdio server's process gets only its configured ``env`` over the SDK's minimal inherited set (HOME, LOGNAME,
 PATH, SHELL, TERM, USER) — never the worker's own environment, which holds its Redis credentials and internal key
 — and runs in ``cwd`` (the tools root, or the session's workspace for a per-session server).
+
+A sandboxed stdio server (:class:`ServerSandbox`, ``"agentbus": {"sandbox": …}``) runs under the worker's
+bubblewrap sandbox exactly as a Bash command does (``Sandbox.program_argv``): the system and its
+``readOnlyPaths`` read-only, ``cwd`` the only writable directory (a session's workspace, or the server's own
+directory for a connection every session shares), private ``/tmp`` and ``/proc``, its own PID, IPC and network
+namespaces, the command limits, and an environment of the sandbox's allow-listed names with its configured
+``env`` on top (the SDK's inherited names it does not set are unset inside). Its network is its entry's
+allow-list, served by the worker's proxy on a socket of its own for as long as the connection lives (none
+without one).
 """
 
 from __future__ import annotations
@@ -25,14 +34,16 @@ import structlog
 from mcp.client.client import Client
 from mcp.client.context import ClientRequestContext
 from mcp.client.session import IncomingMessage
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from agentbus_redis.confinement.network import NetworkPolicy
 from agentbus_redis.json_types import JsonObject
-from agentbus_redis.mcp.config import HttpServer, McpServer
+from agentbus_redis.mcp.config import HttpServer, McpServer, StdioServer
 from agentbus_redis.mcp.results import McpProgress
+from agentbus_redis.sandbox.runner import Sandbox
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +62,26 @@ class ConnectionPolicy:
     backoff_max_s: float = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class ServerSandbox:
+    """How a sandboxed stdio server runs (see the module docstring)."""
+
+    sandbox: Sandbox
+    """The worker's sandbox with the server's read-only paths added."""
+    network: NetworkPolicy
+    """The deployment's policy narrowed by the server's entry (nothing allowed: no network)."""
+
+    @contextlib.asynccontextmanager
+    async def parameters(self, server: StdioServer, cwd: Path) -> AsyncIterator[StdioServerParameters]:
+        """The SDK's launch parameters of ``server`` in this sandbox on ``cwd``, valid while the context lasts
+        (a narrower network is served on a proxy socket of its own until then)."""
+        async with self.sandbox.networked(self.network) as confined:
+            env = {**confined.environment(cwd), **server.env}
+            unset = [name for name in DEFAULT_INHERITED_ENV_VARS if name not in env]
+            argv = confined.program_argv(cwd, [server.command, *server.args], unset=unset)
+            yield StdioServerParameters(command=argv[0], args=argv[1:], env=env, cwd=cwd)
+
+
 class McpServerGone(RuntimeError):
     """The server is not connected (or the connection broke during the call)."""
 
@@ -66,10 +97,13 @@ class McpConnection:
         cwd: Path,
         policy: ConnectionPolicy,
         on_change: Callable[[], None] = lambda: None,
+        sandbox: ServerSandbox | None = None,
     ) -> None:
         self.name = name
         self.server = server
         self.cwd = cwd
+        self.sandbox = sandbox
+        """Set for a sandboxed stdio server."""
         self.policy = policy
         self.on_change = on_change
         self.state: ConnectionState = "connecting"
@@ -144,23 +178,23 @@ class McpConnection:
         self._lost.clear()
         self._relist.clear()
         server = self.server
-        target: Any
-        if isinstance(server, HttpServer):
-            http = create_mcp_http_client(headers=dict(server.headers))
-            target = streamable_http_client(server.url, http_client=http)
-        else:
-            target = StdioServerParameters(command=server.command, args=server.args, env=server.env, cwd=self.cwd)
-        client = Client(
-            target,
-            mode="auto",
-            cache=None,
-            message_handler=self._on_message,
-            list_roots_callback=self._roots,
-            read_timeout_seconds=None,
-        )
         async with contextlib.AsyncExitStack() as stack:
+            target: Any
             if isinstance(server, HttpServer):
-                await stack.enter_async_context(http)
+                http = await stack.enter_async_context(create_mcp_http_client(headers=dict(server.headers)))
+                target = streamable_http_client(server.url, http_client=http)
+            elif self.sandbox is not None:
+                target = await stack.enter_async_context(self.sandbox.parameters(server, self.cwd))
+            else:
+                target = StdioServerParameters(command=server.command, args=server.args, env=server.env, cwd=self.cwd)
+            client = Client(
+                target,
+                mode="auto",
+                cache=None,
+                message_handler=self._on_message,
+                list_roots_callback=self._roots,
+                read_timeout_seconds=None,
+            )
             async with asyncio.timeout(self.policy.connect_timeout_s):
                 await stack.enter_async_context(client)
             yield client

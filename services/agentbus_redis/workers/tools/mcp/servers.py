@@ -4,6 +4,11 @@ One connection per (worker, server) by default, shared by every session the work
 ``"agentbus": {"perSession": true}`` gets a connection per session workspace, started on the first call in
 that workspace (stdio: the process runs there) and closed after ``session_idle_s`` without a call; the tools
 the model is offered come from a listing connection the worker keeps in the tools root.
+
+A sandboxed stdio server (``"agentbus": {"sandbox": …}``, ``connection.ServerSandbox``) sees one writable
+directory: a per-session connection its session's workspace (as the session's Bash commands do), the
+connection every session shares (and a per-session server's listing connection) a directory of the server's
+own (``server_dir``), never the tools root with every session's workspace in it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import structlog
 from agentbus_redis.mcp.config import McpServer
 from agentbus_redis.tools.catalog import McpServerStatus
 from agentbus_redis.tools.tool import AnyTool
-from agentbus_redis.workers.tools.mcp.connection import ConnectionPolicy, McpConnection
+from agentbus_redis.workers.tools.mcp.connection import ConnectionPolicy, McpConnection, ServerSandbox
 from agentbus_redis.workers.tools.mcp.tool import McpTool
 
 log = structlog.get_logger(__name__)
@@ -36,6 +41,8 @@ class McpServers:
         max_output_chars: int,
         session_idle_s: float = 600.0,
         on_change: Callable[[], None] = lambda: None,
+        sandboxes: Mapping[str, ServerSandbox] | None = None,
+        server_dir: Callable[[str], Path] | None = None,
     ) -> None:
         self.servers = dict(servers)
         self.root = root
@@ -43,8 +50,19 @@ class McpServers:
         self.max_output_chars = max_output_chars
         self.session_idle_s = session_idle_s
         self.on_change = on_change
+        self.sandboxes = dict(sandboxes or {})
+        """The sandboxed stdio servers' confinement, by server name."""
+        if self.sandboxes and server_dir is None:
+            raise ValueError("sandboxed MCP servers need a server_dir (their shared connection's directory)")
         self.listing = {
-            name: McpConnection(name, server, cwd=root, policy=policy, on_change=self._changed)
+            name: McpConnection(
+                name,
+                server,
+                cwd=server_dir(name) if server_dir is not None and name in self.sandboxes else root,
+                policy=policy,
+                on_change=self._changed,
+                sandbox=self.sandboxes.get(name),
+            )
             for name, server in self.servers.items()
         }
         self._per_session: dict[tuple[str, Path], McpConnection] = {}
@@ -89,7 +107,12 @@ class McpServers:
             connection = self._per_session.get(key)
             if connection is None:
                 connection = McpConnection(
-                    name, self.servers[name], cwd=workspace, policy=self.policy, on_change=self._changed
+                    name,
+                    self.servers[name],
+                    cwd=workspace,
+                    policy=self.policy,
+                    on_change=self._changed,
+                    sandbox=self.sandboxes.get(name),
                 )
                 self._per_session[key] = connection
                 connection.start()
@@ -126,6 +149,7 @@ class McpServers:
                     tools=[tool.name for tool in listing.tools],
                     required=options.required,
                     per_session=options.per_session,
+                    sandboxed=name in self.sandboxes,
                     session_connections=sessions,
                     connects=listing.connects,
                     tools_changed=listing.list_changes,
