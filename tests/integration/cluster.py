@@ -19,7 +19,7 @@ from pathlib import Path
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.workers.registry import bind_http_port
-from tests.integration.forked import ForkedProcess, start_command
+from tests.integration.forked import WorkerProcess, start_command, start_interpreter
 
 TEST_SHARDS = 4
 TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]
@@ -28,7 +28,7 @@ TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash
 @dataclass
 class Worker:
     name: str
-    process: ForkedProcess
+    process: WorkerProcess
     port: int
     log_path: Path
 
@@ -43,6 +43,9 @@ class WorkerCluster:
     workers: list[Worker] = field(default_factory=list)
     internal_key: str = field(default_factory=lambda: secrets.token_hex(32))
     """The workers' secret for internal events (AGENTBUS_INTERNAL_KEY); producers do not have it."""
+    forked: bool = True
+    """Workers forked from the forkserver (``tests/integration/forked.py``: ~0.2 s of CPU to start instead of
+    ~1.1 s); False for a test about what the worker process exposes to the kernel (``/proc/PID/environ``)."""
 
     @property
     def data_dir(self) -> Path:
@@ -95,12 +98,15 @@ class WorkerCluster:
         for _ in range(count):
             # Bound here and handed down (as `agentbus up` does): a port chosen now and bound by the child later
             # can be taken in between, and the child then dies on start.
-            with bind_http_port("127.0.0.1", 0) as listener:
+            worker_env = {**self.env(), **(env or {})}
+            with bind_http_port(worker_env.get("AGENTBUS_HTTP_HOST", "127.0.0.1"), 0) as listener:
                 port = listener.getsockname()[1]
                 log_path = self.root / f"{name}-{port}.log"
-                process = start_command(
-                    ["worker", name, *args], env={**self.env(), **(env or {})}, log_path=log_path, listener=listener
-                )
+                argv = ["worker", name, *args]
+                if self.forked:
+                    process: WorkerProcess = start_command(argv, env=worker_env, log_path=log_path, listener=listener)
+                else:
+                    process = start_interpreter(argv, env=worker_env, log_path=log_path, listener=listener)
             worker = Worker(name, process, port, log_path)
             self.workers.append(worker)
             started.append(worker)

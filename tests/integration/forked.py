@@ -12,8 +12,10 @@ reads any setting. The forkserver is single-threaded and runs no event loop (the
 a worker has both, which is why the worker is not forked from it). :class:`ForkedProcess` offers the part of
 ``subprocess.Popen`` the tests use.
 
-The tests that are about the command line itself (start-up time, what a command imports, its exit codes)
-run ``python -m agentbus_redis.cli.main`` as a real new interpreter (``tests/cli/process.py``).
+What differs from a new interpreter, and where it matters: the kernel's view of the process
+(``/proc/PID/environ`` and ``cmdline``) is the forkserver's, not the worker's. A test about what the process
+itself exposes runs its workers as new interpreters (``WorkerCluster(forked=False)``); so do the tests about the
+command line itself (start-up time, what a command imports, its exit codes: ``tests/cli/process.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import importlib
 import multiprocessing
 import multiprocessing.util  # registers its exit handler now, so that ours (registered later) runs first
 import os
@@ -111,6 +114,26 @@ def start_command(
     return ForkedProcess(process, [sys.executable, "-m", "agentbus_redis.cli.main", *argv])
 
 
+def start_interpreter(
+    argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, listener: socket.socket | None = None
+) -> subprocess.Popen[bytes]:
+    """``agentbus ARGV`` as a new interpreter (``python -m agentbus_redis.cli.main``), the same hand-down."""
+    from agentbus_redis.local.supervisor import LISTEN_FD_ENV
+
+    handed = {} if listener is None else {LISTEN_FD_ENV: str(listener.fileno())}
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "agentbus_redis.cli.main", *argv],
+            env={**env, **handed},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=() if listener is None else (listener.fileno(),),
+        )
+
+
+WorkerProcess = ForkedProcess | subprocess.Popen[bytes]
+"""A worker of a test deployment: forked (the default) or a new interpreter."""
+
 _started: list[BaseProcess] = []
 
 
@@ -138,6 +161,10 @@ def _run_command(argv: list[str], env: dict[str, str], log_path: str, listener: 
     os.close(stdin)
     os.environ.clear()
     os.environ.update(env)
+    # What a new interpreter reads from its environment at start-up, before any import: PYTHONPATH.
+    added = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in sys.path]
+    sys.path[1:1] = added
+    importlib.invalidate_caches()  # packages installed after the forkserver started (a test's --target install)
     if listener is not None:
         from agentbus_redis.local.supervisor import LISTEN_FD_ENV
 

@@ -67,6 +67,7 @@ def everything_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess, everything_dir: Path) -> WorkerCluster:
+    module_cluster.forked = False  # the probe reads /proc/<worker pid>/environ: it must be the worker's own
     everything_js = everything_dir / "node_modules" / MCP_SERVER_EVERYTHING.package / "dist" / "index.js"
     probe = {"command": sys.executable, "args": [str(PROBE)], "env": {"PROBE_CONFIGURED": "from-the-entry"}}
     config = {

@@ -46,6 +46,7 @@ DENY = ["Bash(curl:*)"]
 
 @pytest.fixture(scope="module")
 def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerCluster:
+    module_cluster.forked = False  # /proc/<worker pid>/environ must be the worker's own (it holds the secrets)
     module_cluster.extra_env.update(
         {
             "ANTHROPIC_API_KEY": API_KEY,
