@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agentbus_redis.bus import live_reply
 from agentbus_redis.bus.events import IngressEnvelope, IngressPayload, StreamEvent, UserPrompt
 from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.local.redis_server import start_local_redis
 from agentbus_redis.messages.content import TextBlock
 from agentbus_redis.runtime.codec import entry_fields

@@ -50,7 +50,7 @@ from redis.asyncio.cluster import RedisCluster
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agentbus_redis.bus.events import AssistantReply, IngressEnvelope, StreamEvent, ToolResultReport, UserPrompt
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.local.redis_cluster import LocalRedisCluster, start_local_cluster
 from agentbus_redis.local.redis_server import LocalRedis, free_port, start_local_redis
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock

@@ -45,7 +45,7 @@ PRELOADED_MODULES = [
     "agentbus_redis.workers.transcripts.app",
     "agentbus_redis.workers.tools.app",
     "agentbus_redis.workers.model.app",
-    "agentbus_redis.cli.fake_model",
+    "agentbus_redis.cli.local.fake_model",
 ]
 """Imported once by the forkserver: every worker type's module and the command line that starts it."""
 

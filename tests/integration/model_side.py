@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.messages.content import ContentBlock
 from agentbus_redis.messages.kinds import AssistantMessage

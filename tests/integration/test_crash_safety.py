@@ -37,7 +37,7 @@ import pytest
 
 from agentbus_redis.api.validation import validate_api_request
 from agentbus_redis.bus.events import UserPrompt, parse_log_entry
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message

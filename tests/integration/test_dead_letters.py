@@ -21,7 +21,7 @@ import pytest
 
 from agentbus_redis.api.validation import validate_api_request
 from agentbus_redis.bus.events import SCHEMA_VERSION
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message, create_user_message
 from agentbus_redis.messages.kinds import AssistantMessage, UserMessage

@@ -24,7 +24,7 @@ from agentbus_redis.bus.events import (
     parse_log_entry,
 )
 from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message, create_user_message
 from agentbus_redis.runtime.codec import entry_fields, signed_entry_fields

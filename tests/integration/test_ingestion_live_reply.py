@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from agentbus_redis.bus.events import IngressEnvelope, IngressPayload, StreamEvent, UserPrompt, parse_log_entry
 from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
 from agentbus_redis.bus.live_reply import LIVE_REPLY_TTL_MS, LiveDelta, parse_live_delta
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolUseBlock
 from agentbus_redis.runtime.codec import entry_fields
 from agentbus_redis.runtime.consumer import BatchConsumer, ConsumerConfig

@@ -12,8 +12,8 @@ import pytest
 
 from agentbus_redis.messages.kinds import AssistantMessage
 from agentbus_redis.model.error_texts import PROMPT_TOO_LONG
-from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
-from agentbus_redis.model.max_tokens import CAPPED_DEFAULT_MAX_TOKENS, ESCALATED_MAX_TOKENS
+from agentbus_redis.model.limits.max_tokens import CAPPED_DEFAULT_MAX_TOKENS, ESCALATED_MAX_TOKENS
+from agentbus_redis.model.limits.window import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (

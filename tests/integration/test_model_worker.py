@@ -29,7 +29,7 @@ from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
 from agentbus_redis.messages.system import ApiErrorSystemMessage, InformationalSystemMessage
 from agentbus_redis.model.betas import SYSTEM_MESSAGE_BETAS
 from agentbus_redis.model.error_texts import REQUEST_TOO_LARGE, switched_model_notice
-from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.model.limits.window import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from agentbus_redis.model.retry import backoff_window_ms
 from agentbus_redis.sdk.replay import replay_transcript
 from agentbus_redis.streams.topology import Topology

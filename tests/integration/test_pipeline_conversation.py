@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agentbus_redis.api.validation import validate_api_request
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.messages.constants import INTERRUPT_MESSAGE_FOR_TOOL_USE, REJECT_MESSAGE
 from agentbus_redis.messages.content import TextBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message

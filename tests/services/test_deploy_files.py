@@ -24,8 +24,8 @@ import yaml
 from pydantic import AliasChoices, BaseModel
 from typer.testing import CliRunner
 
+from agentbus_redis.cli.local.up import FAKE_MODEL_KEY
 from agentbus_redis.cli.main import app as cli_app
-from agentbus_redis.cli.up import FAKE_MODEL_KEY
 from agentbus_redis.config.settings import Settings
 from agentbus_redis.observability.endpoints import HEALTHZ_PATH, METRICS_PATH, READYZ_PATH
 from agentbus_redis.observability.metrics import exported_sample_names

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.model.limits.window import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from agentbus_redis.workers.model.worker import answered_already, continues_tool_loop, count_recoveries, request_digest
 
 PROMPT = {"messages": [{"role": "user", "content": "hi"}]}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from agentbus_redis.cli.up_logs import WorkerLogs, shown_on_console
+from agentbus_redis.cli.local.up_logs import WorkerLogs, shown_on_console
 from agentbus_redis.local.supervisor import RestartPolicy, bind_listener_near
 
 

@@ -36,7 +36,7 @@ from agentbus_redis.bus.events import (
 )
 from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
 from agentbus_redis.bus.live_reply import LiveDelta, LiveDeltas
-from agentbus_redis.cli.demo import stream_events_for
+from agentbus_redis.cli.local.demo import stream_events_for
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.messages.constants import INTERRUPT_MESSAGE, max_output_tokens_error
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, ToolUseBlock

@@ -8,9 +8,9 @@ from agentbus_redis.ids import SequentialIds
 from agentbus_redis.messages.content import ContentBlock, ToolResultBlock, ToolUseBlock, UnknownBlock
 from agentbus_redis.messages.kinds import ApiMessage
 from agentbus_redis.normalize import NormalizeOptions, RepairKind, make_api_safe, to_messages_request, validate_request
-from agentbus_redis.normalize.block_safety import drop_blank_text_blocks, drop_malformed_and_unsupported_blocks
+from agentbus_redis.normalize.safety.block_safety import drop_blank_text_blocks, drop_malformed_and_unsupported_blocks
+from agentbus_redis.normalize.safety.tool_ids import VALID_TOOL_ID, rewrite_invalid_tool_ids, tool_id_mapping
 from agentbus_redis.normalize.thinking_replay import drop_unreplayable_thinking, same_model
-from agentbus_redis.normalize.tool_ids import VALID_TOOL_ID, rewrite_invalid_tool_ids, tool_id_mapping
 from tests.shared.normalize_builders import (
     assistant,
     image,

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
 from agentbus_redis.normalize import NormalizeOptions
-from agentbus_redis.normalize.content_ops import is_tool_result_message
-from agentbus_redis.normalize.fold import _append_user, fold_messages, fold_user
-from agentbus_redis.normalize.merge import merge_assistant_messages
-from agentbus_redis.normalize.tool_blocks import normalize_tool_uses
+from agentbus_redis.normalize.passes.content_ops import is_tool_result_message
+from agentbus_redis.normalize.passes.fold import _append_user, fold_messages, fold_user
+from agentbus_redis.normalize.passes.merge import merge_assistant_messages
+from agentbus_redis.normalize.passes.tool_blocks import normalize_tool_uses
 from tests.shared.normalize_builders import assistant, shape, text, tool_result, tool_use, user, wire
 
 OPTIONS = NormalizeOptions()

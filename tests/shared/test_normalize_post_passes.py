@@ -9,7 +9,10 @@ from agentbus_redis.messages.content import RedactedThinkingBlock, TextBlock, To
 from agentbus_redis.messages.factories import derive_short_message_id
 from agentbus_redis.messages.kinds import AssistantMessage, Message, UserMessage
 from agentbus_redis.normalize import NormalizeOptions, RepairKind, normalize_messages_for_api
-from agentbus_redis.normalize.post_passes import relocate_tool_reference_siblings, smoosh_system_reminder_siblings
+from agentbus_redis.normalize.passes.post_passes import (
+    relocate_tool_reference_siblings,
+    smoosh_system_reminder_siblings,
+)
 from tests.shared.normalize_builders import (
     assistant,
     image,

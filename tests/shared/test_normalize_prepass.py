@@ -11,7 +11,7 @@ from agentbus_redis.messages.factories import (
 from agentbus_redis.messages.kinds import Message
 from agentbus_redis.messages.system import ApiErrorSystemMessage, CompactBoundarySystemMessage
 from agentbus_redis.normalize import reorder_attachments_for_api
-from agentbus_redis.normalize.prepass import (
+from agentbus_redis.normalize.passes.prepass import (
     INTERACTIVE_MEDIA_ERRORS,
     NON_INTERACTIVE_MEDIA_ERRORS,
     build_media_strip_targets,

@@ -32,7 +32,7 @@ class CommandSpec(NamedTuple):
 
 COMMANDS: dict[str, CommandSpec] = {
     "up": CommandSpec(
-        "agentbus_redis.cli.up", "up_command", "Start every worker (and, without REDIS_URL, a private Redis)."
+        "agentbus_redis.cli.local.up", "up_command", "Start every worker (and, without REDIS_URL, a private Redis)."
     ),
     "worker": CommandSpec("agentbus_redis.cli.bus", "worker_command", "Run one worker process."),
     "send": CommandSpec("agentbus_redis.cli.bus", "send_command", "Publish a user prompt to a session."),
@@ -55,7 +55,9 @@ COMMANDS: dict[str, CommandSpec] = {
         "agentbus_redis.cli.tools", "app", "List the live tool workers and the tools they offer the model."
     ),
     "fake-model": CommandSpec(
-        "agentbus_redis.cli.fake_model", "fake_model_command", "Serve a fake Anthropic Messages API (tests, the demo)."
+        "agentbus_redis.cli.local.fake_model",
+        "fake_model_command",
+        "Serve a fake Anthropic Messages API (tests, the demo).",
     ),
     "chat": CommandSpec("agentbus_redis.cli.chat", "chat_command", "Talk to a session: stream the model's turn."),
 }

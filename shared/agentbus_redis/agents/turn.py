@@ -21,7 +21,7 @@ from typing import Literal
 from agentbus_redis.messages.constants import INTERRUPT_MESSAGE, INTERRUPT_MESSAGE_FOR_TOOL_USE
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage, Message, TombstoneMessage, UserMessage
-from agentbus_redis.model.max_turns import ended_at_max_turns, is_max_turns_reached
+from agentbus_redis.model.limits.max_turns import ended_at_max_turns, is_max_turns_reached
 
 TurnState = Literal["running", "completed", "interrupted"]
 

@@ -43,7 +43,7 @@ from agentbus_redis.messages.system import (
     TaskStartedSystemMessage,
     TaskSystemMessage,
 )
-from agentbus_redis.model.max_turns import is_max_turns_reached
+from agentbus_redis.model.limits.max_turns import is_max_turns_reached
 from agentbus_redis.wire import WireModel
 
 SUMMARY_CHARS = 80

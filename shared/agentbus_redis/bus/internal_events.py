@@ -48,7 +48,7 @@ from agentbus_redis.bus.events import (
 from agentbus_redis.bus.ledger import PendingToolUse, tool_result_ids_of
 from agentbus_redis.messages.kinds import Message, ProgressMessage, UserMessage
 from agentbus_redis.messages.system import is_sdk_only
-from agentbus_redis.model.max_turns import is_max_turns_reached
+from agentbus_redis.model.limits.max_turns import is_max_turns_reached
 from agentbus_redis.pi.messages import PiToolResultMessage
 
 AUTH_FIELD = "auth"

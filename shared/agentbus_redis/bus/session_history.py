@@ -13,7 +13,7 @@ from agentbus_redis.bus.events import LogEntry
 from agentbus_redis.bus.turn_state import answers_tools, is_interruption
 from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage, AttachmentMessage, Message, TombstoneMessage, UserMessage
-from agentbus_redis.model.max_turns import is_max_turns_reached
+from agentbus_redis.model.limits.max_turns import is_max_turns_reached
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from agentbus_redis.model.max_tokens import undated_model_id
+from agentbus_redis.model.limits.max_tokens import undated_model_id
 
 FAMILIES: Final = ("opus", "sonnet", "haiku", "fable", "mythos")
 _FAMILY = "|".join(FAMILIES)

@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from typing import Final, TypeAlias
 
 from agentbus_redis.json_types import JsonValue
-from agentbus_redis.model.max_tokens import undated_model_id
+from agentbus_redis.model.limits.max_tokens import undated_model_id
 from agentbus_redis.model.sdk_params import request_body
 
 AttributeValue: TypeAlias = str | bool | int | float | list[str]

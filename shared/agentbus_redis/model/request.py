@@ -23,7 +23,7 @@ from typing import Final
 from agentbus_redis.errors import AgentbusError
 from agentbus_redis.json_types import JsonObject, JsonValue
 from agentbus_redis.model.cache import CacheTtl, apply_cache_breakpoints
-from agentbus_redis.model.max_tokens import (
+from agentbus_redis.model.limits.max_tokens import (
     DEFAULT_MAX_TOKENS_TABLE,
     MaxTokensTable,
     default_max_tokens,

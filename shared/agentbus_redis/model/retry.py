@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agentbus_redis.json_types import JsonValue
-from agentbus_redis.model.limits import (
+from agentbus_redis.model.limits.window import (
     ContextOverflow,
     ContextOverflowAction,
     decide_context_overflow,
@@ -211,7 +211,7 @@ def should_retry(failure: ApiFailure) -> bool:
 
 
 def context_overflow_max_tokens(failure: ApiFailure, *, thinking_budget: int | None) -> int | None:
-    """M4.11 (``model/limits.py``): the ``max_tokens`` of the next attempt after a context overflow,
+    """M4.11 (``model/limits/window.py``): the ``max_tokens`` of the next attempt after a context overflow,
     None when what is left is below the floor (the error is final)."""
     overflow = failure.context_overflow
     if overflow is None:

@@ -9,18 +9,18 @@ from agentbus_redis.normalize.api_client_steps import (
     strip_excess_media_items,
     strip_tool_search_fields,
 )
-from agentbus_redis.normalize.api_safety import make_api_safe
 from agentbus_redis.normalize.attachments.order import reorder_attachments_for_api
 from agentbus_redis.normalize.attachments.render import normalize_attachment_for_api
-from agentbus_redis.normalize.merge import (
+from agentbus_redis.normalize.normalize_for_api import normalize_messages_for_api
+from agentbus_redis.normalize.options import LEGACY_TOOL_NAME_ALIASES, NormalizeOptions
+from agentbus_redis.normalize.passes.merge import (
     merge_user_messages,
     merge_user_messages_and_tool_results,
     smoosh_into_tool_result,
 )
-from agentbus_redis.normalize.normalize_for_api import normalize_messages_for_api
-from agentbus_redis.normalize.options import LEGACY_TOOL_NAME_ALIASES, NormalizeOptions
 from agentbus_redis.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
 from agentbus_redis.normalize.report import NormalizationReport, Repair, RepairKind
+from agentbus_redis.normalize.safety.api_safety import make_api_safe
 from agentbus_redis.normalize.to_params import message_to_param, to_messages_request
 
 __all__ = [

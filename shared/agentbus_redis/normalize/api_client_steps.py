@@ -18,10 +18,15 @@ from agentbus_redis.messages.content import (
 )
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
 from agentbus_redis.messages.pairing import PairingFix, PairingReport, ensure_tool_result_pairing
-from agentbus_redis.normalize.content_ops import is_js_blank, placeholder_text, with_assistant_content, with_content
 from agentbus_redis.normalize.options import NormalizeOptions
+from agentbus_redis.normalize.passes.content_ops import (
+    is_js_blank,
+    placeholder_text,
+    with_assistant_content,
+    with_content,
+)
+from agentbus_redis.normalize.passes.tool_blocks import strip_caller_fields, strip_tool_references
 from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
-from agentbus_redis.normalize.tool_blocks import strip_caller_fields, strip_tool_references
 
 MEDIA_TYPES = frozenset({"image", "document"})
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from agentbus_redis.messages.kinds import ApiMessage, Message
 from agentbus_redis.normalize.attachments.order import reorder_attachments_for_api
-from agentbus_redis.normalize.fold import fold_messages
 from agentbus_redis.normalize.options import NormalizeOptions
-from agentbus_redis.normalize.post_passes import (
+from agentbus_redis.normalize.passes.fold import fold_messages
+from agentbus_redis.normalize.passes.post_passes import (
     append_message_id_tags,
     ensure_non_empty_assistant_content,
     filter_orphaned_thinking_only_messages,
@@ -20,7 +20,7 @@ from agentbus_redis.normalize.post_passes import (
     sanitize_error_tool_result_content,
     validate_images_for_api,
 )
-from agentbus_redis.normalize.prepass import build_media_strip_targets, drop_virtual_messages, filter_api_bound
+from agentbus_redis.normalize.passes.prepass import build_media_strip_targets, drop_virtual_messages, filter_api_bound
 from agentbus_redis.normalize.report import NormalizationReport, Repairs
 
 

@@ -21,11 +21,11 @@ from agentbus_redis.messages.kinds import Message, UserMessage
 from agentbus_redis.messages.system import CompactBoundarySystemMessage
 from agentbus_redis.messages.tombstones import apply_tombstones
 from agentbus_redis.normalize.api_client_steps import apply_api_client_steps
-from agentbus_redis.normalize.api_safety import make_api_safe
 from agentbus_redis.normalize.attachments.rendered import place_system_messages, system_turns
 from agentbus_redis.normalize.normalize_for_api import normalize_messages_for_api
 from agentbus_redis.normalize.options import NormalizeOptions
 from agentbus_redis.normalize.report import NormalizationReport
+from agentbus_redis.normalize.safety.api_safety import make_api_safe
 from agentbus_redis.normalize.to_params import to_messages_request
 
 DEFAULT_OPTIONS = NormalizeOptions()

@@ -16,7 +16,7 @@ from agentbus_redis.api.validation import REDACTED_SIGNATURE_PLACEHOLDERS
 from agentbus_redis.messages.constants import SYNTHETIC_MODEL
 from agentbus_redis.messages.content import ContentBlock, RedactedThinkingBlock, ThinkingBlock, is_thinking
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
-from agentbus_redis.normalize.content_ops import with_assistant_content
+from agentbus_redis.normalize.passes.content_ops import with_assistant_content
 from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
 
 _DATE_SUFFIX = re.compile(r"[-@]\d{8}$")

@@ -1,7 +1,7 @@
 """Resume deserialization (R7.20, ``deserializeMessagesWithInterruptDetection``) and the one-call
 ``resume_session`` (read → load → leaf → chain → deserialize).
 
-The R4.14/R4.16 filters are the API normalizer's own (``agentbus_redis.normalize.post_passes``); they only
+The R4.14/R4.16 filters are the API normalizer's own (``agentbus_redis.normalize.passes.post_passes``); they only
 touch assistant messages and adjacent user messages, so system and attachment messages in a resumed
 chain pass through them unchanged.
 """
@@ -21,7 +21,7 @@ from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseB
 from agentbus_redis.messages.factories import create_assistant_message, create_user_message
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, AttachmentMessage, UserMessage
 from agentbus_redis.messages.system import SystemMessageBase
-from agentbus_redis.normalize.post_passes import (
+from agentbus_redis.normalize.passes.post_passes import (
     filter_orphaned_thinking_only_messages,
     filter_whitespace_only_assistant_messages,
 )

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentbus_redis.model.limits import (
+from agentbus_redis.model.limits.window import (
     OUTPUT_TOKEN_RECOVERY_MESSAGE,
     ContextOverflow,
     ContextOverflowAction,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentbus_redis.model.max_tokens import (
+from agentbus_redis.model.limits.max_tokens import (
     CAPPED_DEFAULT_MAX_TOKENS,
     MaxTokensLimits,
     MaxTokensTable,

@@ -13,8 +13,7 @@ from agentbus_redis.json_types import JsonObject
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message, create_user_message
 from agentbus_redis.messages.kinds import Message
-from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
-from agentbus_redis.model.max_turns import (
+from agentbus_redis.model.limits.max_turns import (
     ended_at_max_turns,
     is_max_turns_reached,
     max_turns_attachment,
@@ -22,6 +21,7 @@ from agentbus_redis.model.max_turns import (
     over_max_turns,
     turns_in_request,
 )
+from agentbus_redis.model.limits.window import OUTPUT_TOKEN_RECOVERY_MESSAGE
 from agentbus_redis.normalize import to_api_request
 
 

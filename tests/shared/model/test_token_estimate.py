@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentbus_redis.model.limits import blocking_limit, is_blocked, lowered_window
-from agentbus_redis.model.token_estimate import MEDIA_TOKENS, estimate_prompt_tokens, rough_tokens
+from agentbus_redis.model.limits.token_estimate import MEDIA_TOKENS, estimate_prompt_tokens, rough_tokens
+from agentbus_redis.model.limits.window import blocking_limit, is_blocked, lowered_window
 
 
 def test_rough_tokens_rounds_like_math_round() -> None:

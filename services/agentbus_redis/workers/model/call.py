@@ -49,7 +49,8 @@ from agentbus_redis.messages.kinds import AssistantMessage, AssistantPayload
 from agentbus_redis.messages.system import ApiErrorSystemMessage
 from agentbus_redis.model.betas import required_betas
 from agentbus_redis.model.error_texts import assistant_error_for, switched_model_notice
-from agentbus_redis.model.limits import (
+from agentbus_redis.model.limits.max_tokens import ESCALATED_MAX_TOKENS
+from agentbus_redis.model.limits.window import (
     OUTPUT_TOKEN_RECOVERY_MESSAGE,
     OutputLimitAction,
     OutputLimitDecision,
@@ -57,7 +58,6 @@ from agentbus_redis.model.limits import (
     decide_output_limit,
     output_limit_error,
 )
-from agentbus_redis.model.max_tokens import ESCALATED_MAX_TOKENS
 from agentbus_redis.model.request import non_streaming_fallback_params, request_body, with_max_tokens, with_model
 from agentbus_redis.model.retry import (
     ApiFailure,

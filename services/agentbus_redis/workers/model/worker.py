@@ -54,7 +54,10 @@ from agentbus_redis.messages.factories import create_assistant_api_error_message
 from agentbus_redis.model.cost import PriceTable, price_call
 from agentbus_redis.model.error_texts import PROMPT_TOO_LONG
 from agentbus_redis.model.genai import error_attributes, request_attributes, response_attributes, span_name
-from agentbus_redis.model.limits import (
+from agentbus_redis.model.limits.max_tokens import ESCALATED_MAX_TOKENS, default_max_tokens, max_tokens_upper_limit
+from agentbus_redis.model.limits.max_turns import max_turns_attachment, next_turn_count, over_max_turns
+from agentbus_redis.model.limits.token_estimate import estimate_prompt_tokens
+from agentbus_redis.model.limits.window import (
     OUTPUT_TOKEN_RECOVERY_MESSAGE,
     OutputLimitState,
     blocking_limit,
@@ -62,12 +65,9 @@ from agentbus_redis.model.limits import (
     is_blocked,
     lowered_window,
 )
-from agentbus_redis.model.max_tokens import ESCALATED_MAX_TOKENS, default_max_tokens, max_tokens_upper_limit
-from agentbus_redis.model.max_turns import max_turns_attachment, next_turn_count, over_max_turns
 from agentbus_redis.model.request import ModelDefaults, build_model_params, request_body, with_max_tokens
 from agentbus_redis.model.retry import ApiFailure
 from agentbus_redis.model.session_config import SessionModelConfig
-from agentbus_redis.model.token_estimate import estimate_prompt_tokens
 from agentbus_redis.observability import model_metrics
 from agentbus_redis.observability.tracing import AttributeValue, Span, WorkerTracer
 from agentbus_redis.runtime.codec import decode_entry

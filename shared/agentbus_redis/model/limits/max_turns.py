@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from agentbus_redis.json_types import JsonObject, JsonValue
 from agentbus_redis.messages.factories import create_attachment_message
 from agentbus_redis.messages.kinds import AssistantMessage, AttachmentMessage, Message, UserMessage
-from agentbus_redis.model.limits import OUTPUT_TOKEN_RECOVERY_MESSAGE
+from agentbus_redis.model.limits.window import OUTPUT_TOKEN_RECOVERY_MESSAGE
 
 MAX_TURNS_REACHED = "max_turns_reached"
 """R1.5: the attachment kind."""

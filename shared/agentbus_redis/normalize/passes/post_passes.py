@@ -11,14 +11,14 @@ from agentbus_redis.messages.content import ContentBlock, ImageBlock, TextBlock,
 from agentbus_redis.messages.factories import derive_short_message_id
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
 from agentbus_redis.normalize.attachments.render import SYSTEM_REMINDER_OPEN
-from agentbus_redis.normalize.content_ops import (
+from agentbus_redis.normalize.passes.content_ops import (
     content_has_tool_reference,
     is_js_blank,
     placeholder_text,
     with_assistant_content,
     with_user_content,
 )
-from agentbus_redis.normalize.merge import merge_adjacent_user_messages, smoosh_into_tool_result
+from agentbus_redis.normalize.passes.merge import merge_adjacent_user_messages, smoosh_into_tool_result
 from agentbus_redis.normalize.report import PassResult, Repair, RepairKind
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolResultBlock, as_blocks
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
-from agentbus_redis.normalize.content_ops import js_trim, with_assistant_content, with_user_content
+from agentbus_redis.normalize.passes.content_ops import js_trim, with_assistant_content, with_user_content
 
 
 def hoist_tool_results(content: Sequence[ContentBlock]) -> list[ContentBlock]:

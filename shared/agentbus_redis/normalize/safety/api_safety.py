@@ -15,20 +15,20 @@ from agentbus_redis.messages.constants import NO_CONTENT_MESSAGE
 from agentbus_redis.messages.content import TextBlock
 from agentbus_redis.messages.factories import create_user_message
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
-from agentbus_redis.normalize.block_safety import (
+from agentbus_redis.normalize.options import NormalizeOptions
+from agentbus_redis.normalize.passes.content_ops import js_trim_end, with_assistant_content, with_user_content
+from agentbus_redis.normalize.passes.merge import merge_assistant_messages, merge_user_messages
+from agentbus_redis.normalize.passes.post_passes import filter_trailing_thinking_from_last_assistant
+from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
+from agentbus_redis.normalize.safety.block_safety import (
     coerce_tool_use_inputs,
     drop_blank_text_blocks,
     drop_malformed_and_unsupported_blocks,
     drop_unanswerable_server_tool_blocks,
     hoist_tool_results_first,
 )
-from agentbus_redis.normalize.content_ops import js_trim_end, with_assistant_content, with_user_content
-from agentbus_redis.normalize.merge import merge_assistant_messages, merge_user_messages
-from agentbus_redis.normalize.options import NormalizeOptions
-from agentbus_redis.normalize.post_passes import filter_trailing_thinking_from_last_assistant
-from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
+from agentbus_redis.normalize.safety.tool_ids import rewrite_invalid_tool_ids
 from agentbus_redis.normalize.thinking_replay import drop_open_turn_thinking_when_disabled, drop_unreplayable_thinking
-from agentbus_redis.normalize.tool_ids import rewrite_invalid_tool_ids
 
 
 def fill_or_drop_empty_messages(messages: Sequence[ApiMessage]) -> PassResult:

@@ -15,21 +15,21 @@ from agentbus_redis.normalize.attachments.render import (
     wrap_in_system_reminder,
 )
 from agentbus_redis.normalize.attachments.rendered import task_notification_as_sent
-from agentbus_redis.normalize.content_ops import is_tool_result_message, with_user_content
-from agentbus_redis.normalize.merge import (
+from agentbus_redis.normalize.options import NormalizeOptions
+from agentbus_redis.normalize.passes.content_ops import is_tool_result_message, with_user_content
+from agentbus_redis.normalize.passes.merge import (
     merge_assistant_messages,
     merge_user_messages,
     merge_user_messages_and_tool_results,
 )
-from agentbus_redis.normalize.options import NormalizeOptions
-from agentbus_redis.normalize.prepass import ApiBound
-from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
-from agentbus_redis.normalize.tool_blocks import (
+from agentbus_redis.normalize.passes.prepass import ApiBound
+from agentbus_redis.normalize.passes.tool_blocks import (
     add_tool_loaded_boundary,
     normalize_tool_uses,
     strip_tool_references,
     strip_unavailable_tool_references,
 )
+from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
 
 
 def local_command_as_user(message: LocalCommandSystemMessage) -> UserMessage:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Final
 
-from agentbus_redis.model.max_tokens import ESCALATED_MAX_TOKENS
+from agentbus_redis.model.limits.max_tokens import ESCALATED_MAX_TOKENS
 
 FLOOR_OUTPUT_TOKENS: Final = 3_000
 """M4.11: below this many available output tokens the context-overflow 400 is not retried."""

@@ -31,9 +31,9 @@ from typing import Annotated, Final
 
 import typer
 
-from agentbus_redis.cli.demo import run_demo
 from agentbus_redis.cli.errors import redacted_url
-from agentbus_redis.cli.up_logs import LogFormat, WorkerLogs, console_wanted, log_file_path
+from agentbus_redis.cli.local.demo import run_demo
+from agentbus_redis.cli.local.up_logs import LogFormat, WorkerLogs, console_wanted, log_file_path
 from agentbus_redis.config.settings import Settings
 from agentbus_redis.local.redis_server import (
     LocalRedis,

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from agentbus_redis.messages.content import ContentBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import ApiMessage
-from agentbus_redis.normalize.block_safety import map_blocks
 from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
+from agentbus_redis.normalize.safety.block_safety import map_blocks
 
 VALID_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _INVALID_CHARS = re.compile(r"[^a-zA-Z0-9_-]")

@@ -13,8 +13,12 @@ from agentbus_redis.messages.constants import (
 )
 from agentbus_redis.messages.content import ContentBlock, TextBlock, ToolReferenceBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage, UserMessage
-from agentbus_redis.normalize.content_ops import content_has_tool_reference, with_assistant_content, with_user_content
 from agentbus_redis.normalize.options import EXIT_PLAN_MODE_TOOL_NAME, FILE_EDIT_TOOL_NAME, NormalizeOptions
+from agentbus_redis.normalize.passes.content_ops import (
+    content_has_tool_reference,
+    with_assistant_content,
+    with_user_content,
+)
 from agentbus_redis.normalize.report import Repair, RepairKind, Repairs
 
 

@@ -18,8 +18,8 @@ from agentbus_redis.messages.content import (
     tool_use_id_of,
 )
 from agentbus_redis.messages.kinds import ApiMessage, AssistantMessage, UserMessage
-from agentbus_redis.normalize.content_ops import is_js_blank, with_content, with_user_content
-from agentbus_redis.normalize.merge import hoist_tool_results
+from agentbus_redis.normalize.passes.content_ops import is_js_blank, with_content, with_user_content
+from agentbus_redis.normalize.passes.merge import hoist_tool_results
 from agentbus_redis.normalize.report import PassResult, Repair, RepairKind, Repairs
 
 USER_BLOCK_TYPES = frozenset({"text", "image", "document", "search_result", "tool_result"})
