@@ -49,6 +49,7 @@ from agentbus_redis.streams.deadletter import dead_letter_streams, list_dead_let
 from agentbus_redis.streams.entries import id_text
 from agentbus_redis.streams.topology import INGESTION_GROUP, NORMALIZATION_GROUP, TOOLS_GROUP, TRANSCRIPTS_GROUP
 from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.workers.normalization.worker import SENDER_FITS_THINKING as WORKER_OPTIONS
 from tests.conftest import on_targets
 from tests.integration.cluster import Worker, WorkerCluster, eventually
 
@@ -56,10 +57,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RELAXED_TOOL_LIMITS = {"AGENTBUS_TOOLS__TIMEOUT_S": "30", "AGENTBUS_TOOLS__DEADLINE_S": "120"}
 
-SESSIONS = 12
+SESSIONS = 8
 MAX_TURNS = 100
 REQUEST_TIMEOUT_S = 60.0
-TURNS_AFTER_KILL = 3
+TURNS_AFTER_KILL = 2
 """Turns every session (on average) still plays after the kill, across the takeover."""
 
 GROUP_OF_WORKER = {
@@ -355,7 +356,7 @@ async def check_session(bus: AgentbusClient, cluster: WorkerCluster, script: Scr
     latest = await bus.latest_request(session)
     assert latest is not None, session
     assert latest.seq == history[-1].seq, session
-    expected = to_api_request([e.message for e in history]).request
+    expected = to_api_request([e.message for e in history], options=WORKER_OPTIONS).request
     assert latest.request == expected, request_diff(session, latest.request, expected)
     assert validate_api_request(latest.request) == [], session
 

@@ -29,6 +29,7 @@ from agentbus_redis.normalize import to_api_request
 from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
 from agentbus_redis.streams.deadletter import DeadLetter, dead_letter_streams, list_dead_letters
 from agentbus_redis.streams.names import dead_letter_stream
+from agentbus_redis.workers.normalization.worker import SENDER_FITS_THINKING as WORKER_OPTIONS
 from tests.conftest import ON_EVERY_TARGET
 from tests.integration.cluster import WorkerCluster, eventually
 
@@ -357,7 +358,7 @@ async def test_malformed_ingress_entries_are_dead_lettered_with_reasons_while_go
             assert len(results) == 2 * GOOD_TURNS
             latest = await bus.latest_request(session)
             assert latest is not None
-            assert latest.request == to_api_request(history).request
+            assert latest.request == to_api_request(history, options=WORKER_OPTIONS).request
             assert validate_api_request(latest.request) == []
 
 

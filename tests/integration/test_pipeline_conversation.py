@@ -22,6 +22,7 @@ from agentbus_redis.messages.kinds import Message, TombstoneMessage
 from agentbus_redis.normalize import to_api_request
 from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
 from agentbus_redis.transcript_files.layout import session_file
+from agentbus_redis.workers.normalization.worker import SENDER_FITS_THINKING as WORKER_OPTIONS
 from tests.conftest import ON_EVERY_TARGET
 from tests.integration.cluster import WorkerCluster, eventually
 
@@ -137,7 +138,7 @@ async def test_conversation_with_every_failure_path_through_two_instances_of_eac
 
         # The published request is exactly what the shared rules make of the session's log.
         history = [entry.message for entry in entries]
-        assert request.request == to_api_request(history).request
+        assert request.request == to_api_request(history, options=WORKER_OPTIONS).request
         assert "toolu_ghost" not in json.dumps(request.request)
         assert "Let me" not in json.dumps(request.request)
         assert await bus.redis.xlen(cluster.names.dead_letter_stream(bus.topology.requests_for(SESSION))) == 0
