@@ -110,6 +110,16 @@ async def test_the_start_check_passes_here(tmp_path: Path) -> None:
     assert (await sandbox.check(workspaces.check_dir())).startswith("bubblewrap ")
 
 
+async def test_tool_workers_starting_together_check_the_same_directory_at_once(tmp_path: Path) -> None:
+    """The full suite saw one of two tool workers started together refuse to start: both probes wrote and removed
+    the same file in the shared check directory, and the second ``rm`` found it gone."""
+    sandbox = Sandbox.for_this_process()
+    workspaces = SessionWorkspaces(tmp_path, "session", owner=sandbox.owner)
+    versions = await asyncio.gather(*(sandbox.check(workspaces.check_dir()) for _ in range(8)))
+    assert all(version.startswith("bubblewrap ") for version in versions)
+    assert list(workspaces.check_dir().iterdir()) == []
+
+
 async def test_the_start_check_fails_with_a_broken_bwrap(tmp_path: Path) -> None:
     sandbox = Sandbox.for_this_process(bwrap="/bin/false")
     workspaces = SessionWorkspaces(tmp_path, "session", owner=sandbox.owner)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shlex
 import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -185,8 +186,10 @@ class Sandbox:
         """Run a probe in a sandbox on ``workspace``: it must write there, see its own PID namespace and no
         network but loopback (and, with a proxy, start its bridge); returns bubblewrap's version. Raises
         :class:`SandboxUnavailable` with bubblewrap's own words otherwise (e.g. user namespaces disabled)."""
+        # A file of this check's own: the tool workers of a deployment start together and check the same directory.
+        marker = f".agentbus-sandbox-check-{secrets.token_hex(8)}"
         probe = (
-            "set -e; echo ok > .agentbus-sandbox-check; rm .agentbus-sandbox-check; "
+            f"set -e; echo ok > {marker}; rm {marker}; "
             'test "$$" -lt 10; test "$(tail -n +3 /proc/net/dev | grep -cv " lo:")" = 0; echo sandboxed'
         )
         try:
