@@ -22,6 +22,7 @@ from agentbus_redis.workers.registry import bind_http_port
 from tests.integration.forked import WorkerProcess, start_command, start_interpreter
 
 TEST_SHARDS = 4
+STOP_GRACE_S = 8.0
 TEST_ALLOW_RULES = ["Read", "Glob", "Grep", "Write", "Edit", "Bash(ls:*)", "Bash(sleep:*)", "Bash(echo:*)"]
 
 
@@ -145,12 +146,14 @@ class WorkerCluster:
         worker.process.wait()
 
     def stop(self) -> None:
+        """SIGTERM every worker; one still up after :data:`STOP_GRACE_S` is SIGKILLed (a graceful stop waits for
+        running tool jobs, a background agent's among them; the tests of graceful stops wait for it themselves)."""
         for worker in self.workers:
             if worker.process.poll() is None:
                 worker.process.send_signal(signal.SIGTERM)
         for worker in self.workers:
             try:
-                worker.process.wait(timeout=20)
+                worker.process.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 worker.process.kill()
                 worker.process.wait()
