@@ -5,6 +5,7 @@ A block that cannot run here says why in a ``<!-- not-run: … -->`` line; a Pyt
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -13,9 +14,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
+from agentbus_redis.stores.tool_catalog import READ_MAX_AGE_S, read_catalog_snapshot
+from agentbus_redis.streams.topology import Topology
 from tests.docs.examples import DOCS, OUTPUT, PARSED, README, SHELL, Block, all_blocks, blocks_of, shell_script
-from tests.integration.cluster import WorkerCluster
+from tests.integration.cluster import WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import reply, text, tool_use, turn_ended, wait_for
 from tests.shared.generated_sessions import tool_rounds_session
@@ -121,6 +125,7 @@ async def test_the_readmes_tool_runs_in_its_own_pool_and_answers_the_model(
     args = command.split("agentbus worker tools", 1)[1].split()
     (worker,) = deployment.start("tools", args=args, env={"PYTHONPATH": str(tmp_path)})
     deployment.wait_ready(workers=[worker])
+    await offered_everywhere(deployment, "weather")
     session = "readme-weather"
     fake.script(session, [reply(tool_use("toolu_weather", "weather", city="Oslo")), reply(text("Sunny in Oslo."))])
     async with deployment.client() as bus:
@@ -131,3 +136,17 @@ async def test_the_readmes_tool_runs_in_its_own_pool_and_answers_the_model(
     (result,) = [block for block in answered["body"]["messages"][-1]["content"] if block["type"] == "tool_result"]
     assert result["tool_use_id"] == "toolu_weather"
     assert result["content"] in ("It is sunny in Oslo.", [{"type": "text", "text": "It is sunny in Oslo."}])
+
+
+async def offered_everywhere(deployment: WorkerCluster, tool: str) -> None:
+    """Until ``tool`` is in the catalog, and then as long as the readers' cache may still hold an older read (the
+    model worker offers, and ingestion routes, what they read at most ``READ_MAX_AGE_S`` ago)."""
+    async with aioredis.Redis.from_url(deployment.redis_url) as redis:
+        topology = Topology(deployment.names)
+
+        async def in_catalog() -> bool:
+            snapshot = await read_catalog_snapshot(redis, topology)
+            return any(t.name == tool for entry in snapshot.live for t in entry.tools)
+
+        await eventually(in_catalog, timeout_s=60)
+    await asyncio.sleep(READ_MAX_AGE_S)

@@ -110,4 +110,5 @@ def reply(*content: JsonObject, stop_reason: str | None = None, **options: Any) 
 
 
 def http_error(status: int, error_type: str, message: str, **headers: str) -> JsonObject:
-    return {"kind": "http_error", "status": status, "error_type": error_type, "message": message, "headers": headers}
+    named: JsonObject = dict(headers)
+    return {"kind": "http_error", "status": status, "error_type": error_type, "message": message, "headers": named}
