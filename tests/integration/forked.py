@@ -36,6 +36,8 @@ from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from agentbus_redis.local.supervisor import LISTEN_FD_ENV, PR_SET_PDEATHSIG
+
 PRELOADED_MODULES = [
     "agentbus_redis.cli.main",
     "agentbus_redis.cli.bus",
@@ -48,8 +50,6 @@ PRELOADED_MODULES = [
     "agentbus_redis.cli.local.fake_model",
 ]
 """Imported once by the forkserver: every worker type's module and the command line that starts it."""
-
-PR_SET_PDEATHSIG = 1
 
 _context: ForkServerContext | None = None
 
@@ -118,8 +118,6 @@ def start_interpreter(
     argv: Sequence[str], *, env: Mapping[str, str], log_path: Path, listener: socket.socket | None = None
 ) -> subprocess.Popen[bytes]:
     """``agentbus ARGV`` as a new interpreter (``python -m agentbus_redis.cli.main``), the same hand-down."""
-    from agentbus_redis.local.supervisor import LISTEN_FD_ENV
-
     handed = {} if listener is None else {LISTEN_FD_ENV: str(listener.fileno())}
     with log_path.open("wb") as log:
         return subprocess.Popen(
@@ -166,8 +164,6 @@ def _run_command(argv: list[str], env: dict[str, str], log_path: str, listener: 
     sys.path[1:1] = added
     importlib.invalidate_caches()  # packages installed after the forkserver started (a test's --target install)
     if listener is not None:
-        from agentbus_redis.local.supervisor import LISTEN_FD_ENV
-
         os.environ[LISTEN_FD_ENV] = str(listener.fileno())
     sys.argv = ["agentbus", *argv]
     from agentbus_redis.cli.main import main
