@@ -56,20 +56,17 @@ class SessionWorkspaces:
         for its connection every session shares: outside ``sessions/``, so no session's workspace is in it."""
         if not name or "/" in name or name in (".", ".."):
             raise ValueError(f"not an MCP server name: {name!r}")
-        directory = self.root / SERVERS_DIR / name
-        if not directory.is_dir():
-            directory.parent.mkdir(mode=0o711, exist_ok=True)
-            directory.mkdir(mode=0o700, exist_ok=True)
-            if self.owner is not None:
-                os.chown(directory, *self.owner)
-        return directory
+        return self._owned_dir(self.root / SERVERS_DIR / name)
 
     def for_session(self, session_id: str) -> Path:
         """The workspace directory of ``session_id`` (made if missing). Raises ``InvalidSessionId`` for a bad id."""
         relative = workspace_relative_dir(session_id, self.scope)
         if not relative:
             return self.root
-        directory = self.root / relative
+        return self._owned_dir(self.root / relative)
+
+    def _owned_dir(self, directory: Path) -> Path:
+        """``directory`` made if missing: its parent passable (0711), itself private (0700) to the sandbox's user."""
         if not directory.is_dir():
             directory.parent.mkdir(mode=0o711, exist_ok=True)
             directory.mkdir(mode=0o700, exist_ok=True)
