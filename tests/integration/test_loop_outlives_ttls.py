@@ -122,8 +122,12 @@ async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
             await client.send_prompt(session, f"turn {turns}")
             await wait_for(client, session, turn_ended)
             turns += 1
-            (request,) = fake.requests(session)
-            assert offered(request) == BUILTIN, f"turn {turns}: the model was offered {offered(request)}"
+            # Usually one request; under heavy load a session lease of 0.6 s can lapse and a peer call again. Every
+            # request is what this test is about: each must offer every tool.
+            requests = fake.requests(session)
+            assert requests, f"turn {turns}: no request reached the model"
+            for request in requests:
+                assert offered(request) == BUILTIN, f"turn {turns}: the model was offered {offered(request)}"
             await asyncio.sleep(CATALOG_TTL_S / 2)
         listing = json.loads(tools_ls(deployment))
         assert [worker["worker"].split("-")[0] for worker in listing["workers"]] == ["tools"], listing

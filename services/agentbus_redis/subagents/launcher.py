@@ -290,8 +290,9 @@ class AgentTool(Tool[AgentInput]):
         )
         existing = await self.store.record(child)
         if existing is not None:
-            # A re-run of this job (its worker died): the child was registered; its prompt may not have been
-            # sent yet. Sending it again is a duplicate key if it was.
+            # A re-run of this job (its worker died): the child was registered, perhaps not linked yet, and its
+            # prompt may not have been sent yet. Linking again is idempotent; sending again is a duplicate key.
+            await self.store.link(existing[0])
             await self._start(existing[0], job)
             return existing[0]
         parent_record = await self.store.record(parent) if parent_depth else None

@@ -81,14 +81,24 @@ class AgentStore:
     async def register(self, record: ChildRecord) -> bool:
         """Write the child's record and link it to its parent; False when it existed (a re-run launch)."""
         created = await self.redis.hsetnx(self.keys.child(record.session_id), "record", record.to_wire_json())
-        if created:
-            await self.redis.hset(self.keys.child(record.session_id), "status", "running")
+        await self.link(record)
+        return bool(created)
+
+    async def link(self, record: ChildRecord) -> None:
+        """What :meth:`register` writes after the record: the child running (unless it has a status already), in
+        its parent's children, in the deadline index while it runs, findable by agent id. Idempotent, and called
+        again by a re-run launch: a worker killed between the record and these left a child its parent did not
+        list (the full suite under load lost two of three children from ``children()`` that way)."""
+        key = self.keys.child(record.session_id)
+        await self.redis.hsetnx(key, "status", "running")
         await self.redis.hset(
             self.keys.children(record.parent_session_id), record.session_id, record.parent_tool_use_id
         )
-        await self.redis.zadd(self.keys.running_index_for(record.session_id), {record.session_id: record.deadline_ms})
+        if _text(await self.redis.hget(key, "status")) == "running":
+            await self.redis.zadd(
+                self.keys.running_index_for(record.session_id), {record.session_id: record.deadline_ms}, nx=True
+            )
         await self.redis.set(self.keys.by_agent_id(record.agent_id), record.session_id)
-        return bool(created)
 
     async def restart(self, record: ChildRecord) -> None:
         """A4.4 (``SendMessage``): the ended child runs another round — its record (the new call, times and
