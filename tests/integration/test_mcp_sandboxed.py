@@ -34,7 +34,6 @@ from agentbus_redis.messages.content import TextBlock, ToolResultBlock
 from agentbus_redis.messages.kinds import UserMessage
 from agentbus_redis.sandbox.runner import Sandbox
 from agentbus_redis.sandbox.workspaces import SERVERS_DIR
-from agentbus_redis.stores.tool_catalog import read_catalog_snapshot
 from agentbus_redis.tools.catalog import McpServerStatus
 from agentbus_redis.workers.tools.app import server_sandboxes
 from tests.cli.process import agentbus, cli_env
@@ -42,6 +41,7 @@ from tests.compat.npm_clients import MCP_SERVER_EVERYTHING, NpmUnreachable, ensu
 from tests.integration.cluster import TEST_ALLOW_RULES, WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import ended_with, live_messages, reply, text, tool_use, wait_for
+from tests.integration.test_mcp_servers import _servers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -113,12 +113,6 @@ def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess, everything
         module_cluster.start(name)
     module_cluster.wait_ready(timeout_s=240)  # ready once the required (sandboxed) server-everything is connected
     return module_cluster
-
-
-async def _servers(deployment: WorkerCluster) -> dict[str, McpServerStatus]:
-    async with deployment.client() as bus:
-        snapshot = await read_catalog_snapshot(bus.redis, bus.topology)
-    return {server.name: server for entry in snapshot.live for server in entry.mcp_servers}
 
 
 async def _all_connected(deployment: WorkerCluster) -> dict[str, McpServerStatus]:

@@ -17,7 +17,7 @@ from agentbus_redis.bus.ingress_limits import DEFAULT_MAX_INGRESS_ENTRY_BYTES
 from agentbus_redis.confinement.bubblewrap import DEFAULT_SYSTEM_PATHS
 from agentbus_redis.confinement.environment import DEFAULT_ENV_ALLOW, SecretInAllowList, secret_names
 from agentbus_redis.confinement.limits import SandboxLimits
-from agentbus_redis.confinement.network import DEFAULT_PORTS, DomainPattern, NetworkPolicy
+from agentbus_redis.confinement.network import DEFAULT_PORTS, NetworkPolicy, checked_domain_patterns
 from agentbus_redis.confinement.workspaces import WorkspaceScope
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.tools.pools import DEFAULT_POOL, pool_name_problem
@@ -72,9 +72,7 @@ class SandboxNetworkSettings(BaseModel):
     @field_validator("allowed_domains", "denied_domains")
     @classmethod
     def _patterns_parse(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            DomainPattern.parse(pattern)  # InvalidDomainPattern (a ValueError) names the bad entry
-        return patterns
+        return checked_domain_patterns(patterns)
 
     @field_validator("allowed_ports")
     @classmethod

@@ -239,6 +239,14 @@ class NetworkPolicy:
         return "non_global_address"
 
 
+def checked_domain_patterns(patterns: list[str]) -> list[str]:
+    """``patterns`` unchanged when each parses as an allow- or deny-list entry; else ``InvalidDomainPattern`` (a
+    ``ValueError``, so a pydantic validator reports it at its field) naming the bad entry."""
+    for pattern in patterns:
+        DomainPattern.parse(pattern)
+    return patterns
+
+
 def proxy_environment(port: int = BRIDGE_PORT) -> dict[str, str]:
     """The variables that send a command's HTTP(S) clients (curl, pip, git, urllib, requests…) to the
     bridge on its own loopback."""

@@ -13,7 +13,7 @@ import json
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from agentbus_redis.confinement.network import DomainPattern, NetworkPolicy
+from agentbus_redis.confinement.network import NetworkPolicy, checked_domain_patterns
 from agentbus_redis.wire import WireModel
 
 
@@ -37,9 +37,7 @@ class SessionSandboxNetwork(WireModel):
     @field_validator("allowed_domains", "denied_domains")
     @classmethod
     def _patterns_parse(cls, patterns: list[str] | None) -> list[str] | None:
-        for pattern in patterns or ():
-            DomainPattern.parse(pattern)  # InvalidDomainPattern (a ValueError) names the bad entry
-        return patterns
+        return None if patterns is None else checked_domain_patterns(patterns)
 
     def policy(self, deployment: NetworkPolicy) -> NetworkPolicy:
         """The session's effective policy; ``DomainNotAllowed`` names an entry the deployment does not allow."""

@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentbus_redis.confinement.network import DomainPattern
+from agentbus_redis.confinement.network import checked_domain_patterns
 from agentbus_redis.errors import AgentbusError
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -88,9 +88,7 @@ class McpSandboxOptions(BaseModel):
     @field_validator("allowed_domains", "denied_domains")
     @classmethod
     def _patterns_parse(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            DomainPattern.parse(pattern)  # InvalidDomainPattern (a ValueError) names the bad entry
-        return patterns
+        return checked_domain_patterns(patterns)
 
     @field_validator("read_only_paths")
     @classmethod
