@@ -18,7 +18,9 @@ BUFFER_BYTES = 65536
 
 def main() -> None:
     port, path = int(sys.argv[1]), sys.argv[2]
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio then sets TCP_NODELAY on what it accepts, and a relayed reply is not held
+    # back by Nagle until the command's delayed ACK (40 ms a round trip).
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     listener.listen(128)

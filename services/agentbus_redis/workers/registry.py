@@ -10,7 +10,7 @@ import sys
 import uvicorn
 
 from agentbus_redis.config.settings import Settings
-from agentbus_redis.local.supervisor import LISTEN_FD_ENV
+from agentbus_redis.local.supervisor import LISTEN_FD_ENV, bind_listener
 from agentbus_redis.observability.wiring import configure_process
 from agentbus_redis.workers.model.api_key import require_api_key
 from agentbus_redis.workers.process import WorkerContext, WorkerFactory, WorkerProcess, WorkerRuntime, build_app
@@ -122,15 +122,7 @@ def inherited_listener() -> socket.socket | None:
 def bind_http_port(host: str, port: int) -> socket.socket:
     """A socket listening on ``host:port`` (0: a free port), opened before the worker starts so the port it
     reports is the one it serves; a taken port fails here, naming it."""
-    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as error:
-        listener.close()
-        raise OSError(error.errno, f"cannot listen on {host}:{port}: {error.strerror}") from error
-    listener.listen(LISTEN_BACKLOG)  # connections made before the app is up wait instead of being refused
-    return listener
+    return bind_listener(host, port, inheritable=False, backlog=LISTEN_BACKLOG)
 
 
 def freeze_startup_heap() -> None:

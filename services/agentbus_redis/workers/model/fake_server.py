@@ -28,7 +28,7 @@ import orjson
 import uvicorn
 from pydantic import BaseModel
 
-from agentbus_redis.local.supervisor import LISTEN_FD_ENV
+from agentbus_redis.local.supervisor import LISTEN_FD_ENV, bind_listener
 from agentbus_redis.workers.model.fake_app import fake_model_app
 from agentbus_redis.workers.model.fake_scripts import FallbackScript
 from agentbus_redis.workers.model.fake_state import DEFAULT_KEEP_REQUESTS, FakeModelState
@@ -74,8 +74,7 @@ class _Uvicorn(uvicorn.Server):
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return socket.create_server((host, port), family=family)
+    return bind_listener(host, port, inheritable=False)
 
 
 def _url(sock: socket.socket) -> str:
