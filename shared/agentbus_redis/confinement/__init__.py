@@ -2,34 +2,40 @@
 sandboxed command gets, which hosts it may reach through the worker's proxy, and the bubblewrap command line
 that enforces them (I/O in ``agentbus_redis.sandbox``)."""
 
-from agentbus_redis.confinement.bubblewrap import (
-    DEFAULT_SYSTEM_PATHS,
-    DropPrivileges,
-    NetworkBridge,
-    SandboxPlan,
-    bubblewrap_argv,
-)
-from agentbus_redis.confinement.environment import (
-    DEFAULT_ENV_ALLOW,
-    SecretInAllowList,
-    sandbox_environment,
-    secret_names,
-)
-from agentbus_redis.confinement.limits import SandboxLimits, closing_descriptors_argv, limited_shell_argv
-from agentbus_redis.confinement.network import (
-    DomainNotAllowed,
-    DomainPattern,
-    InvalidDomainPattern,
-    NetworkPolicy,
-    normalize_host,
-    proxy_environment,
-)
-from agentbus_redis.confinement.session_network import (
-    InvalidSessionNetwork,
-    SessionSandboxNetwork,
-    session_network_policy,
-)
-from agentbus_redis.confinement.workspaces import WorkspaceScope, workspace_owner, workspace_relative_dir
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentbus_redis.confinement.bubblewrap import (
+        DEFAULT_SYSTEM_PATHS,
+        DropPrivileges,
+        NetworkBridge,
+        SandboxPlan,
+        bubblewrap_argv,
+    )
+    from agentbus_redis.confinement.environment import (
+        DEFAULT_ENV_ALLOW,
+        SecretInAllowList,
+        sandbox_environment,
+        secret_names,
+    )
+    from agentbus_redis.confinement.limits import SandboxLimits, closing_descriptors_argv, limited_shell_argv
+    from agentbus_redis.confinement.network import (
+        DomainNotAllowed,
+        DomainPattern,
+        InvalidDomainPattern,
+        NetworkPolicy,
+        normalize_host,
+        proxy_environment,
+    )
+    from agentbus_redis.confinement.session_network import (
+        InvalidSessionNetwork,
+        SessionSandboxNetwork,
+        session_network_policy,
+    )
+    from agentbus_redis.confinement.workspaces import WorkspaceScope, workspace_owner, workspace_relative_dir
 
 __all__ = [
     "DEFAULT_ENV_ALLOW",
@@ -57,3 +63,45 @@ __all__ = [
     "workspace_owner",
     "workspace_relative_dir",
 ]
+
+_MODULE_OF = {
+    "DEFAULT_ENV_ALLOW": "environment",
+    "DEFAULT_SYSTEM_PATHS": "bubblewrap",
+    "DomainNotAllowed": "network",
+    "DomainPattern": "network",
+    "DropPrivileges": "bubblewrap",
+    "InvalidDomainPattern": "network",
+    "InvalidSessionNetwork": "session_network",
+    "NetworkBridge": "bubblewrap",
+    "NetworkPolicy": "network",
+    "SandboxLimits": "limits",
+    "SandboxPlan": "bubblewrap",
+    "SecretInAllowList": "environment",
+    "SessionSandboxNetwork": "session_network",
+    "WorkspaceScope": "workspaces",
+    "bubblewrap_argv": "bubblewrap",
+    "closing_descriptors_argv": "limits",
+    "limited_shell_argv": "limits",
+    "normalize_host": "network",
+    "proxy_environment": "network",
+    "sandbox_environment": "environment",
+    "secret_names": "environment",
+    "session_network_policy": "session_network",
+    "workspace_owner": "workspaces",
+    "workspace_relative_dir": "workspaces",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The façade imports a module only when one of its names is asked for: the settings every command reads
+    # import a few constants from here, not the session network's pydantic model (issue 27, command start-up).
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
