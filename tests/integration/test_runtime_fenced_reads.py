@@ -83,6 +83,10 @@ async def test_a_failed_wait_is_raised_not_skipped(aredis: aioredis.Redis, strea
 
 
 LANE_CLIENT = "fenced-lane-under-test"
+SAFETY_TIMEOUT_S = 60
+WAIT_MS = 600_000
+"""A lane's wait that outlasts every safety timeout of these tests: it ends only when an entry comes or the test
+ends it (:func:`stop_waiting_lane`)."""
 
 
 def lane(client: aioredis.Redis, seen: list[str], *, block_ms: int) -> BatchConsumer:
@@ -104,20 +108,30 @@ async def test_a_batch_is_settled_while_the_read_sent_behind_it_waits(
     aredis: aioredis.Redis, redis_url: str, stream: str
 ) -> None:
     """One round trip per batch: the settle script and the next wait travel together, and the script's reply
-    (outputs written, entry acked) is read as soon as it ran, not when the wait behind it ends."""
+    (outputs written, entry acked) is read as soon as it ran, not when the wait behind it ends.
+
+    The wait blocks for longer than the test may last (``WAIT_MS``), so no clock decides the outcome: the ack is
+    awaited (counted once the lane has read the script's reply, which comes a little after another connection can
+    already see the outputs, all the later on a busy machine), and when it is counted the read sent behind the
+    script is still blocked. Were the reply read only when the wait ended, the ack would not come in time."""
     seen: list[str] = []
     async with aioredis.Redis.from_url(redis_url, client_name=LANE_CLIENT) as client:
-        consumer = lane(client, seen, block_ms=3000)
+        consumer = lane(client, seen, block_ms=WAIT_MS)
+
+        async def acked() -> int:
+            return consumer.stats.acked
+
         consumer.start()
         await wait_until_true(lambda: blocked_xreads(aredis), expected=1)
         await aredis.xadd(stream, {"n": "1"})
-        await wait_until_true(lambda: aredis.xlen(OUT), expected=1)
-        assert consumer.stats.acked == 1
+        await wait_until_true(acked, expected=1)
+        assert await aredis.xlen(OUT) == 1
         assert int((await aredis.xpending(stream, GROUP))["pending"]) == 0
         assert await blocked_xreads(aredis) == 1  # the next read already waits in Redis
         await aredis.xadd(stream, {"n": "2"})
-        await wait_until_true(lambda: aredis.xlen(OUT), expected=2)
-        await consumer.stop()
+        await wait_until_true(acked, expected=2)
+        assert await aredis.xlen(OUT) == 2
+        await stop_waiting_lane(consumer, aredis)
     assert seen == ["1", "2"]
 
 
@@ -144,7 +158,21 @@ async def test_a_settle_script_unknown_after_a_flush_is_reloaded_and_nothing_is_
 
 
 async def wait_until_true(value: Callable[[], Awaitable[int]], *, expected: int) -> None:
-    """Poll ``value`` until it equals ``expected`` (a safety timeout only)."""
-    async with asyncio.timeout(10):
+    """Poll ``value`` until it equals ``expected`` (a safety timeout only, generous: the machine may be busy)."""
+    async with asyncio.timeout(SAFETY_TIMEOUT_S):
         while await value() != expected:
             await asyncio.sleep(0.01)
+
+
+async def stop_waiting_lane(consumer: BatchConsumer, aredis: aioredis.Redis) -> None:
+    """Stop a lane whose read waits ``WAIT_MS``: a read already sent is finished before the loop stops, so its
+    wait is ended as its timeout would end it (``CLIENT UNBLOCK``: the XREAD answers nothing, the take behind it
+    finds nothing), again for as long as the loop runs (it may have sent another before it saw the stop)."""
+    async with asyncio.timeout(SAFETY_TIMEOUT_S):
+        stopping = asyncio.create_task(consumer.stop())
+        while not stopping.done():
+            for connection in await aredis.client_list():
+                if connection["name"] == LANE_CLIENT and "b" in connection["flags"]:
+                    await aredis.client_unblock(int(connection["id"]))
+            await asyncio.wait([stopping], timeout=0.05)
+        await stopping
