@@ -209,11 +209,17 @@ async def test_the_catalog_offers_every_servers_tools_with_their_schema_and_a_li
     assert echo.description == "Echoes back the input string"
     assert echo.input_schema["properties"]["message"]["type"] == "string"
     assert "timezone" in offered["mcp__time__get_current_time"].input_schema["properties"]
+
     # server-everything registers get-roots-list only once the client is initialized (it declared roots), and
-    # announces it with notifications/tools/list_changed: the worker listed again and the catalog has it.
+    # announces it with notifications/tools/list_changed: the worker lists again and the catalog has it. The
+    # notification may come after the server shows "connected" (the later on a busy machine): awaited.
+    async def list_changed_picked_up() -> bool:
+        servers = await _servers(deployment)
+        changed = servers["everything"].tools_changed >= 1
+        return changed and "mcp__everything__get-roots-list" in await _offered(deployment)
+
+    await eventually(list_changed_picked_up, timeout_s=120)
     servers = await _servers(deployment)
-    assert servers["everything"].tools_changed >= 1
-    assert "mcp__everything__get-roots-list" in offered
     assert servers["time"].required
     assert servers["scratch"].per_session
 
