@@ -273,7 +273,18 @@ async def run_scenario(deployment: WorkerCluster, fake: FakeModelProcess, parent
         async def asked() -> bool:
             return bool(await bus.pending_approvals(child["t_b"]))
 
-        await eventually(asked, timeout_s=90)
+        try:
+            # Generous: B's call may wait for a killed tool worker's jobs to be claimed again by its replacement.
+            await eventually(asked, timeout_s=180)
+        except TimeoutError:
+            # Say where B stopped, and what the workers said (their tails), so a failure here can be read.
+            b_types = [entry.message.type for entry in await bus.history(child["t_b"])]
+            tails = "\n".join(
+                f"== {w.name}:{w.port} (exit {w.process.poll()})\n"
+                + "\n".join(w.log_path.read_text(errors="replace").splitlines()[-40:])
+                for w in deployment.workers
+            )
+            raise AssertionError(f"B never asked; its log: {b_types}\n{tails}") from None
         (approval,) = await bus.pending_approvals(child["t_b"])
         await approval.allow()
 
