@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentbus_redis.lazy_facade import lazy_facade
 
 if TYPE_CHECKING:
     from agentbus_redis.permissions.checks import (
@@ -142,15 +143,4 @@ _MODULE_OF = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # The façade imports a module only when one of its names is asked for (import time matters for the CLI).
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_facade(globals(), _MODULE_OF)

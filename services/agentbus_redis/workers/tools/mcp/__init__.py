@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentbus_redis.lazy_facade import lazy_facade
 
 if TYPE_CHECKING:
     from agentbus_redis.workers.tools.mcp.config_files import expansion_environment, read_mcp_configs
@@ -37,11 +38,5 @@ _MODULE_OF = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # The mcp SDK takes most of a second to import: a tool worker without MCP servers never loads it.
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+# Lazy: the mcp SDK takes most of a second to import, and a tool worker without MCP servers never loads it.
+__getattr__, __dir__ = lazy_facade(globals(), _MODULE_OF)
