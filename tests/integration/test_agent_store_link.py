@@ -4,40 +4,19 @@ leave the child listed. The full suite under load lost two of three children fro
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 
-from agentbus_redis.agents.ids import agent_id_for, child_session_id
-from agentbus_redis.agents.record import ChildRecord
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.subagents.store import AgentStore
+from tests.integration.child_records import child_record
 
 pytestmark = [pytest.mark.integration]
 
 PARENT = "link-parent"
-
-
-def record_of(tool_use_id: str) -> ChildRecord:
-    agent = agent_id_for(PARENT, tool_use_id)
-    now = int(time.time() * 1000)
-    return ChildRecord(
-        session_id=child_session_id(PARENT, agent),
-        parent_session_id=PARENT,
-        parent_tool_use_id=tool_use_id,
-        parent_assistant_uuid="parent-assistant",
-        agent_id=agent,
-        agent_type="general-purpose",
-        description="look",
-        prompt="Look around.",
-        dispatched_ms=now,
-        started_ms=now,
-        deadline_ms=now + 600_000,
-        depth=1,
-    )
 
 
 @pytest.fixture
@@ -52,7 +31,7 @@ async def store(redis_url: str) -> AsyncIterator[AgentStore]:
 async def test_a_record_written_by_a_worker_that_died_before_its_links_is_linked_by_the_rerun(
     store: AgentStore,
 ) -> None:
-    record = record_of("toolu_cut")
+    record = child_record(PARENT, "toolu_cut")
     await store.redis.delete(store.keys.child(record.session_id), store.keys.children(PARENT))
     # The first run got as far as the record, then its worker was SIGKILLed.
     await store.redis.hsetnx(store.keys.child(record.session_id), "record", record.to_wire_json())
@@ -69,7 +48,7 @@ async def test_a_record_written_by_a_worker_that_died_before_its_links_is_linked
 async def test_linking_an_ended_child_again_keeps_its_status_and_leaves_the_deadline_index_alone(
     store: AgentStore,
 ) -> None:
-    record = record_of("toolu_done")
+    record = child_record(PARENT, "toolu_done")
     assert await store.register(record) is True
     await store.redis.hset(store.keys.child(record.session_id), "status", "completed")
     await store.redis.zrem(store.keys.running_index_for(record.session_id), record.session_id)

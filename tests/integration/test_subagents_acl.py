@@ -17,7 +17,6 @@ run the workers: each worker type connects as its own ACL user, producers (the S
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from redis.exceptions import NoPermissionError
 
 from agentbus_redis.agents.background import output_file_path
 from agentbus_redis.agents.ids import agent_id_for, child_session_id
-from agentbus_redis.agents.record import ChildRecord
 from agentbus_redis.agents.results import interrupted_result
 from agentbus_redis.bus.events import LogEntry
 from agentbus_redis.model.session_config import SessionModelConfig
@@ -41,6 +39,7 @@ from agentbus_redis.subagents.stop import resolve_running_child
 from agentbus_redis.subagents.store import AgentStore
 from agentbus_redis.subagents.tree import session_tree
 from tests.cli.process import agentbus, cli_env
+from tests.integration.child_records import child_record
 from tests.integration.cluster import eventually
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
@@ -269,29 +268,6 @@ def acl_redis(tmp_path: Path) -> Iterator[AclRedis]:
         yield server
     finally:
         server.stop()
-
-
-def child_record(parent: str, tool_use_id: str, *, deadline_ms: int) -> ChildRecord:
-    agent_id = agent_id_for(parent, tool_use_id)
-    now = int(time.time() * 1000)
-    return ChildRecord(
-        session_id=child_session_id(parent, agent_id),
-        parent_session_id=parent,
-        parent_tool_use_id=tool_use_id,
-        parent_assistant_uuid="00000000-0000-4000-8000-000000000001",
-        parent_message_id=None,
-        agent_id=agent_id,
-        agent_type="general-purpose",
-        description="look",
-        prompt="Look.",
-        dispatched_ms=now,
-        started_ms=now,
-        deadline_ms=deadline_ms,
-        max_tokens=None,
-        max_turns=None,
-        depth=1,
-        background=False,
-    )
 
 
 async def test_each_worker_user_does_its_part_of_the_subagent_store_and_nothing_more(acl_redis: AclRedis) -> None:
