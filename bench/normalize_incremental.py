@@ -1,7 +1,7 @@
 """Benchmark: requests of a growing session built by ``RequestBuilder`` (cached prefix of finished turns)
 against the full pipeline (``to_api_request`` + ``validate_api_request`` over the whole history), same run.
 
-    uv run python bench/normalize_incremental.py [--turns 50 200 800] [--calls 0 2]
+    uv run python bench/normalize_incremental.py [--turns 50 200 800] [--calls 0 2] [--reanchor-after 0 4 24]
 
 A session of N turns (a prompt, optionally a reply with tool calls and their results, a final answer),
 and one long agent turn of N tool rounds, are replayed request by request — one request whenever the
@@ -24,7 +24,7 @@ from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseB
 from agentbus_redis.messages.factories import create_assistant_message, create_user_message
 from agentbus_redis.messages.kinds import Message
 from agentbus_redis.normalize import NormalizeOptions, to_api_request
-from agentbus_redis.normalize.incremental import RequestBuilder
+from agentbus_redis.normalize.incremental import REANCHOR_AFTER, RequestBuilder
 
 
 def session(turns: int, calls: int) -> list[Message]:
@@ -62,6 +62,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, nargs="+", default=[50, 200, 800])
     parser.add_argument("--calls", type=int, nargs="+", default=[0, 2])
+    parser.add_argument(
+        "--reanchor-after",
+        type=int,
+        nargs="+",
+        default=[REANCHOR_AFTER],
+        help="RequestBuilder's reanchor_after: how long a suffix is kept before the prefix moves (one column each)",
+    )
     args = parser.parse_args()
     options = NormalizeOptions()
 
@@ -73,13 +80,14 @@ def main() -> None:
     ]
     cases += [(f"1 turn, {rounds:4d} tool rounds", agentic_turn(rounds)) for rounds in args.turns]
     for label, history in cases:
-        builder = RequestBuilder(options=options)
         baseline = per_request_ms(history, full)
-        incremental = per_request_ms(history, builder.build)
-        print(
-            f"{label:26s} ({len(history):5d} messages): full {baseline:7.2f} ms/request, "
-            f"builder {incremental:6.2f} ms/request → {baseline / incremental:5.1f}× less CPU"
-        )
+        columns = []
+        for reanchor_after in args.reanchor_after:
+            builder = RequestBuilder(options=options, reanchor_after=reanchor_after)
+            incremental = per_request_ms(history, builder.build)
+            name = f"builder({reanchor_after})" if len(args.reanchor_after) > 1 else "builder"
+            columns.append(f"{name} {incremental:6.2f} ms/request → {baseline / incremental:5.1f}× less CPU")
+        print(f"{label:26s} ({len(history):5d} messages): full {baseline:7.2f} ms/request, " + ", ".join(columns))
 
 
 if __name__ == "__main__":

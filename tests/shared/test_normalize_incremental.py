@@ -129,6 +129,44 @@ def test_long_agentic_turn_is_spliced_at_tool_rounds() -> None:
     assert sum(results) >= len(results) - 3
 
 
+@pytest.mark.parametrize("shape", ["turns", "tool_rounds"])
+def test_the_prefix_moves_without_normalizing_the_head_again(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: once the first prefix is anchored, no request runs the pipeline over more than the suffix
+    (at most ``reanchor_after`` messages and the one that went past it) or the span the prefix moves over
+    and its stand-in — so a request costs the same at 300 messages as at 30 — and every request is exact."""
+    from agentbus_redis.normalize import incremental
+
+    if shape == "turns":
+        history = [message for index in range(50) for message in turn(f"step {index}", index, calls=index % 3)]
+    else:
+        history = [user("refactor the module")]
+        for index in range(150):
+            call = f"toolu_round_{index}"
+            history += [
+                assistant(text(f"Step {index}."), tool_use(call), msg_id=f"m{index}"),
+                user([tool_result(call)]),
+            ]
+    runs: list[int] = []
+
+    def counted(messages: Sequence[Message], **kwargs: object) -> object:
+        runs.append(len(messages))
+        return to_api_request(messages, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(incremental, "to_api_request", counted)
+    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=4)
+    due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    spliced, longest_run = [], []
+    for m in due:
+        runs.clear()
+        spliced.append(assert_same_as_full(builder, history[:m]))
+        longest_run.append(max(runs, default=0))
+    assert len(history) > 150
+    assert sum(spliced) >= len(spliced) - 6
+    # the first prefix is anchored over the head once; from the second half on every run is short
+    later = longest_run[len(due) // 2 :]
+    assert max(later) <= 4 + 4, later  # a suffix past 4 by one request's messages, or a span and its stand-in
+
+
 @pytest.mark.parametrize(
     "continuation",
     [

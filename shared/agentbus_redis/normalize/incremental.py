@@ -11,7 +11,10 @@ is computed once — as the pipeline's output for ``H[:k]`` followed by a stand-
 or a reply), whose own message is then dropped: the stand-in makes the prefix "not last" exactly as
 ``H[k]`` does (R4.15, R4.17, the final trim leave it alone) and keeps the open turn where ``H[k]`` keeps
 it — and every later request normalizes only ``H[k:]``. Once that suffix grows past ``reanchor_after``
-messages the prefix moves forward.
+messages the prefix moves forward to a later cut ``k'``, and it moves the way a request is spliced: the
+pipeline runs over ``H[k:k']`` and a stand-in for ``H[k']`` only, joined to ``X`` under the same conditions
+(``_advance``). So a request costs about the same at 40 messages as at 800; the pipeline runs over the
+whole head only for the first prefix, or when a move is refused.
 
 Conditions (each checked; any doubt → the full pipeline, so the result is always exactly
 ``to_api_request(H)``):
@@ -67,13 +70,15 @@ from agentbus_redis.normalize.report import NormalizationReport, Repair, RepairK
 STAND_IN_PROMPT = "agentbus: the next turn starts here"
 """The prompt that stands in for ``H[k]`` while the prefix is normalized (its message is dropped)."""
 
-REANCHOR_AFTER = 24
-"""Move the prefix forward once the suffix normalized per request holds more messages than this."""
+REANCHOR_AFTER = 4
+"""Move the prefix forward once the suffix normalized per request holds more messages than this. Moving it
+costs a pipeline run over the messages it passes (``_advance``), so a short suffix is cheap to keep: 4 is
+the fastest of 0–24 (``bench/normalize_incremental.py``)."""
 
-INCREMENTAL_FROM = 32
-"""Histories shorter than this are built in full: below ~32 messages anchoring a prefix (one pipeline
-run over the head) plus the suffix run cost more than one run over everything
-(``bench/normalize_incremental.py --turns 2 4 8 16 --calls 1``: 0.7–1.1× at 16–32 messages)."""
+INCREMENTAL_FROM = 8
+"""Histories shorter than this are built in full: a spliced request runs the pipeline twice (the suffix,
+and now and then the span the prefix moves over), each run with a fixed cost of its own, which a full
+run over fewer than ~8 messages undercuts (``bench/normalize_incremental.py --turns 2 4 8 16``)."""
 
 _SPLIT_BREAKERS = frozenset({RepairKind.TOOL_ID_REWRITTEN, RepairKind.EXCESS_MEDIA_STRIPPED})
 """Passes whose choices depend on the whole request: a side that needed one is normalized in full."""
@@ -116,6 +121,17 @@ class _Prefix:
     request_tool_ids: frozenset[str]
     """Every tool_use and server tool id in ``params``."""
     media: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """What the pipeline gives a suffix joined to a prefix: its API messages (the leading user message of a
+    tool-round cut dropped), its repairs, and the suffix's own request (whose other fields the joined
+    request keeps)."""
+
+    messages: list[MessageParam | SystemMessageParam]
+    repairs: tuple[Repair, ...]
+    request: MessagesRequest
 
 
 class RequestBuilder:
@@ -170,7 +186,16 @@ class RequestBuilder:
         # such a prefix can no longer split, so it moves forward or goes.
         stale = prefix is not None and prefix.round_cut and any(map(is_human_prompt, history[prefix.cut :]))
         if prefix is None or stale or len(history) - prefix.cut > self.reanchor_after:
-            moved = self._anchor(history, after=prefix.cut if prefix is not None else 0)
+            moved = None
+            cut = (
+                _latest_cut(history, after=0)
+                if prefix is None
+                else _latest_cut(history, after=prefix.cut, start=prefix.cut)
+            )
+            if cut is not None and prefix is not None and not stale:
+                moved = self._advance(prefix, history, cut)
+            if cut is not None and moved is None:
+                moved = self._anchor(history, cut)
             if moved is not None:
                 prefix = self._prefix = moved
             elif stale:
@@ -178,12 +203,9 @@ class RequestBuilder:
         return prefix
 
     # ------------------------------------------------------------------------------------------ the cut
-    def _anchor(self, history: Sequence[Message], *, after: int) -> _Prefix | None:
-        """A prefix ending before the latest turn or tool round that closes every call before it, if the
-        pipeline splits there (checked with a stand-in for ``H[cut]``)."""
-        cut = _latest_cut(history, after=after)
-        if cut is None:
-            return None
+    def _anchor(self, history: Sequence[Message], cut: int) -> _Prefix | None:
+        """The prefix ending before ``H[cut]`` (a turn or tool round that closes every call before it), if
+        the pipeline splits there: the pipeline runs over the whole head and a stand-in for ``H[cut]``."""
         head = history[:cut]
         round_cut = isinstance(history[cut], AssistantMessage)
         try:
@@ -231,13 +253,75 @@ class RequestBuilder:
             media=sum(_media_count(param) for param in params),
         )
 
+    def _advance(self, prefix: _Prefix, history: Sequence[Message], cut: int) -> _Prefix | None:
+        """The prefix moved forward to ``cut`` without running the pipeline over the whole head: the span
+        ``H[prefix.cut:cut]`` and a stand-in for ``H[cut]`` are joined to the prefix exactly as a request's
+        suffix is (``_join``), since the prefix for ``cut`` is the pipeline's output for ``H[:cut]`` and
+        the stand-in, less the stand-in. None: anchor in full."""
+        round_cut = isinstance(history[cut], AssistantMessage)
+        if prefix.round_cut and not round_cut:
+            return None  # the stand-in prompt starts a new turn after a tool-round cut (see _current_prefix)
+        span = history[prefix.cut : cut]
+        if round_cut:
+            joined = self._join(prefix, span, stand_in=_stand_in_reply(self.clock, self.ids))
+        else:
+            joined = self._join(prefix, span, prompt=STAND_IN_PROMPT)
+        if joined is None:
+            return None
+        messages, repairs = joined.messages, joined.repairs
+        stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
+        if (
+            len(messages) < 2
+            or messages[-1] != stand_in
+            or messages[-2]["role"] != ("user" if round_cut else "assistant")
+        ):
+            return None  # the seam does not hold (see _anchor)
+        span_targets = _tombstone_targets(span)
+        if span_targets is None:
+            return None
+        params = messages[:-1]
+        return _Prefix(
+            cut=cut,
+            round_cut=round_cut,
+            anchor=history[cut - 1],
+            params=[*prefix.params, *params],
+            repairs=(*prefix.repairs, *repairs),
+            whitespace_pass_fired=prefix.whitespace_pass_fired,
+            uuids=prefix.uuids.union(_uuids(span)),
+            message_ids=prefix.message_ids | _message_ids(span),
+            tool_use_ids=prefix.tool_use_ids.union(tid for message in span for tid in tool_use_ids(message)),
+            referenced_tool_ids=prefix.referenced_tool_ids | _referenced_tool_ids(span),
+            tombstone_targets=prefix.tombstone_targets | span_targets,
+            request_tool_ids=prefix.request_tool_ids | _request_tool_ids(params),
+            media=prefix.media + sum(_media_count(param) for param in params),
+        )
+
     # ------------------------------------------------------------------------------------------ splice
     def _splice(self, prefix: _Prefix, history: Sequence[Message]) -> BuiltRequest | None:
-        suffix = history[prefix.cut :]
+        joined = self._join(prefix, history[prefix.cut :])
+        if joined is None:
+            return None
+        request: MessagesRequest = {**joined.request, "messages": [*prefix.params, *joined.messages]}
+        report = NormalizationReport(repairs=(*prefix.repairs, *joined.repairs))
+        return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
+
+    def _join(
+        self,
+        prefix: _Prefix,
+        suffix: Sequence[Message],
+        *,
+        prompt: str | None = None,
+        stand_in: AssistantMessage | None = None,
+    ) -> _Tail | None:
+        """The API messages and repairs the pipeline gives ``suffix`` (then ``prompt`` or ``stand_in``, when
+        the prefix is being moved) after the prefix, when the split conditions hold; None otherwise."""
         if not _suffix_separable(prefix, suffix):
             return None
+        tail_history = [*suffix, stand_in] if stand_in is not None else suffix
         try:
-            tail = to_api_request(suffix, options=self._suffix_options, clock=self.clock, ids=self.ids)
+            tail = to_api_request(
+                tail_history, options=self._suffix_options, prompt=prompt, clock=self.clock, ids=self.ids
+            )
         except AgentbusError:
             return None  # the full run raises the error with its own numbering
         tail_messages = tail.request["messages"]
@@ -263,14 +347,13 @@ class RequestBuilder:
             tail_tool_ids
         ):
             return None
-        request: MessagesRequest = {**tail.request, "messages": [*prefix.params, *tail_messages]}
         # The suffix's own request (for a tool-round cut: with its leading user message) validates the
-        # suffix side, the stand-in request validated the prefix side: the open turn is the same on both
-        # (a tool-round cut is refused once a new turn begins), so the full request is valid when both are.
-        if validate_request(tail.request, options=self.options):
-            return None  # rebuilt in full: the violations reported are the full request's
-        report = NormalizationReport(repairs=(*prefix.repairs, *repairs))
-        return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
+        # suffix side, the prefix's own validation the prefix side: the open turn is the same on both
+        # (a tool-round cut is refused once a new turn begins), so the joined request is valid when both
+        # are. A request that does not pass is rebuilt in full: the violations reported are the full one's.
+        if validate_request(tail.request, options=self.options, allow_prefill=stand_in is not None):
+            return None
+        return _Tail(tail_messages, repairs, tail.request)
 
 
 # ---------------------------------------------------------------------------------------------- rules
@@ -299,12 +382,14 @@ def is_round_start(history: Sequence[Message], index: int) -> bool:
     return isinstance(previous, UserMessage) and bool(tool_result_ids(previous))
 
 
-def _latest_cut(history: Sequence[Message], *, after: int) -> int | None:
+def _latest_cut(history: Sequence[Message], *, after: int, start: int = 0) -> int | None:
     """The largest ``k > after`` where a turn (human prompt) or a tool round starts and every call of
-    ``history[:k]`` is answered inside it."""
+    ``history[:k]`` is answered inside it. ``start``: a cut already known (every call before it is
+    answered before it), where the scan may begin."""
     open_calls: set[str] = set()
     latest: int | None = None
-    for index, message in enumerate(history):
+    for index in range(start, len(history)):
+        message = history[index]
         if index > after and not open_calls and (is_human_prompt(message) or is_round_start(history, index)):
             latest = index
         open_calls.update(tool_use_ids(message))
