@@ -270,9 +270,19 @@ async def test_jobs_with_the_same_entry_id_on_two_shards_run_at_once(deployment:
 
     async with aioredis.Redis.from_url(deployment.redis_url) as redis:
 
-        async def answered(session: str) -> bool:
+        async def answers(session: str) -> list[ToolResultReport]:
+            # The ingress stream is the session's shard's: other tests' sessions write to it too (the test before
+            # this one has a Bash call of its own answered there, which was taken for the long job's answer).
             entries = await redis.xrange(topology.ingress_for(session))
-            return any(isinstance(parse_ingress(fields[b"data"]).payload, ToolResultReport) for _, fields in entries)
+            envelopes = [parse_ingress(fields[b"data"]) for _, fields in entries]
+            return [
+                envelope.payload
+                for envelope in envelopes
+                if envelope.session_id == session and isinstance(envelope.payload, ToolResultReport)
+            ]
+
+        async def answered(session: str) -> bool:
+            return bool(await answers(session))
 
         long_job = job(long_session, ToolUseBlock(id="toolu_long", name="Bash", input={"command": "sleep 6"}))
         await redis.xadd(topology.tool_jobs_for(long_session), entry_fields(long_job), id=entry_id)  # type: ignore[arg-type]
@@ -290,8 +300,15 @@ async def test_jobs_with_the_same_entry_id_on_two_shards_run_at_once(deployment:
             topology.tool_jobs_for(quick_session), entry_fields(job(quick_session, quick_call)), id=entry_id
         )  # type: ignore[arg-type]
 
+        long_started = time.monotonic()
         await eventually(lambda: answered(quick_session), timeout_s=60)
-        assert not await answered(long_session), "the quick job waited for the long job with the same entry id"
+        # Said in full when it fails (it did, rarely, with the whole module in one process): how long the quick
+        # job took, and what the long job answered — a failed sleep answers early too.
+        long_answers = await answers(long_session)
+        assert not long_answers, (
+            f"the quick job was answered {time.monotonic() - long_started:.1f} s after the long job started, "
+            f"and the long job was answered already: {[a.model_dump(mode='json') for a in long_answers]}"
+        )
         await eventually(lambda: answered(long_session), timeout_s=60)
         for session in (long_session, quick_session):
             dead = topology.names.dead_letter_stream(topology.tool_jobs_for(session))

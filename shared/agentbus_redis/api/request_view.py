@@ -33,9 +33,11 @@ class ApiViolation(BaseModel):
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestBlock:
-    """A well-formed content block: a mapping with a string ``type``."""
+    """A well-formed content block: a mapping with a string ``type``. (Read-only by convention, not ``frozen``: a
+    frozen dataclass sets each field through ``object.__setattr__``, and every request validated builds one of
+    these per block — ``read_request`` took 55 µs for 15 messages frozen, 34 µs not.)"""
 
     index: int | None
     """Position in ``content``; ``None`` for string content read as one text block (as the API reads it)."""
@@ -53,7 +55,7 @@ class RequestBlock:
         return list(enumerate(content)) if self.type == "tool_result" and isinstance(content, list) else []
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestMessage:
     index: int
     """Position in the request's ``messages`` (what error locations name)."""

@@ -120,21 +120,15 @@ def _check_tool_id_format(request: RequestView) -> Iterator[ApiViolation]:
             value = block.str_field(field)
             if value is None:
                 continue
-            where = f"{location(message, block)}.{block.type}.{field}"
             if not TOOL_ID_PATTERN.match(value):
-                yield violation(
-                    "invalid_tool_id",
-                    message,
-                    block,
-                    f"{where}: String should match pattern '{TOOL_ID_PATTERN.pattern}'",
-                )
+                problem = f"String should match pattern '{TOOL_ID_PATTERN.pattern}'"
             elif len(value) > MAX_TOOL_ID_LENGTH:
-                yield violation(
-                    "invalid_tool_id",
-                    message,
-                    block,
-                    f"{where}: String should have at most {MAX_TOOL_ID_LENGTH} characters",
-                )
+                problem = f"String should have at most {MAX_TOOL_ID_LENGTH} characters"
+            else:
+                continue  # the location is spelled out only for a violation: this runs for every id of every request
+            yield violation(
+                "invalid_tool_id", message, block, f"{location(message, block)}.{block.type}.{field}: {problem}"
+            )
 
 
 def _check_server_tool_results(request: RequestView) -> Iterator[ApiViolation]:

@@ -259,15 +259,20 @@ def _check_no_thinking_when_disabled(request: RequestView) -> Iterator[ApiViolat
 
 # --- media (R4.21, R4.23) ---------------------------------------------------------------------------
 
+MEDIA_BLOCK_TYPES: Final = ("image", "document")
+
 
 def _media(request: RequestView) -> Iterator[tuple[RequestMessage, RequestBlock, str, Mapping[str, object]]]:
-    """Every image/document with its location path, top level and inside tool_result content."""
+    """Every image/document with its location path, top level and inside tool_result content (walked with no
+    list built per block: two checks run this over every block of every request)."""
     for message in request.messages:
         for block in message.blocks:
-            nested = [(f".tool_result.content.{k}", item) for k, item in block.nested() if isinstance(item, Mapping)]
-            for path, item in [("", block.data), *nested]:
-                if item.get("type") in ("image", "document"):
-                    yield message, block, path, item
+            if block.type in MEDIA_BLOCK_TYPES:
+                yield message, block, "", block.data
+            elif block.type == "tool_result" and isinstance(content := block.data.get("content"), list):
+                for k, item in enumerate(content):
+                    if isinstance(item, Mapping) and item.get("type") in MEDIA_BLOCK_TYPES:
+                        yield message, block, f".tool_result.content.{k}", item
 
 
 def _check_image_size(request: RequestView) -> Iterator[ApiViolation]:

@@ -144,6 +144,8 @@ def normalize_tool_use_block(
         )
     if options.tool_search_enabled:
         return block.model_copy(update={"name": name, "input": tool_input}), repairs
+    if not block.model_extra and name == block.name and tool_input is block.input:
+        return block, repairs  # already exactly {type, id, name, input}: the rebuild below would equal it
     if block.model_extra:
         repairs.append(
             Repair(
@@ -161,12 +163,16 @@ def normalize_tool_uses(message: AssistantMessage, options: NormalizeOptions) ->
     """R4.7 step 1 over every tool_use of ``message`` (content always becomes a list)."""
     repairs: Repairs = []
     content: list[ContentBlock] = []
+    changed = isinstance(message.message.content, str)
     for block in message.blocks:
         if isinstance(block, ToolUseBlock):
-            block, block_repairs = normalize_tool_use_block(block, options, message.uuid)
+            normalized, block_repairs = normalize_tool_use_block(block, options, message.uuid)
             repairs.extend(block_repairs)
+            changed = changed or normalized is not block
+            block = normalized
         content.append(block)
-    return with_assistant_content(message, content), repairs
+    # Most replies need nothing: no copy of the message then (two model copies per assistant message per request).
+    return (with_assistant_content(message, content) if changed else message), repairs
 
 
 def strip_caller_fields(message: AssistantMessage) -> tuple[AssistantMessage, Repairs]:
