@@ -518,8 +518,14 @@ def main() -> None:
         for _ in range(args.rounds):
             raw = run_raw_chain(server.url, hops=HOPS, n=len(saturation))
             ours = saturation_round(server, root, saturation, metrics=True)
+            raw_hop_cpu = statistics.median(raw.cpu_us_per_event[f"hop{hop}"] for hop in range(1, HOPS + 1))
             rounds.append(
-                {"raw_events_per_s": raw.events_per_s, **ours, "ratio": ours["events_per_s"] / raw.events_per_s}
+                {
+                    "raw_events_per_s": raw.events_per_s,
+                    "raw_hop_cpu_us": raw_hop_cpu,
+                    **ours,
+                    "ratio": ours["events_per_s"] / raw.events_per_s,
+                }
             )
         results["rounds"] = rounds
         results["raw_events_per_s"] = statistics.median(r["raw_events_per_s"] for r in rounds)
@@ -529,6 +535,9 @@ def main() -> None:
             name: round(statistics.median(r[f"cpu_us_{name}"] for r in rounds), 1)
             for name in ("ingestion", "normalization", "transcripts")
         }
+        # What one raw hop (decode, stamp, encode, XADD, XACK) costs on this machine: the same-run yardstick for the
+        # workers' CPU per event, whose absolute µs move with the machine (issue 31).
+        results["raw_hop_cpu_us_per_event"] = round(statistics.median(r["raw_hop_cpu_us"] for r in rounds), 1)
         raw_paced = run_raw_chain(server.url, hops=HOPS, n=int(args.rate * args.seconds), rate=args.rate)
         results["raw_paced_p50_ms"], results["raw_paced_p99_ms"] = raw_paced.p50_ms, raw_paced.p99_ms
         results["sync_p50_ms"], results["sync_p99_ms"] = sync_latency_ms(root)

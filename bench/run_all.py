@@ -38,7 +38,7 @@ COLUMNS = [
     "pipeline vs raw",
     "p99 at 1k ev/s vs raw (within 10 ms)",
     "prompts vs raw",
-    "CPU µs/event ingestion / normalization / transcripts",
+    "CPU µs/event ingestion / normalization / transcripts (one raw hop)",
     "tool round added p50 / p99, idle",
     "tool round p50 / p99 at N sessions",
     "command",
@@ -52,7 +52,8 @@ in the same run (issue 31). Goals: added TTFT p50 ≤ 2 ms; pipeline ≥ 0.8× r
 ≤ 5 ms p50 over the tool run directly. "load" is the 1-minute load average when the run ended (2 cores:
 above ~2 the machine was shared and the latencies are inflated). The p99 cell also gives ingress → canonical
 log p99 against the raw chain's (neither writes a file) and this disk's syncfs p50: the floor under "durable"
-that the raw chain does not pay.
+that the raw chain does not pay. The CPU cell also gives what one hop of the raw chain costs per event in the same
+run (decode, stamp, encode, XADD, XACK: the least a consumer does), since the absolute µs move with the machine.
 
 """
     + "| "
@@ -120,7 +121,8 @@ def main() -> None:
         f"{latency.get('within_goal', float('nan')):.1%}; canonical log {log_ratio:.1f}×, "
         f"syncfs p50 {turns['sync_p50_ms']:.1f} ms)",
         f"{prompts['throughput_ratio']:.2f}×",
-        f"{cpu['ingestion']:.0f} / {cpu['normalization']:.0f} / {cpu['transcripts']:.0f}",
+        f"{cpu['ingestion']:.0f} / {cpu['normalization']:.0f} / {cpu['transcripts']:.0f} "
+        f"({turns.get('raw_hop_cpu_us_per_event', float('nan')):.0f})",
         f"{tools['idle_added_p50_ms']:+.1f} / {tools['idle_added_p99_ms']:+.1f} ms",
         f"{loaded.get('p50_ms', float('nan')):.0f} / {loaded.get('p99_ms', float('nan')):.0f} ms (N={sessions})",
         "`uv run python bench/run_all.py" + (" --quick" if args.quick else "") + "`",
