@@ -38,6 +38,8 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
     ClusterError,
+    ReadOnlyError,
+    ResponseError,
     SlotNotCoveredError,
     TryAgainError,
 )
@@ -60,13 +62,23 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
     AskError,  # MOVED or ASK seen by a client that does not follow them (a pinned connection: SlotMoved)
     SlotNotCoveredError,
     ClusterError,  # RedisCluster gave up following redirections for now
+    ReadOnlyError,  # a master demoted by a failover, still answering: its writes are refused, nothing ran
 )
-"""Errors of a Redis (or Cluster) that is unavailable for now: wait and retry, nothing is wrong with the data."""
+"""Errors of a Redis (or Cluster) that is unavailable for now: wait and retry, nothing is wrong with the data.
+(``UNBLOCKED``, a blocking read ended by a failover, arrives as :class:`Unblocked`, a ``ConnectionError``.)"""
 
 REDIS_UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = tuple(
     error for error in TRANSIENT_ERRORS if error is not OSError
 )
 """:data:`TRANSIENT_ERRORS` that only Redis raises (an ``OSError`` of a handler may be its own, e.g. a file)."""
+
+
+class Unblocked(RedisConnectionError):
+    """Redis ended a blocking command with ``UNBLOCKED``: the node stopped being a master while the command waited
+    (a failover demoted it; Redis 7 unblocks such clients). Nothing was read or taken. redis-py raises it as a
+    plain ``ResponseError``, which crashed every consumer blocked on a failed-over master (seen in
+    ``bench/soak.py --cluster``: model and tool workers' lanes died, and an SDK caller got the error); as a
+    ``ConnectionError`` the connection is dropped and the command is sent again, to the slot's new master."""
 
 
 class SlotMoved(RedisConnectionError):
@@ -131,15 +143,29 @@ class _ClosedUnderWrite:
             raise RedisConnectionError(f"connection closed while writing to it ({error})") from error
 
 
+class _UnblockedIsUnavailable:
+    """Mixin of a connection that raises an ``UNBLOCKED`` reply as :class:`Unblocked`, after dropping the
+    connection: replies queued behind the blocking command (a fenced read's take script) are dropped with it."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError as error:
+            if not str(error).startswith("UNBLOCKED"):
+                raise
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise Unblocked(str(error)) from error
+
+
 AnyConnection = TypeVar("AnyConnection", bound=AbstractConnection)
 
 
-class ClosableConnection(_ClosedUnderWrite, Connection):
-    """A TCP connection (see :class:`_ClosedUnderWrite`)."""
+class ClosableConnection(_ClosedUnderWrite, _UnblockedIsUnavailable, Connection):
+    """A TCP connection (see :class:`_ClosedUnderWrite` and :class:`_UnblockedIsUnavailable`)."""
 
 
-class ClosableSSLConnection(_ClosedUnderWrite, SSLConnection):
-    """A TLS connection (see :class:`_ClosedUnderWrite`)."""
+class ClosableSSLConnection(_ClosedUnderWrite, _UnblockedIsUnavailable, SSLConnection):
+    """A TLS connection (see :class:`_ClosedUnderWrite` and :class:`_UnblockedIsUnavailable`)."""
 
 
 def _closable(connection_class: type[AnyConnection]) -> type[AnyConnection]:

@@ -21,7 +21,6 @@ from typing import TypeVar
 
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import ReadOnlyError
 
 from agentbus_redis.errors import AgentbusError
 from agentbus_redis.runtime.lazy_log import get_logger
@@ -37,8 +36,9 @@ BACKOFF_BASE_S = 0.05
 BACKOFF_CAP_S = 1.0
 """Retries start at 50 ms and back off to one a second: a restarted Redis is used within a second of its return."""
 
-RIDE_OUT_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, ReadOnlyError)
-"""The errors of a Redis that is down for now; ``READONLY`` is a master demoted by a failover, still answering."""
+RIDE_OUT_ERRORS: tuple[type[Exception], ...] = TRANSIENT_ERRORS
+"""The errors of a Redis that is down for now (``READONLY``, a master demoted by a failover, and ``UNBLOCKED``, a
+blocking read it ended, among them)."""
 
 
 class RedisUnavailable(AgentbusError):
