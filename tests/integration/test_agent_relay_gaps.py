@@ -6,7 +6,6 @@ Real Redis; the relay in-process (``subagents/relay.py``)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 import redis.asyncio as aioredis
 
 from agentbus_redis.agents.ids import agent_id_for, child_session_id
-from agentbus_redis.agents.record import ChildRecord
 from agentbus_redis.bus.events import LogEntry
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message, create_user_message
@@ -25,6 +23,7 @@ from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.streams.topology import Topology
 from agentbus_redis.subagents.relay import ChildRelay
 from agentbus_redis.subagents.store import AgentStore
+from tests.integration.child_records import child_record
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,21 +36,7 @@ CHILD = child_session_id(PARENT, AGENT)
 async def relay(redis_url: str) -> AsyncIterator[tuple[ChildRelay, aioredis.Redis, Topology]]:
     redis = aioredis.Redis.from_url(redis_url)
     topology = Topology(StreamNames(prefix="agentbus:", shards=4))
-    now = int(time.time() * 1000)
-    record = ChildRecord(
-        session_id=CHILD,
-        parent_session_id=PARENT,
-        parent_tool_use_id="toolu_agent",
-        parent_assistant_uuid="parent-assistant",
-        agent_id=AGENT,
-        agent_type="general-purpose",
-        description="look",
-        prompt="Look around.",
-        dispatched_ms=now,
-        started_ms=now,
-        deadline_ms=now + 600_000,
-        depth=1,
-    )
+    record = child_record(PARENT, "toolu_agent")
     await AgentStore(redis, topology).register(record)
     try:
         yield ChildRelay(redis, topology, internal_key=b"k" * 32), redis, topology
