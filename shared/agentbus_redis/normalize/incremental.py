@@ -221,14 +221,8 @@ class RequestBuilder:
             return None
         messages = with_stand_in.request["messages"]
         repairs = with_stand_in.report.repairs
-        stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
-        seam_holds = (
-            len(messages) >= 2
-            and messages[-1] == stand_in
-            and messages[-2]["role"] == ("user" if round_cut else "assistant")
-        )
         if (
-            not seam_holds
+            not _seam_holds(messages, round_cut=round_cut)
             or _breaks_split(repairs)
             or validate_request(with_stand_in.request, options=self.options, allow_prefill=round_cut)
         ):
@@ -269,13 +263,8 @@ class RequestBuilder:
         if joined is None:
             return None
         messages, repairs = joined.messages, joined.repairs
-        stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
-        if (
-            len(messages) < 2
-            or messages[-1] != stand_in
-            or messages[-2]["role"] != ("user" if round_cut else "assistant")
-        ):
-            return None  # the seam does not hold (see _anchor)
+        if not _seam_holds(messages, round_cut=round_cut):
+            return None
         span_targets = _tombstone_targets(span)
         if span_targets is None:
             return None
@@ -417,6 +406,17 @@ def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
     if not prefix.tool_use_ids.isdisjoint(_referenced_tool_ids(suffix)):
         return False
     return not any(isinstance(message, CompactBoundarySystemMessage) for message in suffix)
+
+
+def _seam_holds(messages: Sequence[MessageParam | SystemMessageParam], *, round_cut: bool) -> bool:
+    """The stand-in (the last of ``messages``) came out alone, right after a message of the other role:
+    nothing was folded into it, so what precedes it is the prefix."""
+    stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
+    return (
+        len(messages) >= 2
+        and messages[-1] == stand_in
+        and messages[-2]["role"] == ("user" if round_cut else "assistant")
+    )
 
 
 def _breaks_split(repairs: Iterable[Repair]) -> bool:
