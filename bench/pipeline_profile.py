@@ -70,14 +70,22 @@ def read_samples(path: Path) -> list[tuple[list[str], int]]:
     return samples
 
 
-def report(name: str, samples: list[tuple[list[str], int]], cpu_us: float, top: int) -> list[str]:
+def function_of(frame: str) -> str:
+    """A frame without its line: ``name (file.py)``, so a function's lines add up."""
+    return re.sub(r":\d+\)$", ")", short(frame))
+
+
+def report(name: str, samples: list[tuple[list[str], int]], cpu_us: float, top: int, own: int = 0) -> list[str]:
     total = sum(count for _, count in samples) or 1
     by_category: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
+    self_time: collections.Counter[str] = collections.Counter()
     for frames, count in samples:
         by_category[category_of(frames)] += count
         for frame in {short(f) for f in frames if "agentbus_redis/" in f}:
             inclusive[frame] += count
+        if frames:
+            self_time[function_of(frames[-1])] += count
     lines = [f"\n{name}: {cpu_us:.1f} µs CPU per event, {total} samples"]
     for category, _ in CATEGORIES:
         share = by_category[category] / total
@@ -88,6 +96,13 @@ def report(name: str, samples: list[tuple[list[str], int]], cpu_us: float, top: 
         below = [(frame, count) for frame, count in inclusive.most_common() if count / total < 0.8][:top]
         lines.append(f"  hottest frames of ours below the consumer loop (inclusive), top {top}:")
         lines += [f"    {count / total:6.1%}  {frame}" for frame, count in below]
+    if own:
+        # Where the samples end: a function's own time (its lines added up), whoever's code it is.
+        lines.append(f"  functions by own time (innermost Python frame), top {own}:")
+        lines += [
+            f"    {count / total:6.1%}  {count / total * cpu_us:5.1f} µs  {frame}"
+            for frame, count in self_time.most_common(own)
+        ]
     return lines
 
 
@@ -98,6 +113,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=500)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=0)
+    parser.add_argument("--own", type=int, default=0, help="and each worker's N functions by own time")
     args = parser.parse_args()
     if shutil.which("py-spy") is None:
         sys.exit("py-spy is not on PATH (`uv sync` installs it with the dev dependencies)")
@@ -137,7 +153,7 @@ def main() -> None:
     print(f"{args.mix} mix: {len(batch):,} events over {args.sessions} sessions, {SHARDS} shards, {rate:,.0f} ev/s")
     print(f"(sampled for {seconds:.1f} s of saturation plus about 1 s idle before it; idle samples are not kept)")
     for name in workers.pids():
-        print("\n".join(report(name, read_samples(root / f"{name}.txt"), cpu[name], args.top)))
+        print("\n".join(report(name, read_samples(root / f"{name}.txt"), cpu[name], args.top, args.own)))
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -95,6 +95,24 @@ def without_fields(model: _Wire, *names: str) -> _Wire:
     return copy
 
 
+def field_or_none(model: BaseModel, name: str) -> Any:
+    """``getattr(model, name, None)`` for a field or a kept unknown field: without pydantic's miss path.
+
+    On a model that has no such attribute, ``getattr`` goes through ``BaseModel.__getattr__``, which builds
+    and raises an ``AttributeError``: about 2 µs, 40 times a hit. The request builder and the ledger ask
+    every message for fields only some kinds have (``uuid``, ``tool_use_id``), so that miss was 8% of a
+    request's build. A field lives in the instance's ``__dict__`` and a kept unknown one in its extras, as
+    ``getattr`` finds them; the names asked this way are never properties or methods."""
+    value = model.__dict__.get(name, _ABSENT)
+    if value is not _ABSENT:
+        return value
+    extra = model.__pydantic_extra__
+    return extra.get(name) if extra else None
+
+
+_ABSENT = object()
+
+
 class CamelModel(WireModel):
     """A :class:`WireModel` whose wire names are the camelCase form of its attributes."""
 

@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.json_types import JsonValue
 from agentbus_redis.messages.content import CONTENT_BLOCKS_ADAPTER, TextBlock, ToolUseBlock, UnknownBlock, is_malformed
 from agentbus_redis.messages.kinds import (
     AssistantMessage,
@@ -31,6 +32,7 @@ from agentbus_redis.messages.system import (
     StopHookSummarySystemMessage,
     TurnDurationSystemMessage,
 )
+from agentbus_redis.wire import field_or_none
 
 MESSAGE_TYPES = {"user", "assistant", "system", "progress", "attachment"}
 
@@ -212,6 +214,18 @@ def test_validation_does_not_run_the_constructor() -> None:
     assert read.to_wire() == {"text": "x"}
     assert TextBlock(text="x").to_wire_json() == '{"type":"text","text":"x"}'
     assert TextBlock.__pydantic_custom_init__ is False
+
+
+def test_field_or_none_finds_what_getattr_finds() -> None:
+    """``field_or_none`` (the request builder's and the ledger's field read, without pydantic's costly miss
+    path) answers what ``getattr(model, name, None)`` does: a field, a field set to None, a kept unknown
+    field under its wire name, and None for a name the model has neither as a field nor as an extra."""
+    line: dict[str, JsonValue] = {"type": "user", "uuid": "u1", "timestamp": "t", "parentUuid": None}
+    message = parse_message({**line, "message": {"role": "user", "content": "hi"}, "tool_use_id": "toolu_kept"})
+    for name in ("uuid", "parent_uuid", "tool_use_id", "parent_tool_use_id", "compact_metadata", "nothing"):
+        assert field_or_none(message, name) == getattr(message, name, None), name
+    assert field_or_none(message, "tool_use_id") == "toolu_kept"
+    assert field_or_none(message, "parent_tool_use_id") is None
 
 
 def test_a_wire_object_nested_in_a_bus_record_dumps_only_what_it_was_given() -> None:

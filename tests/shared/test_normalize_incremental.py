@@ -18,6 +18,8 @@ from agentbus_redis.normalize import NormalizeOptions, to_api_request, validate_
 from agentbus_redis.normalize.incremental import INCREMENTAL_FROM, RequestBuilder, is_human_prompt
 from tests.shared.normalize_builders import assistant, image, text, tool_result, tool_use, user
 from tests.shared.test_normalize_pipeline import _corpus_histories, _messages
+from tests.shared.test_normalize_rendered import Chain, reminder
+from tests.shared.test_normalize_rendered import text as rendered_text
 
 CONTEXT = NormalizeOptions(user_context={"currentDate": "Today's date is 2026-11-23."})
 SENDER_FITS_THINKING = NormalizeOptions(thinking_enabled=None)
@@ -198,6 +200,30 @@ def test_tombstone_across_the_cut_refuses_the_split() -> None:
     assert assert_same_as_full(builder, history)
     builder.reanchor_after = 1000
     assert not assert_same_as_full(builder, [*history, TombstoneMessage(message=history[1]), user("x")])
+
+
+def test_a_system_role_attachment_arriving_late_turns_splicing_off() -> None:
+    """A history with ``renderedRole: "system"`` attachments is built in full (their placement spans the whole
+    history). The builder scans only the messages added since its last build for them: one that arrives after
+    many spliced requests still turns splicing off, and a history that is not the one scanned is scanned anew."""
+    chain = Chain()
+    for index in range(8):
+        chain.prompt(f"step {index}").reply(f"msg_{index}", rendered_text(f"answer {index}"))
+    plain = chain.messages()
+    builder = RequestBuilder(
+        options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=1, incremental_from=0
+    )
+    assert sum(assert_same_as_full(builder, plain[:m]) for m in range(1, len(plain) + 1, 2)) >= 6
+    chain.attachment("date_change", [reminder("The date is now 2026-11-28.")], role="system").prompt("and now?")
+    late = [*plain, *chain.messages()[len(plain) :]]
+    assert not assert_same_as_full(builder, late)
+    # Another history as long, whose last messages were not the ones scanned: scanned anew, so it splices.
+    assert assert_same_as_full(builder, [*plain, assistant(text("Done."), msg_id="msg_x"), user("more")])
+    assert not assert_same_as_full(builder, [*late, assistant(text("Done."), msg_id="msg_late"), user("more")])
+    fresh = RequestBuilder(
+        options=NormalizeOptions(), clock=FixedClock(), ids=SequentialIds(), reanchor_after=1, incremental_from=0
+    )
+    assert not assert_same_as_full(fresh, late)
 
 
 def test_human_prompt_excludes_meta_results_and_blank() -> None:

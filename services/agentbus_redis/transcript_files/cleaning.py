@@ -19,6 +19,7 @@ from agentbus_redis.messages.kinds import (
     parse_message,
 )
 from agentbus_redis.messages.system import CompactBoundarySystemMessage, SystemMessage, SystemMessageBase, is_sdk_only
+from agentbus_redis.wire import field_or_none
 
 REPL_TOOL_NAME = "REPL"
 """The internal tool whose wrapper calls are stripped from external users' transcripts (R7.5)."""
@@ -110,7 +111,7 @@ def external_transcript_view(message: PersistableMessage, repl_ids: frozenset[st
         if len(kept) != len(content):
             payload = message.message.model_copy(update={"content": kept})
             message = message.model_copy(update={"message": payload})
-    if getattr(message, "is_virtual", None):
+    if field_or_none(message, "is_virtual"):
         return _without_virtual_flag(message)
     return message
 

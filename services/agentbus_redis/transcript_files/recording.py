@@ -10,6 +10,7 @@ from agentbus_redis.json_types import JsonValue
 from agentbus_redis.messages.kinds import Message, UserMessage
 from agentbus_redis.transcript_files.cleaning import PersistableMessage, is_chain_participant, is_compact_boundary
 from agentbus_redis.transcript_files.lines import ChainFields, build_line, dumps_line
+from agentbus_redis.wire import field_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ def build_chain_lines(
 
 def _preserved_segment(message: Message) -> tuple[str | None, str | None]:
     """``(headUuid, tailUuid)`` of a compact boundary's ``preservedSegment`` (R2.4b)."""
-    metadata = getattr(message, "compact_metadata", None)
+    metadata = field_or_none(message, "compact_metadata")
     segment = metadata.get("preservedSegment") if isinstance(metadata, dict) else None
     if not isinstance(segment, dict):
         return None, None
@@ -112,7 +113,7 @@ def _preserved_segment(message: Message) -> tuple[str | None, str | None]:
 
 def _last_index(messages: Sequence[Message], uuid: str) -> int:
     for index in range(len(messages) - 1, -1, -1):
-        if getattr(messages[index], "uuid", None) == uuid:
+        if field_or_none(messages[index], "uuid") == uuid:
             return index
     return -1
 

@@ -13,6 +13,7 @@ from agentbus_redis.observability.tracing import trace_id_of
 from agentbus_redis.runtime.codec import decode_entry
 from agentbus_redis.runtime.consumer import Poison
 from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.wire import field_or_none
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +43,7 @@ def decode_log_batch(entries: list[StreamEntry]) -> DecodedLogBatch:
                 "log_entry",
                 session_id=record.session_id,
                 seq=record.seq,
-                uuid=getattr(record.message, "uuid", None),
+                uuid=field_or_none(record.message, "uuid"),
                 trace_id=trace_id_of(record.traceparent),
             )
         batch.records.append((entry, record))

@@ -22,6 +22,7 @@ from agentbus_redis.messages.constants import INTERRUPT_MESSAGE, INTERRUPT_MESSA
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage, Message, TombstoneMessage, UserMessage
 from agentbus_redis.model.limits.max_turns import ended_at_max_turns, is_max_turns_reached
+from agentbus_redis.wire import field_or_none
 
 TurnState = Literal["running", "completed", "interrupted"]
 
@@ -34,7 +35,7 @@ def live_messages(log: Iterable[Message]) -> list[UserMessage | AssistantMessage
     retracted: set[str] = set()
     for message in log:
         if isinstance(message, TombstoneMessage):
-            uuid = getattr(message.message, "uuid", None)
+            uuid = field_or_none(message.message, "uuid")
             if isinstance(uuid, str):
                 retracted.add(uuid)
         elif isinstance(message, UserMessage | AssistantMessage):

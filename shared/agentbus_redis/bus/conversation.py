@@ -44,7 +44,7 @@ from agentbus_redis.messages.system import (
     TaskSystemMessage,
 )
 from agentbus_redis.model.limits.max_turns import is_max_turns_reached
-from agentbus_redis.wire import WireModel
+from agentbus_redis.wire import WireModel, field_or_none
 
 SUMMARY_CHARS = 80
 """A tool call's input summary and a result's first line are cut to about this many characters."""
@@ -325,7 +325,7 @@ class TurnTracker:
         message = entry.message
         if not self.started:
             self.started = entry.ingress_id == self.prompt_ingress_id or (
-                self.prompt_uuid is not None and getattr(message, "uuid", None) == self.prompt_uuid
+                self.prompt_uuid is not None and field_or_none(message, "uuid") == self.prompt_uuid
             )
             return []
         if self.end is not None:
@@ -464,7 +464,7 @@ class TurnTracker:
                 self._logged_blocks.pop(request_id, None)
                 self._finished_blocks = {key for key in self._finished_blocks if key[0] != request_id}
                 self._streamed = {key: text for key, text in self._streamed.items() if key[0] != request_id}
-        return [Retracted(uuid=getattr(retracted, "uuid", None))]
+        return [Retracted(uuid=field_or_none(retracted, "uuid"))]
 
     def close_interrupted(self) -> None:
         """End the turn as interrupted: the interrupt was applied and logged no text — its reason was

@@ -68,7 +68,7 @@ from agentbus_redis.messages.kinds import AssistantMessage, Message, ProgressMes
 from agentbus_redis.model.error_texts import REQUEST_TIMED_OUT
 from agentbus_redis.pi.ingress import pi_message_to_claude_code
 from agentbus_redis.streaming.replies import OpenReply
-from agentbus_redis.wire import WireHolder
+from agentbus_redis.wire import WireHolder, field_or_none
 
 
 class PendingToolUse(WireHolder):
@@ -658,7 +658,7 @@ class SessionLedger:
 
     def _retract(self, out: LedgerOutput, messages: Sequence[Message], traceparent: str | None) -> None:
         for message in messages:
-            uuid = getattr(message, "uuid", None)
+            uuid = field_or_none(message, "uuid")
             if not isinstance(uuid, str) or uuid in self.state.retracted_uuids:
                 continue
             self.state.retracted_uuids.add(uuid)

@@ -14,6 +14,7 @@ from agentbus_redis.bus.turn_state import answers_tools, is_interruption
 from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage, AttachmentMessage, Message, TombstoneMessage, UserMessage
 from agentbus_redis.model.limits.max_turns import is_max_turns_reached
+from agentbus_redis.wire import field_or_none
 
 
 @dataclass(slots=True)
@@ -38,7 +39,7 @@ class SessionHistory:
         self.messages.append(message)
         match message:
             case TombstoneMessage():
-                uuid = getattr(message.message, "uuid", None)
+                uuid = field_or_none(message.message, "uuid")
                 if isinstance(uuid, str):
                     self._retracted.add(uuid)
                 self._waiting = self._compute_waiting()

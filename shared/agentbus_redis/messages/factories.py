@@ -37,6 +37,7 @@ from agentbus_redis.messages.system import (
     InformationalSystemMessage,
     LocalCommandSystemMessage,
 )
+from agentbus_redis.wire import field_or_none
 
 
 def _synthetic_usage() -> JsonObject:
@@ -291,7 +292,7 @@ def annotate_boundary_with_preserved_segment(
     boundary: CompactBoundarySystemMessage, anchor_uuid: str, keep: Sequence[Message]
 ) -> CompactBoundarySystemMessage:
     """R2.4b: record ``preservedSegment = {headUuid, anchorUuid, tailUuid}`` when ``keep`` is non-empty."""
-    kept_uuids = [uuid for uuid in (getattr(message, "uuid", None) for message in keep) if isinstance(uuid, str)]
+    kept_uuids = [uuid for uuid in (field_or_none(message, "uuid") for message in keep) if isinstance(uuid, str)]
     if not kept_uuids:
         return boundary
     metadata = dict(boundary.compact_metadata or {})

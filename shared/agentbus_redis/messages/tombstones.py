@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from agentbus_redis.messages.content import ContentBlock, ToolResultBlock
 from agentbus_redis.messages.kinds import AssistantMessage, Message, ProgressMessage, TombstoneMessage, UserMessage
 from agentbus_redis.messages.pairing import tool_use_ids
+from agentbus_redis.wire import field_or_none
 
 
 def tombstones_for(attempt: Sequence[Message]) -> list[TombstoneMessage]:
@@ -21,7 +22,7 @@ def tombstones_for(attempt: Sequence[Message]) -> list[TombstoneMessage]:
 
 
 def _uuid_of(message: Message) -> str | None:
-    uuid = getattr(message, "uuid", None)
+    uuid = field_or_none(message, "uuid")
     return uuid if isinstance(uuid, str) else None
 
 

@@ -66,6 +66,7 @@ from agentbus_redis.normalize.attachments.rendered import has_system_role_attach
 from agentbus_redis.normalize.options import NormalizeOptions
 from agentbus_redis.normalize.pipeline import NormalizedRequest, to_api_request, validate_request
 from agentbus_redis.normalize.report import NormalizationReport, Repair, RepairKind
+from agentbus_redis.wire import field_or_none
 
 STAND_IN_PROMPT = "agentbus: the next turn starts here"
 """The prompt that stands in for ``H[k]`` while the prefix is normalized (its message is dropped)."""
@@ -158,10 +159,14 @@ class RequestBuilder:
         self._suffix_options = options.model_copy(update={"user_context": None})
         self._prefix: _Prefix | None = None
         self._enabled = not options.snip and not (options.toolref_defer and options.tool_search_enabled)
+        self._scanned = 0
+        """How many messages of the history ``_system_role`` covers (``_scanned_last`` is the last of them)."""
+        self._scanned_last: Message | None = None
+        self._system_role = False
 
     def build(self, history: Sequence[Message]) -> BuiltRequest:
         """The request for ``history`` and its violations. Raises what ``to_api_request`` raises."""
-        if len(history) < self.incremental_from or has_system_role_attachments(history):
+        if len(history) < self.incremental_from or self._has_system_role_attachments(history):
             # role "system" messages are placed over the whole history (per-turn output_config compares
             # each turn with the one before): no prefix/suffix split for such a history.
             return self._full(history)
@@ -171,6 +176,18 @@ class RequestBuilder:
             if spliced is not None:
                 return spliced
         return self._full(history)
+
+    def _has_system_role_attachments(self, history: Sequence[Message]) -> bool:
+        """``has_system_role_attachments(history)``, scanning only the messages added since the last build
+        (the answer cannot turn False as the history grows); the whole history again when the messages
+        already scanned are not the same (checked by the last one's identity, as the prefix's anchor is)."""
+        scanned = self._scanned
+        if scanned > len(history) or (scanned and history[scanned - 1] is not self._scanned_last):
+            scanned, self._system_role = 0, False
+        if not self._system_role and scanned < len(history):
+            self._system_role = has_system_role_attachments(history[scanned:])
+        self._scanned, self._scanned_last = len(history), history[-1] if history else None
+        return self._system_role
 
     def _full(self, history: Sequence[Message]) -> BuiltRequest:
         result = to_api_request(history, options=self.options, clock=self.clock, ids=self.ids)
@@ -393,7 +410,7 @@ def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
     if not (isinstance(first, AssistantMessage) if prefix.round_cut else is_human_prompt(first)):
         return False
     targets = _tombstone_targets(suffix)
-    if targets is None or not targets.isdisjoint(prefix.uuids) or getattr(first, "uuid", None) in targets:
+    if targets is None or not targets.isdisjoint(prefix.uuids) or field_or_none(first, "uuid") in targets:
         return False
     suffix_uuids = set(_uuids(suffix))
     if not suffix_uuids.isdisjoint(prefix.uuids) or not suffix_uuids.isdisjoint(prefix.tombstone_targets):
@@ -429,7 +446,7 @@ def _fired(repairs: Iterable[Repair], kind: RepairKind) -> bool:
 
 def _uuids(messages: Iterable[Message]) -> Iterable[str]:
     for message in messages:
-        uuid = getattr(message, "uuid", None)
+        uuid = field_or_none(message, "uuid")
         if isinstance(uuid, str):
             yield uuid
 
@@ -444,7 +461,7 @@ def _referenced_tool_ids(messages: Iterable[Message]) -> set[str]:
     for message in messages:
         referenced.update(tool_result_ids(message))
         for field_name in ("tool_use_id", "parent_tool_use_id"):
-            value = getattr(message, field_name, None)
+            value = field_or_none(message, field_name)
             if isinstance(value, str):
                 referenced.add(value)
     return referenced
@@ -454,7 +471,7 @@ def _tombstone_targets(messages: Sequence[Message]) -> frozenset[str] | None:
     """The uuids the tombstones of ``messages`` retract (R6.3); None when one targets a uuid-less message
     (matched by equality, which the uuid sets cannot check across the cut)."""
     tombstones = [message for message in messages if isinstance(message, TombstoneMessage)]
-    if any(not isinstance(getattr(tombstone.message, "uuid", None), str) for tombstone in tombstones):
+    if any(not isinstance(field_or_none(tombstone.message, "uuid"), str) for tombstone in tombstones):
         return None
     return frozenset(retracted_uuids(tombstones))
 

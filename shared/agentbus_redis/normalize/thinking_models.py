@@ -16,6 +16,7 @@ from agentbus_redis.messages.constants import SYNTHETIC_MODEL
 from agentbus_redis.messages.content import is_thinking
 from agentbus_redis.messages.kinds import AssistantMessage, Message, TombstoneMessage
 from agentbus_redis.normalize.incremental import is_human_prompt
+from agentbus_redis.wire import field_or_none
 
 
 def open_turn_thinking_models(history: Sequence[Message]) -> list[str]:
@@ -29,7 +30,7 @@ def open_turn_thinking_models(history: Sequence[Message]) -> list[str]:
         if is_human_prompt(message):
             break
         if isinstance(message, TombstoneMessage):
-            uuid = getattr(message.message, "uuid", None)
+            uuid = field_or_none(message.message, "uuid")
             if isinstance(uuid, str):
                 retracted.add(uuid)
         elif isinstance(message, AssistantMessage) and message.uuid not in retracted:

@@ -25,6 +25,7 @@ from agentbus_redis.session_ids import session_id_problem
 from agentbus_redis.streams.entries import StreamEntry
 from agentbus_redis.transcript_files.pi_mirror import PiMirror
 from agentbus_redis.transcript_files.store import TranscriptStore
+from agentbus_redis.wire import field_or_none
 from agentbus_redis.workers.log_batch import decode_log_batch
 
 log = structlog.get_logger(__name__)
@@ -130,7 +131,7 @@ class TranscriptWorker:
             if isinstance(message, TombstoneMessage):
                 await self._record(session, run, recorded=replayed)
                 run = []
-                uuid = getattr(message.message, "uuid", None)
+                uuid = field_or_none(message.message, "uuid")
                 if isinstance(uuid, str):
                     removed = await self.store.remove(session, uuid, cwd=self.cwd)
                     self.stats.lines_removed += 1 if removed.removed else 0
