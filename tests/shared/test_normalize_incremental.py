@@ -169,6 +169,41 @@ def test_the_prefix_moves_without_normalizing_the_head_again(shape: str, monkeyp
     assert max(later) <= 4 + 4, later  # a suffix past 4 by one request's messages, or a span and its stand-in
 
 
+@pytest.mark.parametrize("prompt_kind", ["text", "blocks"])
+def test_a_prefix_moving_onto_the_requests_prompt_runs_the_pipeline_once(
+    prompt_kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: when the prefix is due to move onto the request's own last message, a human prompt, one
+    pipeline run over the span and the prompt both builds the request and moves the prefix (not one over the
+    span and a stand-in, then one over the prompt). A prompt of content blocks is not known to come out as the
+    stand-in does: it moves the usual way, two runs. Every request is exact either way."""
+    from agentbus_redis.normalize import incremental
+
+    def prompt(index: int) -> Message:
+        return user(f"step {index}") if prompt_kind == "text" else user([text(f"step {index}")])
+
+    history = [message for index in range(40) for message in (prompt(index), assistant(text(f"Answer {index}.")))]
+    runs: list[int] = []
+
+    def counted(messages: Sequence[Message], **kwargs: object) -> object:
+        runs.append(len(messages))
+        return to_api_request(messages, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(incremental, "to_api_request", counted)
+    builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=4)
+    due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    runs_per_request = []
+    for m in due:
+        runs.clear()
+        assert assert_same_as_full(builder, history[:m]) or m < 2 * INCREMENTAL_FROM
+        runs_per_request.append(len(runs))
+    later = runs_per_request[len(due) // 2 :]
+    if prompt_kind == "text":
+        assert later == [1] * len(later), runs_per_request
+    else:
+        assert max(later) == 2, runs_per_request
+
+
 @pytest.mark.parametrize(
     "continuation",
     [

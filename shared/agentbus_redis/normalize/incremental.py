@@ -14,7 +14,9 @@ it — and every later request normalizes only ``H[k:]``. Once that suffix grows
 messages the prefix moves forward to a later cut ``k'``, and it moves the way a request is spliced: the
 pipeline runs over ``H[k:k']`` and a stand-in for ``H[k']`` only, joined to ``X`` under the same conditions
 (``_advance``). So a request costs about the same at 40 messages as at 800; the pipeline runs over the
-whole head only for the first prefix, or when a move is refused.
+whole head only for the first prefix, or when a move is refused. When the prefix is due to move onto the
+request's own last message, a human prompt (the usual request of a turn), that prompt is its own stand-in:
+one run over the span and the prompt builds the request and moves the prefix (``_splice_moving``).
 
 Conditions (each checked; any doubt → the full pipeline, so the result is always exactly
 ``to_api_request(H)``):
@@ -171,6 +173,8 @@ class RequestBuilder:
             # each turn with the one before): no prefix/suffix split for such a history.
             return self._full(history)
         prefix = self._current_prefix(history)
+        if isinstance(prefix, BuiltRequest):
+            return prefix
         if prefix is not None:
             spliced = self._splice(prefix, history)
             if spliced is not None:
@@ -193,7 +197,9 @@ class RequestBuilder:
         result = to_api_request(history, options=self.options, clock=self.clock, ids=self.ids)
         return BuiltRequest(result, validate_request(result.request, options=self.options), spliced=False)
 
-    def _current_prefix(self, history: Sequence[Message]) -> _Prefix | None:
+    def _current_prefix(self, history: Sequence[Message]) -> _Prefix | BuiltRequest | None:
+        """The prefix to splice ``history`` against, moved forward first when its suffix grew too long; or,
+        when it moves onto the request's own last message, the request itself (``_splice_moving``)."""
         if not self._enabled:
             return None
         prefix = self._prefix
@@ -210,6 +216,8 @@ class RequestBuilder:
                 else _latest_cut(history, after=prefix.cut, start=prefix.cut)
             )
             if cut is not None and prefix is not None and not stale:
+                if cut == len(history) - 1 and (built := self._splice_moving(prefix, history)) is not None:
+                    return built
                 moved = self._advance(prefix, history, cut)
             if cut is not None and moved is None:
                 moved = self._anchor(history, cut)
@@ -279,34 +287,45 @@ class RequestBuilder:
             joined = self._join(prefix, span, prompt=STAND_IN_PROMPT)
         if joined is None:
             return None
-        messages, repairs = joined.messages, joined.repairs
-        if not _seam_holds(messages, round_cut=round_cut):
+        if not _seam_holds(joined.messages, round_cut=round_cut):
             return None
-        span_targets = _tombstone_targets(span)
-        if span_targets is None:
+        return _extended(prefix, history, cut, joined.messages[:-1], joined.repairs)
+
+    def _splice_moving(self, prefix: _Prefix, history: Sequence[Message]) -> BuiltRequest | None:
+        """The request for ``history`` when the prefix is due to move onto its last message, a human prompt:
+        one pipeline run, over the span and the prompt, both splices the request and moves the prefix.
+
+        Moving first would run the pipeline twice, over the span and a stand-in prompt, then over the prompt
+        alone. The prompt is the stand-in's equal when it comes out as the stand-in must (``_seam_holds``):
+        alone, right after an assistant message, its text unchanged, no repair made to it; then what the span
+        came to is what it comes to before the stand-in. Otherwise the prefix moves the usual way (None)."""
+        prompt = history[-1]
+        if prefix.round_cut or not isinstance(prompt, UserMessage) or not isinstance(prompt.message.content, str):
             return None
-        params = messages[:-1]
-        return _Prefix(
-            cut=cut,
-            round_cut=round_cut,
-            anchor=history[cut - 1],
-            params=[*prefix.params, *params],
-            repairs=(*prefix.repairs, *repairs),
-            whitespace_pass_fired=prefix.whitespace_pass_fired,
-            uuids=prefix.uuids.union(_uuids(span)),
-            message_ids=prefix.message_ids | _message_ids(span),
-            tool_use_ids=prefix.tool_use_ids.union(tid for message in span for tid in tool_use_ids(message)),
-            referenced_tool_ids=prefix.referenced_tool_ids | _referenced_tool_ids(span),
-            tombstone_targets=prefix.tombstone_targets | span_targets,
-            request_tool_ids=prefix.request_tool_ids | _request_tool_ids(params),
-            media=prefix.media + sum(_media_count(param) for param in params),
-        )
+        joined = self._join(prefix, history[prefix.cut :])
+        if joined is None:
+            return None
+        messages = joined.messages
+        if (
+            len(messages) < 2
+            or messages[-1] != {"role": "user", "content": prompt.message.content}
+            or messages[-2]["role"] != "assistant"
+            or any(repair.message_uuid == prompt.uuid for repair in joined.repairs)
+        ):
+            return None
+        moved = _extended(prefix, history, len(history) - 1, messages[:-1], joined.repairs)
+        if moved is None:
+            return None
+        self._prefix = moved
+        return self._spliced(prefix, joined)
 
     # ------------------------------------------------------------------------------------------ splice
     def _splice(self, prefix: _Prefix, history: Sequence[Message]) -> BuiltRequest | None:
         joined = self._join(prefix, history[prefix.cut :])
-        if joined is None:
-            return None
+        return None if joined is None else self._spliced(prefix, joined)
+
+    @staticmethod
+    def _spliced(prefix: _Prefix, joined: _Tail) -> BuiltRequest:
         request: MessagesRequest = {**joined.request, "messages": [*prefix.params, *joined.messages]}
         report = NormalizationReport(repairs=(*prefix.repairs, *joined.repairs))
         return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
@@ -363,6 +382,36 @@ class RequestBuilder:
 
 
 # ---------------------------------------------------------------------------------------------- rules
+def _extended(
+    prefix: _Prefix,
+    history: Sequence[Message],
+    cut: int,
+    params: list[MessageParam | SystemMessageParam],
+    repairs: tuple[Repair, ...],
+) -> _Prefix | None:
+    """``prefix`` moved forward to ``cut``: ``params`` and ``repairs`` are what the pipeline made of the span
+    ``history[prefix.cut:cut]`` after it. None when a tombstone of the span targets a uuid-less message."""
+    span = history[prefix.cut : cut]
+    span_targets = _tombstone_targets(span)
+    if span_targets is None:
+        return None
+    return _Prefix(
+        cut=cut,
+        round_cut=isinstance(history[cut], AssistantMessage),
+        anchor=history[cut - 1],
+        params=[*prefix.params, *params],
+        repairs=(*prefix.repairs, *repairs),
+        whitespace_pass_fired=prefix.whitespace_pass_fired,
+        uuids=prefix.uuids.union(_uuids(span)),
+        message_ids=prefix.message_ids | _message_ids(span),
+        tool_use_ids=prefix.tool_use_ids.union(tid for message in span for tid in tool_use_ids(message)),
+        referenced_tool_ids=prefix.referenced_tool_ids | _referenced_tool_ids(span),
+        tombstone_targets=prefix.tombstone_targets | span_targets,
+        request_tool_ids=prefix.request_tool_ids | _request_tool_ids(params),
+        media=prefix.media + sum(_media_count(param) for param in params),
+    )
+
+
 def _stand_in_reply(clock: Clock, ids: IdSource) -> AssistantMessage:
     return create_assistant_message(STAND_IN_REPLY, clock=clock, ids=ids)
 
