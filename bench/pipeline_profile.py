@@ -4,6 +4,7 @@
     uv run python bench/pipeline_profile.py                  # turns mix, 100k events
     uv run python bench/pipeline_profile.py --mix prompts    # the prompt-heavy mix
     uv run python bench/pipeline_profile.py --top 15         # and each worker's 15 hottest frames of ours
+    uv run python bench/pipeline_profile.py --own 40         # and its 40 functions by own time (any code's)
 
 py-spy (a dev dependency) samples from outside the process, so the workers run unmodified and at full speed
 (cProfile, ``BENCH_PROFILE=1 bench/pipeline.py``, slows them several times and skews toward many small calls).
