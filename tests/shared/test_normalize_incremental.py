@@ -131,13 +131,26 @@ def test_long_agentic_turn_is_spliced_at_tool_rounds() -> None:
     assert sum(results) >= len(results) - 3
 
 
+def pipeline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every history the request builder runs the pipeline over, from now on (appended to the
+    list returned; a test clears it per request)."""
+    from agentbus_redis.normalize import incremental
+
+    runs: list[int] = []
+
+    def counted(messages: Sequence[Message], **kwargs: object) -> object:
+        runs.append(len(messages))
+        return to_api_request(messages, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(incremental, "to_api_request", counted)
+    return runs
+
+
 @pytest.mark.parametrize("shape", ["turns", "tool_rounds"])
 def test_the_prefix_moves_without_normalizing_the_head_again(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 31: once the first prefix is anchored, no request runs the pipeline over more than the suffix
     (at most ``reanchor_after`` messages and the one that went past it) or the span the prefix moves over
     and its stand-in — so a request costs the same at 300 messages as at 30 — and every request is exact."""
-    from agentbus_redis.normalize import incremental
-
     if shape == "turns":
         history = [message for index in range(50) for message in turn(f"step {index}", index, calls=index % 3)]
     else:
@@ -148,13 +161,7 @@ def test_the_prefix_moves_without_normalizing_the_head_again(shape: str, monkeyp
                 assistant(text(f"Step {index}."), tool_use(call), msg_id=f"m{index}"),
                 user([tool_result(call)]),
             ]
-    runs: list[int] = []
-
-    def counted(messages: Sequence[Message], **kwargs: object) -> object:
-        runs.append(len(messages))
-        return to_api_request(messages, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(incremental, "to_api_request", counted)
+    runs = pipeline_runs(monkeypatch)
     builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=4)
     due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
     spliced, longest_run = [], []
@@ -177,19 +184,12 @@ def test_a_prefix_moving_onto_the_requests_prompt_runs_the_pipeline_once(
     pipeline run over the span and the prompt both builds the request and moves the prefix (not one over the
     span and a stand-in, then one over the prompt). A prompt of content blocks is not known to come out as the
     stand-in does: it moves the usual way, two runs. Every request is exact either way."""
-    from agentbus_redis.normalize import incremental
 
     def prompt(index: int) -> Message:
         return user(f"step {index}") if prompt_kind == "text" else user([text(f"step {index}")])
 
     history = [message for index in range(40) for message in (prompt(index), assistant(text(f"Answer {index}.")))]
-    runs: list[int] = []
-
-    def counted(messages: Sequence[Message], **kwargs: object) -> object:
-        runs.append(len(messages))
-        return to_api_request(messages, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(incremental, "to_api_request", counted)
+    runs = pipeline_runs(monkeypatch)
     builder = RequestBuilder(options=CONTEXT, clock=FixedClock(), ids=SequentialIds(), reanchor_after=4)
     due = [m for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
     runs_per_request = []
