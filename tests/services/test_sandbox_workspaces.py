@@ -120,6 +120,31 @@ async def test_tool_workers_starting_together_check_the_same_directory_at_once(t
     assert list(workspaces.check_dir().iterdir()) == []
 
 
+async def test_a_read_only_path_under_tmp_is_seen_inside_the_sandbox(tmp_path: Path) -> None:
+    """The sandbox's /tmp is private, and a read-only path under the host's /tmp (the virtualenv of a checkout in
+    /tmp, given to sandboxed MCP servers) is mounted over it, not hidden by it: a clean clone in /tmp had its
+    sandboxed MCP servers fail to start, their interpreter out of sight."""
+    assert str(tmp_path).startswith("/tmp/"), tmp_path  # pytest's base temp; the case this test is about
+    tools = tmp_path / "venv" / "bin"
+    tools.mkdir(parents=True)
+    (tools / "marker").write_text("seen\n")
+    tools.parent.chmod(0o755)
+    tools.chmod(0o755)
+    (tools / "marker").chmod(0o644)
+    sandbox = Sandbox.for_this_process().with_read_only([str(tmp_path / "venv")])
+    workspaces = SessionWorkspaces(tmp_path / "root", "session", owner=sandbox.owner)
+    workspace = workspaces.for_session("s-1")
+    process = await asyncio.create_subprocess_exec(
+        *sandbox.argv(workspace, "/bin/bash", f"cat {tools / 'marker'}"),
+        env=sandbox.environment(workspace),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode() == "seen\n"
+
+
 async def test_the_start_check_fails_with_a_broken_bwrap(tmp_path: Path) -> None:
     sandbox = Sandbox.for_this_process(bwrap="/bin/false")
     workspaces = SessionWorkspaces(tmp_path, "session", owner=sandbox.owner)

@@ -113,6 +113,8 @@ def test_bubblewrap_argv_of_an_unprivileged_worker() -> None:
         "--tmpfs",
         "/tmp",
     ]
+    # The private /tmp comes before the read-only paths, so one under /tmp stays visible.
+    assert options.index("--tmpfs") < options.index("--ro-bind-try")
     assert _option_values(options, "--cap-drop") == [("ALL",)]
     assert argv[command_at + 1] == "/bin/bash"
     assert argv[-1] == "ls"

@@ -113,12 +113,14 @@ def bubblewrap_argv(plan: SandboxPlan, shell: str, command: str) -> list[str]:
         plan.hostname,
     ]
     argv += ["--unshare-user"] if plan.drop is None else []
+    # The private /tmp first: a read-only path under /tmp (a virtualenv of a checkout in /tmp) mounted before it
+    # was hidden by it, so a sandboxed MCP server could not find its own interpreter.
+    argv += ["--perms", "1777", "--size", str(plan.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     for path in plan.system_paths:  # a deeper path (a virtualenv) gets searchable ancestors, as the workspace does
         for ancestor in _ancestors(path):
             argv += ["--perms", "0755", "--dir", ancestor]
         argv += ["--ro-bind-try", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--size", str(plan.tmp_size_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     for ancestor in _ancestors(plan.workspace):  # made by bwrap for the mount point: searchable, or only the
         argv += ["--perms", "0755", "--dir", ancestor]  # cwd would reach the workspace, not its absolute path
     argv += ["--bind", plan.workspace, plan.workspace, "--chdir", plan.workspace]
