@@ -95,6 +95,9 @@ def without_fields(model: _Wire, *names: str) -> _Wire:
     return copy
 
 
+_ABSENT = object()
+
+
 def field_or_none(model: BaseModel, name: str) -> Any:
     """``getattr(model, name, None)`` for a field or a kept unknown field: without pydantic's miss path.
 
@@ -108,9 +111,6 @@ def field_or_none(model: BaseModel, name: str) -> Any:
         return value
     extra = model.__pydantic_extra__
     return extra.get(name) if extra else None
-
-
-_ABSENT = object()
 
 
 class CamelModel(WireModel):

@@ -123,6 +123,7 @@ async def test_a_consumer_blocked_on_a_master_that_is_demoted_and_promoted_again
         await consumer.stop(timeout_s=5)
         with contextlib.suppress(Exception):
             await task
+        await client.aclose()
         await admin.aclose()
 
 

@@ -90,6 +90,7 @@ STAND_IN_REPLY = "agentbus: the next tool round starts here"
 """The reply that stands in for ``H[cut]`` when the cut is inside a turn (its message is dropped)."""
 
 _STAND_IN_REPLY_PARAM = {"role": "assistant", "content": [{"type": "text", "text": STAND_IN_REPLY}]}
+_STAND_IN_PROMPT_PARAM = {"role": "user", "content": STAND_IN_PROMPT}
 _LEADING_USER_PARAM = {"role": "user", "content": NO_CONTENT_MESSAGE}
 
 
@@ -305,15 +306,12 @@ class RequestBuilder:
         joined = self._join(prefix, history[prefix.cut :])
         if joined is None:
             return None
-        messages = joined.messages
-        if (
-            len(messages) < 2
-            or messages[-1] != {"role": "user", "content": prompt.message.content}
-            or messages[-2]["role"] != "assistant"
-            or any(repair.message_uuid == prompt.uuid for repair in joined.repairs)
+        itself: MessageParam = {"role": "user", "content": prompt.message.content}
+        if not _seam_holds(joined.messages, round_cut=False, stand_in=itself) or any(
+            repair.message_uuid == prompt.uuid for repair in joined.repairs
         ):
             return None
-        moved = _extended(prefix, history, len(history) - 1, messages[:-1], joined.repairs)
+        moved = _extended(prefix, history, len(history) - 1, joined.messages[:-1], joined.repairs)
         if moved is None:
             return None
         self._prefix = moved
@@ -474,13 +472,15 @@ def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
     return not any(isinstance(message, CompactBoundarySystemMessage) for message in suffix)
 
 
-def _seam_holds(messages: Sequence[MessageParam | SystemMessageParam], *, round_cut: bool) -> bool:
-    """The stand-in (the last of ``messages``) came out alone, right after a message of the other role:
-    nothing was folded into it, so what precedes it is the prefix."""
-    stand_in = _STAND_IN_REPLY_PARAM if round_cut else {"role": "user", "content": STAND_IN_PROMPT}
+def _seam_holds(
+    messages: Sequence[MessageParam | SystemMessageParam], *, round_cut: bool, stand_in: MessageParam | None = None
+) -> bool:
+    """The stand-in (the last of ``messages``: ``stand_in``, or our stand-in prompt or reply) came out alone, right
+    after a message of the other role: nothing was folded into it, so what precedes it is the prefix."""
+    expected = stand_in if stand_in is not None else _STAND_IN_REPLY_PARAM if round_cut else _STAND_IN_PROMPT_PARAM
     return (
         len(messages) >= 2
-        and messages[-1] == stand_in
+        and messages[-1] == expected
         and messages[-2]["role"] == ("user" if round_cut else "assistant")
     )
 
