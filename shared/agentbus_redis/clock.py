@@ -17,8 +17,9 @@ Clock = Callable[[], str]
 
 def format_timestamp(moment: datetime) -> str:
     """Render ``moment`` (any timezone) the way JavaScript's ``toISOString`` does."""
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    # isoformat truncates to milliseconds as toISOString does, and is ~2× cheaper than strftime (one is made
+    # per message); in UTC it always ends in "+00:00".
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def utc_now() -> str:

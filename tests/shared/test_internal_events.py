@@ -3,14 +3,19 @@ what an entry without one may not do."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
+from agentbus_redis.approvals.records import ApprovalRequested, AskedCall
 from agentbus_redis.bus.events import (
     AssistantReply,
     DeadlineSweep,
     IngressEnvelope,
     IngressPayload,
+    PiMessagePayload,
     RecordedMessage,
+    StuckTurnSweep,
     ToolJobAbandoned,
     ToolProgressReport,
     ToolResultReport,
@@ -26,6 +31,7 @@ from agentbus_redis.bus.internal_events import (
 from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
 from agentbus_redis.messages.content import ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message, create_progress_message, create_user_message
+from agentbus_redis.pi.messages import PiToolResultMessage
 
 KEY = b"worker-secret"
 
@@ -59,9 +65,19 @@ def test_the_proof_authenticates_exactly_the_signed_bytes_under_the_key() -> Non
     assert not is_authentic(KEY, data, b"0" * 64)
 
 
+PARKED = AskedCall(
+    approval_id="apr_t_run", tool_use=ToolUseBlock(id="t_run", name="Bash", input={}), deadline_ms=1, timeout_s=1
+)
+
+
 @pytest.mark.parametrize(
     "payload",
-    [DeadlineSweep(now_ms=10**13), ToolJobAbandoned(assistant_uuid="a1", tool_use_ids=["t_run"], reason="x")],
+    [
+        DeadlineSweep(now_ms=10**13),
+        StuckTurnSweep(now_ms=10**13),
+        ToolJobAbandoned(assistant_uuid="a1", tool_use_ids=["t_run"], reason="x"),
+        ApprovalRequested(park_id="p1", assistant_uuid="a1", dispatched_ms=0, asked=[PARKED]),
+    ],
 )
 def test_internal_only_payloads_without_proof_are_forged(ledger: SessionLedger, payload: IngressPayload) -> None:
     problem = forged_internal_problem(envelope(payload), ledger.state.pending)
@@ -76,6 +92,7 @@ def test_a_result_or_progress_for_a_dispatched_call_is_the_tool_workers(ledger: 
         RecordedMessage(message=result_for("t_run").message),
         ToolProgressReport(message=progress),
         RecordedMessage(message=progress),
+        PiMessagePayload(message=PiToolResultMessage(tool_call_id="t_run", content="forged"), uuid="u1"),
     ]
     for payload in forged:
         problem = forged_internal_problem(envelope(payload), ledger.state.pending)
@@ -96,3 +113,12 @@ def test_the_workers_key_namespace_is_theirs(ledger: SessionLedger) -> None:
     assert forged_internal_problem(squatter, ledger.state.pending) is not None
     assert idempotency_slot("tool_result:t_run", authenticated=True) == "internal:tool_result:t_run"
     assert idempotency_slot("tool_result:t_run", authenticated=False) == "tool_result:t_run"
+
+
+def test_every_ingress_payload_is_told_apart_by_its_type() -> None:
+    """``forged_internal_problem`` dispatches on ``payload.type`` rather than on the class: that is the same
+    only while every payload model of the ingress union has one literal type of its own."""
+    members = get_args(get_args(IngressPayload)[0])
+    literals = [get_args(model.model_fields["type"].annotation) for model in members]
+    assert all(len(values) == 1 for values in literals), literals
+    assert len({values[0] for values in literals}) == len(members)

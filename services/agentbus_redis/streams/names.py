@@ -20,6 +20,7 @@ DEAD_LETTER_SUFFIX = ":dlq"
 
 
 @lru_cache(maxsize=1 << 16)  # a worker asks ~4× per entry (its streams and keys); a few µs of ~50
+@lru_cache(maxsize=65_536)
 def shard_of(session_id: str, shards: int) -> int:
     """The shard of ``session_id`` among ``shards`` lanes: crc32 of its UTF-8 bytes, mod ``shards``.
 
@@ -30,6 +31,7 @@ def shard_of(session_id: str, shards: int) -> int:
     if shards < 1:
         msg = f"shards must be >= 1, got {shards}"
         raise ValueError(msg)
+    # Cached: every key and stream name of a session asks for it, several times per entry (~0.5 µs each).
     return zlib.crc32(session_id.encode("utf-8")) % shards
 
 
@@ -64,6 +66,12 @@ def shard_slot_window(shard: int, shards: int) -> tuple[int, int]:
     middle = (shard + 0.5) * share
     low = int(middle - share / 8)
     return low, max(low + 1, int(middle + share / 8))
+
+
+@lru_cache(maxsize=65_536)
+def _session_key_base(prefix: str, shards: int, session_id: str) -> str:
+    """``agentbus:{s07-21}:session:<id>``: what every key of the session starts with (made per batch, cached)."""
+    return f"{prefix}{shard_tag(shard_of(session_id, shards), shards)}:session:{session_id}"
 
 
 def key_slot(tag: str) -> int:
@@ -115,8 +123,7 @@ class StreamNames:
 
     def session_key(self, session_id: str, *parts: str) -> str:
         """A per-session key in its shard's slot, e.g. ``agentbus:{s07-21}:session:<id>:seq``."""
-        tail = ":".join((session_id, *parts))
-        return f"{self.prefix}{shard_tag(self.shard_of(session_id), self.shards)}:session:{tail}"
+        return ":".join((_session_key_base(self.prefix, self.shards, session_id), *parts))
 
     def shard_of(self, session_id: str) -> int:
         """``shard_of(session_id, self.shards)``."""

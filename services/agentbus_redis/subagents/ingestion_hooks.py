@@ -46,7 +46,9 @@ class AgentBatch:
             return
         if out.entries and is_child_session(session_id):
             self._entries.extend(out.entries)
-        if isinstance(payload, Interrupt) and payload.reason == "user_cancel":
+        # The class itself (payload classes have no subclasses): a failing isinstance against a pydantic model
+        # costs ~0.25 µs, and this runs for every entry.
+        if type(payload) is Interrupt and payload.reason == "user_cancel":
             if out.interrupt_tools:
                 self._cancels[session_id] = at_ms
             if is_child_session(session_id):

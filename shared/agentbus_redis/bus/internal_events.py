@@ -31,6 +31,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
+from typing import get_args
+
+from pydantic import BaseModel
 
 from agentbus_redis.approvals.records import ApprovalRequested
 from agentbus_redis.bus.events import (
@@ -80,25 +83,48 @@ def idempotency_slot(key: str, *, authenticated: bool) -> str:
     return INTERNAL_KEY_PREFIX + key if authenticated else key
 
 
+def _payload_type(model: type[BaseModel]) -> str:
+    """The ``type`` an ingress payload model is discriminated by (its one literal)."""
+    (literal,) = get_args(model.model_fields["type"].annotation)
+    return str(literal)
+
+
+_WORKER_ONLY_TYPES = frozenset(
+    _payload_type(model) for model in (DeadlineSweep, StuckTurnSweep, ToolJobAbandoned, ApprovalRequested)
+)
+"""Payloads only the workers write."""
+_SYSTEM_NOTICE = _payload_type(SystemNotice)
+_ATTACHMENT_NOTICE = _payload_type(AttachmentNotice)
+_ANSWERING_TYPES = frozenset(
+    _payload_type(model) for model in (PiMessagePayload, ToolResultReport, ToolProgressReport, RecordedMessage)
+)
+"""Payloads that can answer a call (:func:`_answered_calls`)."""
+
+
 def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, PendingToolUse]) -> str | None:
     """Why an entry WITHOUT a valid authenticator may not be applied (see the module docstring), given
     the session's calls still waiting for a result; None when a producer may write it."""
     payload = envelope.payload
-    if isinstance(payload, DeadlineSweep | StuckTurnSweep | ToolJobAbandoned | ApprovalRequested):
-        return f"{payload.type} is written only by agentbus workers, and this entry has no valid authenticator"
-    if isinstance(payload, SystemNotice) and is_sdk_only(payload.message):
+    # Dispatched on the discriminator: a failing isinstance check against a pydantic model class goes through
+    # ABCMeta's __instancecheck__ (~0.25 µs each), and this runs for every producer entry (~4 µs → ~0.5 µs).
+    kind = payload.type
+    if kind in _WORKER_ONLY_TYPES:
+        return f"{kind} is written only by agentbus workers, and this entry has no valid authenticator"
+    if kind == _SYSTEM_NOTICE and isinstance(payload, SystemNotice) and is_sdk_only(payload.message):
         return "a task event (A6.3) is written only by agentbus workers, and this entry has no valid authenticator"
-    if isinstance(payload, AttachmentNotice) and is_max_turns_reached(payload.message):
+    if kind == _ATTACHMENT_NOTICE and isinstance(payload, AttachmentNotice) and is_max_turns_reached(payload.message):
         return (
             "a max_turns_reached attachment is written only by the model worker (A3.8), "
             "and this entry has no valid authenticator"
         )
     if envelope.idempotency_key.startswith(INTERNAL_KEY_PREFIX):
         return f"idempotency key {envelope.idempotency_key!r}: the {INTERNAL_KEY_PREFIX!r} namespace is the workers'"
+    if kind not in _ANSWERING_TYPES:
+        return None
     answered = [i for i in _answered_calls(payload) if (p := pending.get(i)) is not None and p.dispatched]
     if answered:
         return (
-            f"{payload.type} for tool_use {', '.join(answered)}, which was dispatched to the tool workers: "
+            f"{kind} for tool_use {', '.join(answered)}, which was dispatched to the tool workers: "
             "only a tool worker answers it (producers answer calls sent with execute_tools=false)"
         )
     return None
