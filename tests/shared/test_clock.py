@@ -19,5 +19,5 @@ def test_a_moment_in_another_zone_is_written_in_utc() -> None:
 
 
 def test_a_year_before_1000_has_four_digits_as_in_javascript() -> None:
-    # new Date(Date.UTC(5, 0, 1)) with setUTCFullYear(5) → "0005-01-01T00:00:00.000Z"
+    # const d = new Date(0); d.setUTCFullYear(5); d.toISOString() → "0005-01-01T00:00:00.000Z"
     assert format_timestamp(datetime(5, 1, 1, tzinfo=UTC)) == "0005-01-01T00:00:00.000Z"

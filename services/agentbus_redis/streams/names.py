@@ -20,7 +20,6 @@ DEAD_LETTER_SUFFIX = ":dlq"
 
 
 @lru_cache(maxsize=1 << 16)  # a worker asks ~4× per entry (its streams and keys); a few µs of ~50
-@lru_cache(maxsize=65_536)
 def shard_of(session_id: str, shards: int) -> int:
     """The shard of ``session_id`` among ``shards`` lanes: crc32 of its UTF-8 bytes, mod ``shards``.
 
@@ -31,7 +30,6 @@ def shard_of(session_id: str, shards: int) -> int:
     if shards < 1:
         msg = f"shards must be >= 1, got {shards}"
         raise ValueError(msg)
-    # Cached: every key and stream name of a session asks for it, several times per entry (~0.5 µs each).
     return zlib.crc32(session_id.encode("utf-8")) % shards
 
 
@@ -68,7 +66,7 @@ def shard_slot_window(shard: int, shards: int) -> tuple[int, int]:
     return low, max(low + 1, int(middle + share / 8))
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=1 << 16)
 def _session_key_base(prefix: str, shards: int, session_id: str) -> str:
     """``agentbus:{s07-21}:session:<id>``: what every key of the session starts with (made per batch, cached)."""
     return f"{prefix}{shard_tag(shard_of(session_id, shards), shards)}:session:{session_id}"
