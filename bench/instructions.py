@@ -1,15 +1,18 @@
-"""Instructions per unit of work of a benchmark, counted by valgrind: a CPU figure that does not move with the machine.
+r"""Instructions per unit of work of a benchmark, counted by valgrind: a CPU figure that does not move with the machine.
 
-    uv run python bench/instructions.py --sizes 1100 2200 -- bench/ingestion_replay.py --rounds 1 --events {}
-    uv run python bench/instructions.py --sizes 1100 2200 --tree /work/wt/before -- bench/ingestion_replay.py ...
+    uv run python bench/instructions.py --sizes 1100 4400 -- \
+        bench/ingestion_replay.py --rounds 1 --sessions 50 --events {}
+    uv run python bench/instructions.py --sizes 1100 4400 --tree /work/wt/before -- bench/ingestion_replay.py ...
 
 On a shared 2-core machine the CPU time of the same code moves by ±30% from one minute to the next (issue 31), so
 a change of 10% to a hot path cannot be read from seconds. ``valgrind --tool=callgrind`` counts the instructions
 the process executes, which is the same for the same code and input whatever else the machine does. The command
 (its ``{}`` replaced by each size) runs once per size; the difference of the two counts divided by the difference
 of the sizes is the cost of one unit, with the process's start-up (imports, pydantic schemas) cancelled out.
-``PYTHONHASHSEED`` is fixed, so set and dict orders repeat. What it does not count: time in the kernel (system
-calls, the network) and waiting on memory; it prices the Python code, which is what a change to it moves.
+``PYTHONHASHSEED`` is fixed, so set and dict orders repeat. Start-up still varies by a few tens of millions of
+instructions between runs: make the sizes differ by thousands of units (1,100 and 4,400 events repeat within 0.1%;
+1,100 and 2,200 were once 6% off). What it does not count: time in the kernel (system calls, the network) and
+waiting on memory; it prices the Python code, which is what a change to it moves.
 Under valgrind a program runs about 50 times slower: a size of a few thousand events takes a minute or two.
 """
 
@@ -19,7 +22,6 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -62,7 +64,6 @@ def main() -> None:
     ]
     per_unit = (counts[1] - counts[0]) / (large - small)
     print(f"{args.tree}: {per_unit:,.0f} instructions a unit ({small}: {counts[0]:,}; {large}: {counts[1]:,})")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from functools import lru_cache
 
 from agentbus_redis.errors import AgentbusError
 
@@ -28,6 +29,7 @@ class InvalidSessionId(AgentbusError, ValueError):
         self.problem = problem
 
 
+@lru_cache(maxsize=1 << 16)  # ingestion's door asks for every entry, and a session sends many
 def session_id_problem(session_id: str) -> str | None:
     """Why ``session_id`` is not a valid session id, or None when it is."""
     if not session_id:

@@ -95,6 +95,15 @@ def without_fields(model: _Wire, *names: str) -> _Wire:
     return copy
 
 
+def type_literal(model: type[BaseModel]) -> str:
+    """The ``type`` a model of a discriminated union is told apart by (its field's default)."""
+    default = model.model_fields["type"].default
+    if not isinstance(default, str):
+        msg = f"{model.__name__}.type has no string default"
+        raise TypeError(msg)
+    return default
+
+
 _ABSENT = object()
 
 

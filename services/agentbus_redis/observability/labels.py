@@ -13,12 +13,11 @@ import typing
 from collections.abc import Iterable
 from typing import Final, Literal
 
-from pydantic import BaseModel
-
 from agentbus_redis.approvals.records import ApprovalContinuation
 from agentbus_redis.bus.events import IngressPayload, RequestReady, ToolJob
 from agentbus_redis.messages.kinds import CONTROL_TYPES, STORED_TYPES
 from agentbus_redis.normalize.report import RepairKind
+from agentbus_redis.wire import type_literal
 
 OTHER: Final = "other"
 """The catch-all label value for anything outside an allowlist."""
@@ -72,18 +71,10 @@ def _family_of(stream: str) -> str:
     return OTHER
 
 
-def _type_default(model: type[BaseModel]) -> str:
-    default = model.model_fields["type"].default
-    if not isinstance(default, str):
-        msg = f"{model.__name__}.type has no string default"
-        raise TypeError(msg)
-    return default
-
-
 def _ingress_types() -> frozenset[str]:
     """The ``type`` literals of every ingress payload model, read from the discriminated union."""
     union = typing.get_args(IngressPayload)[0]  # Annotated[Union[...], Field(discriminator=...)]
-    return frozenset(_type_default(model) for model in typing.get_args(union))
+    return frozenset(type_literal(model) for model in typing.get_args(union))
 
 
 EVENT_TYPE_INVALID: Final = "invalid"
@@ -93,8 +84,8 @@ EVENT_TYPES: Final[frozenset[str]] = (
     _ingress_types()
     | STORED_TYPES
     | CONTROL_TYPES
-    | {_type_default(ToolJob), _type_default(RequestReady), EVENT_TYPE_INVALID}
-    | {_type_default(ApprovalContinuation)}
+    | {type_literal(ToolJob), type_literal(RequestReady), EVENT_TYPE_INVALID}
+    | {type_literal(ApprovalContinuation)}
 )
 """Every event type a worker may count: ingress payloads, log messages, tool jobs, request notices."""
 

@@ -31,9 +31,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
-from typing import get_args
-
-from pydantic import BaseModel
 
 from agentbus_redis.approvals.records import ApprovalRequested
 from agentbus_redis.bus.events import (
@@ -53,6 +50,7 @@ from agentbus_redis.messages.kinds import Message, ProgressMessage, UserMessage
 from agentbus_redis.messages.system import is_sdk_only
 from agentbus_redis.model.limits.max_turns import is_max_turns_reached
 from agentbus_redis.pi.messages import PiToolResultMessage
+from agentbus_redis.wire import type_literal
 
 AUTH_FIELD = "auth"
 """The stream-entry field beside ``data`` that carries a worker entry's authenticator (hex)."""
@@ -83,20 +81,14 @@ def idempotency_slot(key: str, *, authenticated: bool) -> str:
     return INTERNAL_KEY_PREFIX + key if authenticated else key
 
 
-def _payload_type(model: type[BaseModel]) -> str:
-    """The ``type`` an ingress payload model is discriminated by (its one literal)."""
-    (literal,) = get_args(model.model_fields["type"].annotation)
-    return str(literal)
-
-
 _WORKER_ONLY_TYPES = frozenset(
-    _payload_type(model) for model in (DeadlineSweep, StuckTurnSweep, ToolJobAbandoned, ApprovalRequested)
+    type_literal(model) for model in (DeadlineSweep, StuckTurnSweep, ToolJobAbandoned, ApprovalRequested)
 )
 """Payloads only the workers write."""
-_SYSTEM_NOTICE = _payload_type(SystemNotice)
-_ATTACHMENT_NOTICE = _payload_type(AttachmentNotice)
+_SYSTEM_NOTICE = type_literal(SystemNotice)
+_ATTACHMENT_NOTICE = type_literal(AttachmentNotice)
 _ANSWERING_TYPES = frozenset(
-    _payload_type(model) for model in (PiMessagePayload, ToolResultReport, ToolProgressReport, RecordedMessage)
+    type_literal(model) for model in (PiMessagePayload, ToolResultReport, ToolProgressReport, RecordedMessage)
 )
 """Payloads that can answer a call (:func:`_answered_calls`)."""
 

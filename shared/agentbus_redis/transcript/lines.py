@@ -38,7 +38,7 @@ from agentbus_redis.messages.kinds import (
 )
 from agentbus_redis.messages.system import SYSTEM_SUBTYPE_TAGS, SystemMessage, SystemMessageBase
 from agentbus_redis.transcript.unicode_text import escape_lone_surrogates
-from agentbus_redis.wire import ROUTED_ELSEWHERE, CamelModel, only_routed_to
+from agentbus_redis.wire import ROUTED_ELSEWHERE, CamelModel, only_routed_to, type_literal
 
 TranscriptMessageLine = UserMessage | AssistantMessage | SystemMessage | ProgressMessage | AttachmentMessage
 """A message line: the stored kinds of R1.1 (progress only in files written before its removal, R7.16).
@@ -283,9 +283,7 @@ _METADATA_MODELS: tuple[type[CamelModel], ...] = (
     ContextCollapseSnapshotLine,
 )
 
-_METADATA_MODEL_OF_TYPE: dict[str, type[CamelModel]] = {
-    str(model.model_fields["type"].default): model for model in _METADATA_MODELS
-}
+_METADATA_MODEL_OF_TYPE: dict[str, type[CamelModel]] = {type_literal(model): model for model in _METADATA_MODELS}
 METADATA_TYPES: frozenset[str] = frozenset(_METADATA_MODEL_OF_TYPE)
 """The ``type`` values of R7.4."""
 

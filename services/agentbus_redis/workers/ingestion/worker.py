@@ -69,9 +69,6 @@ SESSION_EVENTS_MAXLEN = None
 
 INTERRUPT_TTL_MS = 24 * 3600 * 1000
 
-ADMITTED_SESSIONS_KEPT = 100_000
-"""How many valid session ids the door remembers (then it forgets them all and checks them again)."""
-
 
 def entry_time_ms(entry_id: str) -> int:
     """The millisecond timestamp Redis put in a stream entry id."""
@@ -154,8 +151,6 @@ class IngestionWorker:
         self.now_ms = now_ms
         self.dropped_total = 0
         self.cache = LedgerCache()
-        self._admitted: dict[str, int] = {}
-        """Session ids found valid, with their shard (the door's two checks of a session id, made once)."""
         self.agents: IngestionAgentHooks | None = None
         """Sub-agents (subagents): set by the runtime; None relays nothing."""
         self.tool_routes: Callable[[], Awaitable[ToolRoutes]] | None = None
@@ -276,17 +271,10 @@ class IngestionWorker:
         envelope = decode_entry(entry, parse_ingress)
         if isinstance(envelope, Poison):
             return envelope
-        session = envelope.session_id
-        home = self._admitted.get(session)
-        if home is None:
-            if (problem := session_id_problem(session)) is not None:
-                return Poison("invalid_session_id", f"{entry.stream} {entry.entry_id}: {session!r}: {problem}")
-            home = self.topology.names.shard_of(session)
-            if len(self._admitted) >= ADMITTED_SESSIONS_KEPT:
-                self._admitted.clear()
-            self._admitted[session] = home
-        if home != shard:
-            return Poison("wrong_shard", f"session {session} does not belong to ingress shard {shard}")
+        if (problem := session_id_problem(envelope.session_id)) is not None:
+            return Poison("invalid_session_id", f"{entry.stream} {entry.entry_id}: {envelope.session_id!r}: {problem}")
+        if self.topology.names.shard_of(envelope.session_id) != shard:
+            return Poison("wrong_shard", f"session {envelope.session_id} does not belong to ingress shard {shard}")
         return envelope
 
     async def _load(self, shard: int, batch: _Batch, decoded: list[_Decoded]) -> dict[str, set[str]]:
