@@ -10,9 +10,9 @@ the process executes, which is the same for the same code and input whatever els
 (its ``{}`` replaced by each size) runs once per size; the difference of the two counts divided by the difference
 of the sizes is the cost of one unit, with the process's start-up (imports, pydantic schemas) cancelled out.
 ``PYTHONHASHSEED`` is fixed, so set and dict orders repeat. Start-up still varies by a few tens of millions of
-instructions between runs: make the sizes differ by thousands of units (1,100 and 4,400 events repeat within 0.1%;
-1,100 and 2,200 were once 6% off). What it does not count: time in the kernel (system calls, the network) and
-waiting on memory; it prices the Python code, which is what a change to it moves.
+instructions between runs: make the sizes differ by thousands of units (for ingestion_replay, 1,100 and 4,400
+events; with 1,100 and 2,200 one run in four was 6% off). What it does not count: time in the kernel (system
+calls, the network) and waiting on memory; it prices the Python code, which is what a change to it moves.
 Under valgrind a program runs about 50 times slower: a size of a few thousand events takes a minute or two.
 """
 
