@@ -66,7 +66,11 @@ def start_up(tmp_path: Path) -> Iterator[StartUp]:
         env.pop("AGENTBUS_TOOLS__WORKSPACE", None)  # the default: under the data directory
         env.pop("ANTHROPIC_API_KEY", None)  # the demo's model is the fake server
         port = free_port() if base_port is None else base_port
-        command = [sys.executable, "-m", "agentbus_redis.cli.main", "up", "--tools", "1", "--base-port", str(port)]
+        # With the signal dispositions a terminal gives its job: a runner started under `nohup` or as a background
+        # job (`cmd &` ignores SIGINT) would hand its ignored SIGHUP or SIGINT down, and `up` rightly keeps an
+        # ignored SIGHUP ignored (`nohup agentbus up`), so the hang-up test would wait for a stop that never comes.
+        command = ["env", "--default-signal=HUP,INT", sys.executable, "-m", "agentbus_redis.cli.main", "up"]
+        command += ["--tools", "1", "--base-port", str(port)]
         command += ["--redis-port", str(redis_port), *args]
         # Its own session, as a terminal's job is: the test delivers Ctrl-C to that whole process group.
         up = subprocess.Popen(
