@@ -48,8 +48,18 @@ PRELOADED_MODULES = [
     "agentbus_redis.workers.tools.app",
     "agentbus_redis.workers.model.app",
     "agentbus_redis.cli.local.fake_model",
+    # What a worker imports only when it starts serving (uvicorn picks its loop and protocols then): about a
+    # tenth of a forked worker's start-up CPU when each child imported them again.
+    "uvloop",
+    "uvicorn.protocols.http.auto",
+    "uvicorn.protocols.websockets.auto",
+    "uvicorn.lifespan.on",
+    "anyio._backends._asyncio",
+    "msgpack",
+    "tests.integration.forkserver_heap",  # last: freezes what the imports above built
 ]
-"""Imported once by the forkserver: every worker type's module and the command line that starts it."""
+"""Imported once by the forkserver: every worker type's module and the command line that starts it, then its
+heap frozen (:mod:`tests.integration.forkserver_heap`)."""
 
 _context: ForkServerContext | None = None
 
