@@ -1,21 +1,30 @@
 """R10.1 with nothing streamed, through real workers (ingestion, normalization, transcripts, tools; no model
 worker, so a published request stays pending): an interrupt while the model is due ends the turn with
 ``[Request interrupted by user]`` — in the log, the transcript and the next request, as Claude Code's would —
-and an interrupt while the session is idle (its turn over) writes nothing (bus/turn_state.py)."""
+and an interrupt while the session is idle (its turn over) writes nothing (bus/turn_state.py). R8.9 with a
+command running: esc stops it, a message typed meanwhile does not (bus/interrupts.py)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import uuid
 
 import pytest
 
 from agentbus_redis.config.settings import Settings
-from agentbus_redis.messages.constants import INTERRUPT_MESSAGE
-from agentbus_redis.messages.content import TextBlock
+from agentbus_redis.messages.constants import (
+    INTERRUPT_MESSAGE,
+    INTERRUPT_MESSAGE_FOR_TOOL_USE,
+    REJECT_MESSAGE,
+    USER_REJECTED_TOOL_USE,
+)
+from agentbus_redis.messages.content import TextBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message
 from agentbus_redis.messages.kinds import UserMessage
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.sdk.replay import wait_until_persisted
+from tests.integration.approval_helpers import reply_with, result_block, result_for
 from tests.integration.cluster import WorkerCluster, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -23,6 +32,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def workers(module_cluster: WorkerCluster) -> WorkerCluster:
+    # Commands outlive the interrupts sent while they run (the suite's default tool timeout is 2 s).
+    module_cluster.extra_env["AGENTBUS_TOOLS__TIMEOUT_S"] = "60"
     module_cluster.start_all()
     return module_cluster
 
@@ -102,3 +113,50 @@ async def test_r10_interrupt_while_idle_after_a_finished_turn_writes_nothing(wor
         {"role": "assistant", "content": [{"type": "text", "text": "Hello."}]},
         {"role": "user", "content": "next"},
     ]
+
+
+def _running(command: str) -> bool:
+    """Whether a process runs ``command`` (a tool's own, in or out of the sandbox)."""
+    return subprocess.run(["pgrep", "-f", command], capture_output=True, check=False).returncode == 0
+
+
+async def _bash_running(bus: AgentbusClient, session: str, seconds: int) -> ToolUseBlock:
+    """A turn whose reply calls Bash ``sleep <seconds>``, once that command runs in the tools worker."""
+    call = ToolUseBlock(id=f"toolu_nap_{uuid.uuid4().hex[:8]}", name="Bash", input={"command": f"sleep {seconds}"})
+    await reply_with(bus, session, call)
+
+    async def started() -> bool:
+        return _running(f"sleep {seconds}")
+
+    await eventually(started, timeout_s=60)
+    return call
+
+
+async def test_r8_9_esc_stops_a_running_bash_at_once(workers: WorkerCluster) -> None:
+    """``user_cancel`` (esc; also what ``agents stop`` sends a sub-agent, A8.3/A8.4) stops every running call,
+    Bash (interrupt behaviour ``block``) too: its process is killed and the call answered with the rejection,
+    then the turn ends with the tool-use interrupt text (R10.2). It was left to run to its end (an hour here)."""
+    session = f"esc-bash-{uuid.uuid4().hex[:6]}"
+    async with workers.client() as bus:
+        call = await _bash_running(bus, session, 3607)
+        await bus.interrupt(session, reason="user_cancel")
+        answer = await result_for(bus, session, call.id)
+        assert result_block(answer).content == REJECT_MESSAGE
+        assert answer.tool_use_result == USER_REJECTED_TOOL_USE
+
+        async def ended() -> bool:
+            return INTERRUPT_MESSAGE_FOR_TOOL_USE in await user_texts(bus, session) and not _running("sleep 3607")
+
+        await eventually(ended, timeout_s=60)
+
+
+async def test_r8_9_a_message_typed_while_bash_runs_lets_it_finish(workers: WorkerCluster) -> None:
+    """``interrupt`` (the user typed while tools run) cancels only ``cancel`` tools: Bash runs to its end and
+    answers with its own result."""
+    session = f"typed-bash-{uuid.uuid4().hex[:6]}"
+    async with workers.client() as bus:
+        call = await _bash_running(bus, session, 5)
+        await bus.interrupt(session, reason="interrupt")
+        answer = result_block(await result_for(bus, session, call.id))
+        assert answer.content != REJECT_MESSAGE
+        assert not answer.is_error

@@ -29,6 +29,7 @@ from agentbus_redis.agents.background import output_file_path
 from agentbus_redis.agents.ids import agent_id_for, child_session_id
 from agentbus_redis.agents.results import interrupted_result
 from agentbus_redis.bus.events import LogEntry
+from agentbus_redis.messages.constants import USER_REJECTED_TOOL_USE
 from agentbus_redis.model.session_config import SessionModelConfig
 from agentbus_redis.runtime.key_calls import KeyCalls
 from agentbus_redis.streams.names import StreamNames
@@ -242,6 +243,9 @@ async def test_a8_3_the_producer_stops_a_background_child_with_agents_stop(
         await wait_for(producer, child, mentioning("c_nap"), timeout_s=180)
         stopped = producer_cli(cluster, "agents", "stop", agent_id)
         assert child in stopped
+        # A8.4: the stopped child's running command is killed (the stop is an esc, bus/interrupts.py), not left
+        # to run its minute: its call is answered with the rejection.
+        await wait_for(producer, child, mentioning(USER_REJECTED_TOOL_USE), timeout_s=30)
         history = await wait_for(
             producer,
             parent,

@@ -38,7 +38,7 @@ from agentbus_redis.tools.tool import (
 from agentbus_redis.workers.tools import results
 from agentbus_redis.workers.tools.builtin import BashTool, ReadTool, WriteTool, builtin_tools
 from agentbus_redis.workers.tools.builtin.edit import EditTool
-from agentbus_redis.workers.tools.executor import ToolTimeouts, execute_tool_uses, plan_batches
+from agentbus_redis.workers.tools.executor import ToolInterrupt, ToolTimeouts, execute_tool_uses, plan_batches
 from agentbus_redis.workers.tools.registry import DuplicateToolName, ToolRegistry, default_registry
 from agentbus_redis.workers.tools.workspace import Workspace
 
@@ -479,6 +479,55 @@ async def test_r8_9_interrupt_kills_a_cancel_bash(workspace: Workspace, bash_san
     running = asyncio.create_task(collect([block], [bash], permissions=permissive(workspace), interrupt=interrupt))
     await _file_text(workspace.root / "pid")
     interrupt.set()
+    [message] = await running
+    assert result(message).content == REJECT_MESSAGE
+    assert await _none_left(marker)
+
+
+async def test_r8_9_esc_stops_block_tools_too() -> None:
+    """``user_cancel`` (a :class:`ToolInterrupt` with that reason: esc, a stopped sub-agent) stops the running
+    ``block`` calls as well as the ``cancel`` ones (bus/interrupts.py)."""
+    gates = Gates()
+    tools = [GateTool(gates, name="Stoppable", interrupt="cancel"), GateTool(gates, name="Stubborn", interrupt="block")]
+    interrupt = ToolInterrupt()
+    blocks = [gate("c", "Stoppable", forever=True), gate("b", "Stubborn", forever=True)]
+    running = asyncio.create_task(collect(blocks, tools, interrupt=interrupt))
+    await gates["started:c"].wait()
+    await gates["started:b"].wait()
+    interrupt.interrupt("user_cancel")
+    by_id = results_by_id(await running)
+    assert by_id["c"].content == REJECT_MESSAGE
+    assert by_id["b"].content == REJECT_MESSAGE
+    assert gates.active == 0
+
+
+async def test_r8_9_esc_after_a_typed_message_stops_what_the_first_interrupt_let_run() -> None:
+    gates = Gates()
+    tools = [GateTool(gates, name="Stoppable", interrupt="cancel"), GateTool(gates, name="Stubborn", interrupt="block")]
+    interrupt = ToolInterrupt()
+    blocks = [gate("c", "Stoppable", forever=True), gate("b", "Stubborn", forever=True)]
+    running = asyncio.create_task(collect(blocks, tools, interrupt=interrupt))
+    await gates["started:c"].wait()
+    await gates["started:b"].wait()
+    interrupt.interrupt("interrupt")  # the cancel call stops, the block call runs on ...
+    while gates.active > 1:
+        await asyncio.sleep(0.01)
+    assert not running.done()
+    interrupt.interrupt("user_cancel")  # ... until esc
+    by_id = results_by_id(await running)
+    assert by_id["c"].content == REJECT_MESSAGE
+    assert by_id["b"].content == REJECT_MESSAGE
+    assert gates.active == 0
+
+
+async def test_r8_9_esc_kills_a_block_bash(workspace: Workspace, bash_sandbox: Sandbox | None) -> None:
+    bash = BashTool(workspace, kill_grace_s=0.5, sandbox=bash_sandbox)  # interrupt behaviour "block"
+    interrupt = ToolInterrupt()
+    sleep, marker = sleeper()
+    block = use("b1", "Bash", command=f"echo $$ > pid; {sleep}")
+    running = asyncio.create_task(collect([block], [bash], permissions=permissive(workspace), interrupt=interrupt))
+    await _file_text(workspace.root / "pid")
+    interrupt.interrupt("user_cancel")
     [message] = await running
     assert result(message).content == REJECT_MESSAGE
     assert await _none_left(marker)

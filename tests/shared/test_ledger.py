@@ -246,6 +246,7 @@ def test_r10_2_interrupt_while_tools_run(ledger: SessionLedger) -> None:
     send(ledger, AssistantReply(message=assistant_with_calls("t1", "t2")))
     out = send(ledger, Interrupt(reason="user_cancel"))
     assert out.interrupt_tools
+    assert out.interrupt_reason == "user_cancel"  # the tool workers stop every running call (bus/interrupts.py)
     assert out.entries == []
     send(ledger, ToolResultReport(message=result_for("t1")))
     last = send(ledger, ToolResultReport(message=result_for("t2")))
@@ -254,7 +255,8 @@ def test_r10_2_interrupt_while_tools_run(ledger: SessionLedger) -> None:
 
 def test_r8_9_interrupt_by_new_message_adds_no_interrupt_text(ledger: SessionLedger) -> None:
     send(ledger, AssistantReply(message=assistant_with_calls("t1")))
-    send(ledger, Interrupt(reason="interrupt"))
+    interrupted = send(ledger, Interrupt(reason="interrupt"))
+    assert (interrupted.interrupt_tools, interrupted.interrupt_reason) == (True, "interrupt")  # block tools run on
     out = send(ledger, ToolResultReport(message=result_for("t1")))
     assert len(out.entries) == 1
 

@@ -49,6 +49,7 @@ from agentbus_redis.bus.events import (
     ToolResultReport,
     UserPrompt,
 )
+from agentbus_redis.bus.interrupts import InterruptReason, stronger_reason
 from agentbus_redis.bus.queued_prompts import turn_open_after
 from agentbus_redis.bus.stuck_turns import WaitingFor, session_wait, stuck_at_ms, stuck_wait
 from agentbus_redis.bus.turn_state import model_due_after, turn_failed_after
@@ -138,6 +139,9 @@ class LedgerOutput:
     interrupt_model: bool = False
     """An interrupt was applied: the model worker must abort the session's call in flight (published on the
     interrupts channel)."""
+    interrupt_reason: InterruptReason = "user_cancel"
+    """Why, when ``interrupt_tools`` or ``interrupt_model``: what the tool workers stop of the session's
+    running calls (bus/interrupts.py, R8.9)."""
     dropped: list[Dropped] = field(default_factory=list)
     invalid: str | None = None
     """Set when the payload is bad input: the worker dead-letters the raw entry with this reason."""
@@ -158,6 +162,10 @@ class LedgerOutput:
         self.tool_jobs += other.tool_jobs
         self.closed_tool_use_ids += other.closed_tool_use_ids
         self.retracted_uuids += other.retracted_uuids
+        if other.interrupt_tools or other.interrupt_model:
+            was_interrupted = self.interrupt_tools or self.interrupt_model
+            reason = other.interrupt_reason
+            self.interrupt_reason = stronger_reason(self.interrupt_reason, reason) if was_interrupted else reason
         self.interrupt_tools = self.interrupt_tools or other.interrupt_tools
         self.interrupt_model = self.interrupt_model or other.interrupt_model
         self.dropped += other.dropped
@@ -527,8 +535,9 @@ class SessionLedger:
         if payload.behavior == "deny" and payload.interrupt:
             self._apply_interrupt(out, "user_cancel", traceparent)
 
-    def _apply_interrupt(self, out: LedgerOutput, reason: str, traceparent: str | None) -> None:
+    def _apply_interrupt(self, out: LedgerOutput, reason: InterruptReason, traceparent: str | None) -> None:
         out.interrupt_model = True
+        out.interrupt_reason = reason
         try:
             self._close_turn_on_interrupt(out, reason, traceparent)
         finally:

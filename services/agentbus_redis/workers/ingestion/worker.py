@@ -33,6 +33,7 @@ from agentbus_redis.bus.internal_events import (
     idempotency_slot,
     is_authentic,
 )
+from agentbus_redis.bus.interrupts import InterruptMark, format_interrupt_mark, stronger_reason
 from agentbus_redis.bus.ledger import Dropped, LedgerOutput, SessionLedger, new_ledger_state
 from agentbus_redis.bus.live_reply import LIVE_REPLY_MAXLEN, LIVE_REPLY_TTL_MS, LiveDeltas
 from agentbus_redis.clock import Clock, epoch_ms, utc_now
@@ -104,7 +105,8 @@ class _Batch:
     applied_keys: dict[str, list[str]] = field(default_factory=dict)
     closed: dict[str, list[str]] = field(default_factory=dict)
     retracted: dict[str, list[str]] = field(default_factory=dict)
-    interrupts: dict[str, int] = field(default_factory=dict)
+    interrupts: dict[str, InterruptMark] = field(default_factory=dict)
+    """Sessions interrupted in this batch: when (the last) and why (the strongest reason), bus/interrupts.py."""
     live: dict[str, LiveDeltas] = field(default_factory=dict)
     """Per session, the text deltas applied in this batch (bus/live_reply.py), coalesced."""
     dropped: list[tuple[str, Dropped]] = field(default_factory=list)
@@ -369,7 +371,9 @@ class IngestionWorker:
         if out.retracted_uuids:
             batch.retracted.setdefault(session, []).extend(out.retracted_uuids)
         if out.interrupt_tools or out.interrupt_model:
-            batch.interrupts[session] = self.now_ms()
+            earlier = batch.interrupts.get(session)
+            reason = out.interrupt_reason if earlier is None else stronger_reason(earlier.reason, out.interrupt_reason)
+            batch.interrupts[session] = InterruptMark(self.now_ms(), reason)
         if out.dropped:  # rare: no generator made per entry
             batch.dropped.extend((session, dropped) for dropped in out.dropped)
 
@@ -433,8 +437,8 @@ class IngestionWorker:
             for delta in entries:
                 calls.add_xadd(stream, entry_fields(delta), LIVE_REPLY_MAXLEN)
             calls.add("PEXPIRE", stream, LIVE_REPLY_TTL_MS)
-        for session, at_ms in batch.interrupts.items():
-            calls.add("SET", self.topology.interrupt(session), at_ms, "PX", INTERRUPT_TTL_MS)
+        for session, mark in batch.interrupts.items():
+            calls.add("SET", self.topology.interrupt(session), format_interrupt_mark(*mark), "PX", INTERRUPT_TTL_MS)
         if touched:
             calls.add("ZADD", self.topology.sessions(shard), *(arg for session in touched for arg in (now, session)))
         for session in batch.interrupts:

@@ -46,6 +46,7 @@ import structlog
 from anthropic import AsyncAnthropic
 
 from agentbus_redis.bus.events import AssistantReply, AttachmentNotice, RequestReady, StreamFallback
+from agentbus_redis.bus.interrupts import parse_interrupt_mark
 from agentbus_redis.clock import Clock, utc_now
 from agentbus_redis.config.settings import ModelSettings
 from agentbus_redis.ids import IdSource, random_uuid
@@ -414,7 +415,7 @@ class ModelWorker:
             fence=(lease.key, lease.owner),
             retry_s=self.settings.publish_retry_s,
         )
-        if interrupted_at is not None and int(interrupted_at) >= entry_time_ms(entry.entry_id):
+        if interrupted_at is not None and parse_interrupt_mark(interrupted_at).at_ms >= entry_time_ms(entry.entry_id):
             # Interrupted after the request was published: the turn is over before the call began.
             publisher.record({"seq": notice.seq, "state": "interrupted", "owner": self.consumer})
             await publisher.publish([])

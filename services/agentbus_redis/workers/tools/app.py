@@ -242,7 +242,7 @@ class ToolRuntime:
 
     async def _on_interrupt(self, session_id: str) -> None:
         """An interrupt for ``session_id`` (published by ingestion): reach its running jobs now."""
-        self.worker.interrupt_session(session_id)
+        await self.worker.interrupt_marked(session_id)
 
     async def _answer_abandoned(self, entries: list[StreamEntry]) -> BatchOutcome:
         """Placeholder rule: a job that was dead-lettered gets its calls answered by ingestion."""

@@ -8,7 +8,8 @@ timeouts, interrupts and Bash sibling-error cancellation.
   :mod:`agentbus_redis.workers.tools.results` for the texts); R8.3 progress is yielded as it happens.
 * R8.9 interrupt (the ``interrupt`` event is set): calls not started get REJECT_MESSAGE with
   toolUseResult ``User rejected tool use``; running calls whose ``interrupt_behavior()`` is
-  ``cancel`` are cancelled and get the same; ``block`` calls run to completion.
+  ``cancel`` are cancelled and get the same; ``block`` calls run to completion — unless the reason is
+  ``user_cancel`` (a :class:`ToolInterrupt`'s ``stop_all``: esc, a stopped sub-agent), which cancels them too.
 * R8.10 a Bash call ending with an is_error result cancels its running siblings and every later
   call of this reply (``Cancelled: parallel tool call Bash(…) errored``); errors of other tools
   never do. Sticky for the rest of the reply; the erroring call keeps its own result.
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ValidationError
 
+from agentbus_redis.bus.interrupts import InterruptReason, interrupt_stops
 from agentbus_redis.clock import Clock, utc_now
 from agentbus_redis.ids import IdSource, random_uuid
 from agentbus_redis.messages.constants import REJECT_MESSAGE
@@ -130,6 +132,22 @@ def _runs_again_harmlessly(tool: AnyTool, parsed: BaseModel) -> bool:
         return False
 
 
+class ToolInterrupt(asyncio.Event):
+    """A job's interrupt (R8.9, bus/interrupts.py). As an event it is set by any interrupt of the session, which
+    rejects the calls not started and stops the running ``cancel`` ones; ``stop_all`` is set as well once an
+    interrupt's reason is ``user_cancel`` (esc, a stopped sub-agent, a stuck turn's end), which stops the running
+    ``block`` calls too. A plain :class:`asyncio.Event` passed as ``interrupt`` is an ``interrupt``-reason one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stop_all = asyncio.Event()
+
+    def interrupt(self, reason: InterruptReason) -> None:
+        if reason == "user_cancel":
+            self.stop_all.set()
+        self.set()
+
+
 class _Run:
     """State of one ``execute_tool_uses`` run."""
 
@@ -166,6 +184,7 @@ class _Run:
         self.outstanding: dict[int, _Call] = {}
         """Started calls whose result message has not been yielded, by position."""
         self._interrupt_seen = False
+        self._stop_all_seen = False
         self.started: dict[int, float] = {}
         """perf_counter() when each started call began (for the duration metric)."""
 
@@ -296,26 +315,37 @@ class _Run:
                 self.outstanding.pop(call.index, None)
         return cancelled
 
+    def _stop_all(self) -> asyncio.Event | None:
+        return self.interrupt.stop_all if isinstance(self.interrupt, ToolInterrupt) else None
+
+    def _interrupt_reason(self) -> InterruptReason:
+        stop_all = self._stop_all()
+        return "user_cancel" if stop_all is not None and stop_all.is_set() else "interrupt"
+
     async def _next_event(self) -> ProgressMessage | _Finished | None:
-        """The next queued event, or None when the interrupt fires first (reported once)."""
+        """The next queued event, or None when an interrupt fires first: the first interrupt, then (once) a
+        ``user_cancel`` one that came after an ``interrupt`` one."""
         getter: asyncio.Task[ProgressMessage | _Finished] = asyncio.create_task(self.events.get())
-        watcher: asyncio.Task[bool] | None = None
+        watchers: list[asyncio.Task[bool]] = []
         if self.interrupt is not None and not self._interrupt_seen:
-            watcher = asyncio.create_task(self.interrupt.wait())
-        waiters: set[asyncio.Task[ProgressMessage | _Finished] | asyncio.Task[bool]] = {getter}
-        if watcher is not None:
-            waiters.add(watcher)
+            watchers.append(asyncio.create_task(self.interrupt.wait()))
+        stop_all = self._stop_all()
+        if stop_all is not None and not self._stop_all_seen:
+            watchers.append(asyncio.create_task(stop_all.wait()))
+        waiters: set[asyncio.Task[ProgressMessage | _Finished] | asyncio.Task[bool]] = {getter, *watchers}
         try:
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if watcher is not None and not watcher.done():
-                watcher.cancel()
+            for watcher in watchers:
+                if not watcher.done():
+                    watcher.cancel()
         if getter in done:
             return getter.result()
         getter.cancel()  # the event stays queued (Queue.get only dequeues when it returns)
         with contextlib.suppress(asyncio.CancelledError):
             await getter
         self._interrupt_seen = True
+        self._stop_all_seen = stop_all is not None and stop_all.is_set()
         return None
 
     def _start(self, call: _Call) -> None:
@@ -340,8 +370,11 @@ class _Run:
             if not self.outstanding:
                 continue
             event = await self._next_event()
-            if event is None:  # R8.9: interrupt — cancel the ``cancel`` calls, ``block`` ones finish
-                victims = [c for c in self.running.values() if c.tool and c.tool.interrupt_behavior() == "cancel"]
+            if event is None:  # R8.9: interrupt — cancel the ``cancel`` calls (all of them for ``user_cancel``)
+                reason = self._interrupt_reason()
+                victims = [
+                    c for c in self.running.values() if c.tool and interrupt_stops(reason, c.tool.interrupt_behavior())
+                ]
                 for call in await self._cancel(victims):
                     yield self._result(call, results.user_interrupted())
                 continue

@@ -37,6 +37,7 @@ from agentbus_redis.bus.events import (
     ToolResultReport,
     parse_tool_job,
 )
+from agentbus_redis.bus.interrupts import InterruptReason, parse_interrupt_mark
 from agentbus_redis.bus.ledger import tool_result_ids_of
 from agentbus_redis.clock import Clock, utc_now
 from agentbus_redis.confinement.network import NetworkPolicy
@@ -55,7 +56,7 @@ from agentbus_redis.streams.topology import TOOLS_GROUP, Topology
 from agentbus_redis.subagents.launcher import enter_agent_job
 from agentbus_redis.tools.tool import ToolContext
 from agentbus_redis.workers.tools.approvals import AnyJob, ApprovalGate, JobPlan, carries_decision
-from agentbus_redis.workers.tools.executor import ToolTimeouts, execute_tool_uses
+from agentbus_redis.workers.tools.executor import ToolInterrupt, ToolTimeouts, execute_tool_uses
 from agentbus_redis.workers.tools.registry import ToolRegistry
 from agentbus_redis.workers.tools.sessions import SessionTools
 from agentbus_redis.workers.tools.tool_spans import ToolCallSpans
@@ -79,7 +80,7 @@ class ToolWorkerStats:
 class _Running:
     session_id: str
     dispatched_ms: int
-    interrupt: asyncio.Event = field(default_factory=asyncio.Event)
+    interrupt: ToolInterrupt = field(default_factory=ToolInterrupt)
 
 
 class ToolWorker:
@@ -132,11 +133,19 @@ class ToolWorker:
     def handler(self) -> BatchHandler:
         return self.handle
 
-    def interrupt_session(self, session_id: str, at_ms: int | None = None) -> None:
-        """Interrupt every running job of ``session_id`` dispatched before ``at_ms`` (all when None)."""
+    def interrupt_session(self, session_id: str, reason: InterruptReason, at_ms: int | None = None) -> None:
+        """Interrupt every running job of ``session_id`` dispatched before ``at_ms`` (all when None), for
+        ``reason`` (what of its running calls stops: bus/interrupts.py)."""
         for running in self._running.values():
             if running.session_id == session_id and (at_ms is None or running.dispatched_ms <= at_ms):
-                running.interrupt.set()
+                running.interrupt.interrupt(reason)
+
+    async def interrupt_marked(self, session_id: str) -> None:
+        """The interrupts channel named ``session_id``: interrupt its running jobs for the reason on its mark
+        (ingestion sets the mark in the same write, before it publishes)."""
+        raw = await self.redis.get(self.topology.interrupt(session_id))
+        mark = parse_interrupt_mark(raw) if raw is not None else None
+        self.interrupt_session(session_id, "interrupt" if mark is None else mark.reason)
 
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
         """Start each job in a slot and return once a slot is free; the jobs ack their own entries
@@ -190,8 +199,9 @@ class ToolWorker:
         )
         context = self._call_context(job.session_id, config[0] if config else None)
         running = _Running(job.session_id, job.dispatched_ms)
-        if interrupted_at is not None and int(interrupted_at) >= job.dispatched_ms:
-            running.interrupt.set()
+        mark = parse_interrupt_mark(interrupted_at) if interrupted_at is not None else None
+        if mark is not None and mark.at_ms >= job.dispatched_ms:
+            running.interrupt.interrupt(mark.reason)
         self._running[entry.key] = running
         keepalive = asyncio.create_task(self._keep_claimed(entry))
         ingress = self.topology.ingress_for(job.session_id)
