@@ -142,10 +142,16 @@ class ToolWorker:
 
     async def interrupt_marked(self, session_id: str) -> None:
         """The interrupts channel named ``session_id``: interrupt its running jobs for the reason on its mark
-        (ingestion sets the mark in the same write, before it publishes)."""
-        raw = await self.redis.get(self.topology.interrupt(session_id))
-        mark = parse_interrupt_mark(raw) if raw is not None else None
-        self.interrupt_session(session_id, "interrupt" if mark is None else mark.reason)
+        (ingestion sets the mark in the same write, before it publishes). Unreadable (Redis away), the jobs are
+        still interrupted, as ``interrupt``: the calls not started are rejected, the ``block`` ones run on."""
+        reason: InterruptReason = "interrupt"
+        try:
+            raw = await self.redis.get(self.topology.interrupt(session_id))
+        except aioredis.RedisError as error:
+            log.warning("interrupt_reason_unread", session_id=session_id, error=str(error))
+        else:
+            reason = parse_interrupt_mark(raw).reason if raw is not None else reason
+        self.interrupt_session(session_id, reason)
 
     async def handle(self, entries: list[StreamEntry]) -> BatchOutcome:
         """Start each job in a slot and return once a slot is free; the jobs ack their own entries
