@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentbus_redis.bus.interrupts import InterruptReason
 from agentbus_redis.clock import FixedClock
 from agentbus_redis.ids import SequentialIds
 from agentbus_redis.messages.constants import (
@@ -484,9 +485,11 @@ async def test_r8_9_interrupt_kills_a_cancel_bash(workspace: Workspace, bash_san
     assert await _none_left(marker)
 
 
-async def test_r8_9_esc_stops_block_tools_too() -> None:
+@pytest.mark.parametrize("reasons", [("user_cancel",), ("interrupt", "user_cancel")], ids=["esc", "typed-then-esc"])
+async def test_r8_9_esc_stops_block_tools_too(reasons: tuple[InterruptReason, ...]) -> None:
     """``user_cancel`` (a :class:`ToolInterrupt` with that reason: esc, a stopped sub-agent) stops the running
-    ``block`` calls as well as the ``cancel`` ones (bus/interrupts.py)."""
+    ``block`` calls as well as the ``cancel`` ones (bus/interrupts.py); also after an ``interrupt`` (a message
+    typed meanwhile) that stopped the ``cancel`` call and let the ``block`` one run on."""
     gates = Gates()
     tools = [GateTool(gates, name="Stoppable", interrupt="cancel"), GateTool(gates, name="Stubborn", interrupt="block")]
     interrupt = ToolInterrupt()
@@ -494,26 +497,13 @@ async def test_r8_9_esc_stops_block_tools_too() -> None:
     running = asyncio.create_task(collect(blocks, tools, interrupt=interrupt))
     await gates["started:c"].wait()
     await gates["started:b"].wait()
-    interrupt.interrupt("user_cancel")
-    by_id = results_by_id(await running)
-    assert by_id["c"].content == REJECT_MESSAGE
-    assert by_id["b"].content == REJECT_MESSAGE
-    assert gates.active == 0
-
-
-async def test_r8_9_esc_after_a_typed_message_stops_what_the_first_interrupt_let_run() -> None:
-    gates = Gates()
-    tools = [GateTool(gates, name="Stoppable", interrupt="cancel"), GateTool(gates, name="Stubborn", interrupt="block")]
-    interrupt = ToolInterrupt()
-    blocks = [gate("c", "Stoppable", forever=True), gate("b", "Stubborn", forever=True)]
-    running = asyncio.create_task(collect(blocks, tools, interrupt=interrupt))
-    await gates["started:c"].wait()
-    await gates["started:b"].wait()
-    interrupt.interrupt("interrupt")  # the cancel call stops, the block call runs on ...
-    while gates.active > 1:
-        await asyncio.sleep(0.01)
-    assert not running.done()
-    interrupt.interrupt("user_cancel")  # ... until esc
+    *earlier, last = reasons
+    for reason in earlier:
+        interrupt.interrupt(reason)
+        while gates.active > 1:  # the cancel call stops ...
+            await asyncio.sleep(0.01)
+        assert not running.done()  # ... the block call runs on
+    interrupt.interrupt(last)
     by_id = results_by_id(await running)
     assert by_id["c"].content == REJECT_MESSAGE
     assert by_id["b"].content == REJECT_MESSAGE
