@@ -441,7 +441,7 @@ async def test_executor_timeout_kills_a_bash_command(workspace: Workspace, bash_
 
 
 async def test_r8_9_interrupt_before_start_rejects_everything() -> None:
-    interrupt = asyncio.Event()
+    interrupt = ToolInterrupt()
     interrupt.set()
     messages = await collect([gate("t1"), gate("t2")], [GateTool(Gates())], interrupt=interrupt)
     for message in messages:
@@ -458,7 +458,7 @@ async def test_r8_9_interrupt_cancels_cancel_tools_and_lets_block_tools_finish()
         GateTool(gates, name="Stubborn", interrupt="block"),
         GateTool(gates, name="Later", safe=False),
     ]
-    interrupt = asyncio.Event()
+    interrupt = ToolInterrupt()
     blocks = [gate("c", "Stoppable", forever=True), gate("b", "Stubborn", wait_for="go"), gate("l", "Later")]
     running = asyncio.create_task(collect(blocks, tools, interrupt=interrupt))
     await gates["started:c"].wait()
@@ -474,7 +474,7 @@ async def test_r8_9_interrupt_cancels_cancel_tools_and_lets_block_tools_finish()
 
 async def test_r8_9_interrupt_kills_a_cancel_bash(workspace: Workspace, bash_sandbox: Sandbox | None) -> None:
     bash = BashTool(workspace, interrupt_behavior="cancel", kill_grace_s=0.5, sandbox=bash_sandbox)
-    interrupt = asyncio.Event()
+    interrupt = ToolInterrupt()
     sleep, marker = sleeper()
     block = use("b1", "Bash", command=f"echo $$ > pid; {sleep}")
     running = asyncio.create_task(collect([block], [bash], permissions=permissive(workspace), interrupt=interrupt))

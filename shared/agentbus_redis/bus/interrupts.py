@@ -11,14 +11,12 @@ end stops the calls it answered the same way.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, NamedTuple
 
 from agentbus_redis.tools.tool import InterruptBehavior
 
 InterruptReason = Literal["user_cancel", "interrupt"]
 """Why a session was interrupted (the ``reason`` of an ``interrupt`` ingress event)."""
-
-_REASONS: frozenset[str] = frozenset(get_args(InterruptReason))
 
 
 class InterruptMark(NamedTuple):
@@ -38,7 +36,7 @@ def parse_interrupt_mark(raw: bytes | str) -> InterruptMark:
     reads as ``interrupt``, what every interrupt then meant to a running tool (its ``block`` calls ran on)."""
     text = raw.decode() if isinstance(raw, bytes) else raw
     at_ms, _, reason = text.partition(" ")
-    return InterruptMark(int(at_ms), reason if reason in _REASONS else "interrupt")  # type: ignore[arg-type]
+    return InterruptMark(int(at_ms), "user_cancel" if reason == "user_cancel" else "interrupt")
 
 
 def stronger_reason(first: InterruptReason, second: InterruptReason) -> InterruptReason:

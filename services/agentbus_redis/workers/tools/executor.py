@@ -136,7 +136,7 @@ class ToolInterrupt(asyncio.Event):
     """A job's interrupt (R8.9, bus/interrupts.py). As an event it is set by any interrupt of the session, which
     rejects the calls not started and stops the running ``cancel`` ones; ``stop_all`` is set as well once an
     interrupt's reason is ``user_cancel`` (esc, a stopped sub-agent, a stuck turn's end), which stops the running
-    ``block`` calls too. A plain :class:`asyncio.Event` passed as ``interrupt`` is an ``interrupt``-reason one."""
+    ``block`` calls too. ``set()`` alone is an ``interrupt``-reason one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -156,7 +156,7 @@ class _Run:
         *,
         permissions: PermissionContext,
         timeouts: ToolTimeouts,
-        interrupt: asyncio.Event | None,
+        interrupt: ToolInterrupt | None,
         messages: results.MessageFactory,
         clock: Clock,
         ids: IdSource,
@@ -315,13 +315,6 @@ class _Run:
                 self.outstanding.pop(call.index, None)
         return cancelled
 
-    def _stop_all(self) -> asyncio.Event | None:
-        return self.interrupt.stop_all if isinstance(self.interrupt, ToolInterrupt) else None
-
-    def _interrupt_reason(self) -> InterruptReason:
-        stop_all = self._stop_all()
-        return "user_cancel" if stop_all is not None and stop_all.is_set() else "interrupt"
-
     async def _next_event(self) -> ProgressMessage | _Finished | None:
         """The next queued event, or None when an interrupt fires first: the first interrupt, then (once) a
         ``user_cancel`` one that came after an ``interrupt`` one."""
@@ -329,9 +322,8 @@ class _Run:
         watchers: list[asyncio.Task[bool]] = []
         if self.interrupt is not None and not self._interrupt_seen:
             watchers.append(asyncio.create_task(self.interrupt.wait()))
-        stop_all = self._stop_all()
-        if stop_all is not None and not self._stop_all_seen:
-            watchers.append(asyncio.create_task(stop_all.wait()))
+        if self.interrupt is not None and not self._stop_all_seen:
+            watchers.append(asyncio.create_task(self.interrupt.stop_all.wait()))
         waiters: set[asyncio.Task[ProgressMessage | _Finished] | asyncio.Task[bool]] = {getter, *watchers}
         try:
             done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -345,7 +337,7 @@ class _Run:
         with contextlib.suppress(asyncio.CancelledError):
             await getter
         self._interrupt_seen = True
-        self._stop_all_seen = stop_all is not None and stop_all.is_set()
+        self._stop_all_seen = self.interrupt is not None and self.interrupt.stop_all.is_set()
         return None
 
     def _start(self, call: _Call) -> None:
@@ -371,7 +363,7 @@ class _Run:
                 continue
             event = await self._next_event()
             if event is None:  # R8.9: interrupt — cancel the ``cancel`` calls (all of them for ``user_cancel``)
-                reason = self._interrupt_reason()
+                reason: InterruptReason = "user_cancel" if self._stop_all_seen else "interrupt"
                 victims = [
                     c for c in self.running.values() if c.tool and interrupt_stops(reason, c.tool.interrupt_behavior())
                 ]
@@ -404,7 +396,7 @@ async def execute_tool_uses(
     registry: ToolRegistry,
     permissions: PermissionContext,
     timeouts: ToolTimeouts | None = None,
-    interrupt: asyncio.Event | None = None,
+    interrupt: ToolInterrupt | None = None,
     clock: Clock = utc_now,
     ids: IdSource = random_uuid,
     is_subagent: bool = False,

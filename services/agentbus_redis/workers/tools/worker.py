@@ -143,7 +143,10 @@ class ToolWorker:
     async def interrupt_marked(self, session_id: str) -> None:
         """The interrupts channel named ``session_id``: interrupt its running jobs for the reason on its mark
         (ingestion sets the mark in the same write, before it publishes). Unreadable (Redis away), the jobs are
-        still interrupted, as ``interrupt``: the calls not started are rejected, the ``block`` ones run on."""
+        still interrupted, as ``interrupt``: the calls not started are rejected, the ``block`` ones run on. Every
+        tool worker hears every interrupt: one with no job of the session running reads nothing."""
+        if not any(running.session_id == session_id for running in self._running.values()):
+            return
         reason: InterruptReason = "interrupt"
         try:
             raw = await self.redis.get(self.topology.interrupt(session_id))
