@@ -12,6 +12,9 @@ busy one (a shared machine's absolute numbers are noise, its ratios much less so
 - ``bench/pipeline.py --rounds 3`` (turns mix): throughput vs the raw 3-hop chain, latency at 1k ev/s against
   the raw chain's, and each worker's CPU per event at saturation;
 - ``bench/pipeline.py --rounds 3 --mix prompts``: the prompt-heavy throughput ratio;
+- ``bench/typed_floor.py --mix turns|prompts``: the typed floor, what any pipeline keeping the bus's contracts
+  must do (validate and dump every record as its pydantic model, fsync the transcripts), against the same raw
+  chain: where a goal lies below it, the floor is the reason it cannot be met;
 - ``bench/tool_round.py``: the time a tool round adds over calling the tool directly, idle and with
   ``--sessions`` concurrent sessions.
 """
@@ -54,6 +57,9 @@ above ~2 the machine was shared and the latencies are inflated). The p99 cell al
 log p99 against the raw chain's (neither writes a file) and this disk's syncfs p50: the floor under "durable"
 that the raw chain does not pay. The CPU cell also gives what one hop of the raw chain costs per event in the same
 run (decode, stamp, encode, XADD, XACK: the least a consumer does), since the absolute µs move with the machine.
+The "floor" figures (from the 2026-11-28 15:xx row on) are `bench/typed_floor.py`'s: the pipeline's topology
+doing only what the contracts require (every record validated and dumped as its pydantic model, transcripts
+fsync'd), no rules; a goal below its floor cannot be met in this stack.
 
 """
     + "| "
@@ -99,9 +105,13 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="agentbus-run-all-"))
     calls, rounds, tool_rounds = ("15", "1", "20") if args.quick else ("40", "3", "60")
     model_json, tools_json = scratch / "model.json", scratch / "tools.json"
+    floor_json = {mix: scratch / f"floor-{mix}.json" for mix in ("turns", "prompts")}
     run([python, "bench/model_worker.py", "--calls", calls, "--json", str(model_json)])
     turns = pipeline_figures(run([python, "bench/pipeline.py", "--rounds", rounds]))
     prompts = pipeline_figures(run([python, "bench/pipeline.py", "--rounds", rounds, "--mix", "prompts"]))
+    for mix, path in floor_json.items():
+        run([python, "bench/typed_floor.py", "--mix", mix, "--rounds", rounds, "--json", str(path)])
+    floors = {mix: json.loads(path.read_text()) for mix, path in floor_json.items()}
     sessions = str(args.sessions)
     run([python, "bench/tool_round.py", "--rounds", tool_rounds, "--sessions", sessions, "--json", str(tools_json)])
     model = json.loads(model_json.read_text())
@@ -116,13 +126,15 @@ def main() -> None:
         f"`{git_commit()}`" + (" (quick)" if args.quick else ""),
         f"{os.getloadavg()[0]:.1f}",
         f"{model['added_p50_ms']:+.1f} ms ({model['bus_p50_ms']:.1f} / {model['sdk_p50_ms']:.1f} ms)",
-        f"{turns['throughput_ratio']:.2f}×",
+        f"{turns['throughput_ratio']:.2f}× (floor {floors['turns']['floor_vs_raw']:.2f}×)",
         f"{p99_ratio:.1f}× ({latency.get('p99_ms', float('nan')):.1f} vs {turns['raw_paced_p99_ms']:.1f} ms; "
         f"{latency.get('within_goal', float('nan')):.1%}; canonical log {log_ratio:.1f}×, "
         f"syncfs p50 {turns['sync_p50_ms']:.1f} ms)",
-        f"{prompts['throughput_ratio']:.2f}×",
+        f"{prompts['throughput_ratio']:.2f}× (floor {floors['prompts']['floor_vs_raw']:.2f}×)",
         f"{cpu['ingestion']:.0f} / {cpu['normalization']:.0f} / {cpu['transcripts']:.0f} "
-        f"({turns.get('raw_hop_cpu_us_per_event', float('nan')):.0f})",
+        f"({turns.get('raw_hop_cpu_us_per_event', float('nan')):.0f}; floor "
+        + " / ".join(f"{value:.0f}" for value in floors["turns"]["cpu_us_per_event"].values())
+        + ")",
         f"{tools['idle_added_p50_ms']:+.1f} / {tools['idle_added_p99_ms']:+.1f} ms",
         f"{loaded.get('p50_ms', float('nan')):.0f} / {loaded.get('p99_ms', float('nan')):.0f} ms (N={sessions})",
         "`uv run python bench/run_all.py" + (" --quick" if args.quick else "") + "`",
