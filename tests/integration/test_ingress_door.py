@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from agentbus_redis.config.settings import Settings
 from agentbus_redis.messages.constants import SYNTHETIC_TOOL_RESULT_PLACEHOLDER
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message, create_progress_message, create_user_message
+from agentbus_redis.messages.kinds import UserMessage
 from agentbus_redis.sdk.client import AgentbusClient, PublishedRequest
 from agentbus_redis.sdk.replay import wait_until_persisted
 from agentbus_redis.streams.deadletter import DeadLetter, dead_letter_streams, list_dead_letters
@@ -61,9 +62,10 @@ class AclCluster(WorkerCluster):
 
     acl: AclRedis
 
-    def start(self, name: str, count: int = 1) -> list[Worker]:
-        self.extra_env = {**self.extra_env, "REDIS_URL": self.acl.url(name)}
-        return super().start(name, count)
+    def start(
+        self, name: str, count: int = 1, *, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> list[Worker]:
+        return super().start(name, count, args=args, env={"REDIS_URL": self.acl.url(name), **(env or {})})
 
     def producer(self) -> AgentbusClient:
         """A producer (SDK) with the producer credential: no worker secret, no worker ACL."""
@@ -486,6 +488,7 @@ async def test_a_refused_entry_does_not_use_up_its_idempotency_key(cluster: Work
 
         await eventually(logged, timeout_s=60)
         (entry,) = await bus.history(session)
-        assert entry.message.to_wire()["message"]["content"] == "corrected"
+        assert isinstance(entry.message, UserMessage)
+        assert entry.message.message.content == "corrected"
         letters = await list_dead_letters(bus.redis, dead_letter_stream(stream), count=10)
         assert [letter.reason for letter in letters] == ["invalid_input"]
