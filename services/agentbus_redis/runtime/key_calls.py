@@ -130,6 +130,17 @@ class ServerScript:
         raise error
 
 
+_TEXT = (str, bytes)
+"""What a call's arguments are sent as; anything else is sent as its ``repr`` (a tuple: an ``isinstance`` against
+it is cheaper than against ``str | bytes``)."""
+
+
+def _as_text(args: Sequence[Arg]) -> list[str | bytes]:
+    """The arguments as sent: numbers as text, as Lua would format a large one with an exponent when passing
+    it to Redis."""
+    return [arg if isinstance(arg, _TEXT) else repr(arg) for arg in args]
+
+
 def _fenced_or(error: ResponseError, keys: Sequence[str], args: Sequence[Arg]) -> ResponseError | Fenced:
     if str(error).startswith(FENCED_PREFIX):
         return Fenced(keys[0], str(args[0]), str(error))
@@ -153,17 +164,12 @@ class KeyCalls:
 
     def add(self, command: str, key: str, *args: Arg) -> None:
         """Queue ``command key args…`` (e.g. ``add("SADD", key, *members)``)."""
-        if len(args) > MAX_ARGS_PER_CALL:
-            msg = f"{command} {key}: {len(args)} arguments in one call (at most {MAX_ARGS_PER_CALL})"
-            raise ValueError(msg)
-        self._keys.append(key)
-        # Numbers as text: Lua would format a large one with an exponent when passing it to Redis.
-        self._calls.append([command, *(arg if isinstance(arg, str | bytes) else repr(arg) for arg in args)])
+        self._add_call(key, [command, *_as_text(args)])
 
     def add_keyless(self, command: str, *args: Arg) -> None:
         """Queue a command that names no key (``PUBLISH channel message``): not declared in ``KEYS``, so it
         does not tie the script to a Cluster slot."""
-        self._calls.append([0, command, *(arg if isinstance(arg, str | bytes) else repr(arg) for arg in args)])
+        self._calls.append([0, command, *_as_text(args)])
 
     def add_members(self, command: str, key: str, members: list[Arg], *leading: Arg) -> None:
         """Queue a variadic command whose members may be split over several calls (SADD, RPUSH, XACK
@@ -174,12 +180,22 @@ class KeyCalls:
 
     def add_xadd(self, stream: str, fields: Mapping[str, Arg] | Mapping[bytes, Arg], maxlen: int | None = None) -> None:
         """Queue ``XADD stream [MAXLEN ~ maxlen] * field value …``."""
-        args: list[Arg] = ["MAXLEN", "~", maxlen] if maxlen is not None else []
-        args.append("*")
+        # The call built at once (not through ``add``'s argument tuple): one is queued per entry a batch writes.
+        call: list[str | bytes | int] = (
+            ["XADD", "MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["XADD", "*"]
+        )
         for name, value in fields.items():
-            args.append(name)
-            args.append(value)
-        self.add("XADD", stream, *args)
+            call.append(name if isinstance(name, _TEXT) else repr(name))
+            call.append(value if isinstance(value, _TEXT) else repr(value))
+        self._add_call(stream, call)
+
+    def _add_call(self, key: str, call: list[str | bytes | int]) -> None:
+        """Queue ``call`` (its command, then its arguments as text) on ``key``."""
+        if len(call) > MAX_ARGS_PER_CALL + 1:
+            msg = f"{call[0]!s} {key}: {len(call) - 1} arguments in one call (at most {MAX_ARGS_PER_CALL})"
+            raise ValueError(msg)
+        self._keys.append(key)
+        self._calls.append(call)
 
     async def read(self, redis: Any) -> list[Any]:
         """Run the calls now and return every reply, in order."""
