@@ -316,7 +316,8 @@ class SessionLedger:
     def next_deadline_ms(self) -> int | None:
         """The earliest pending deadline, for the worker's sweep timer."""
         deadlines = [p.deadline_ms for p in self.state.pending.values() if p.deadline_ms is not None]
-        approval = self._approvals().next_deadline_ms()
+        # Asked once per session and batch: no approval rules are built for a session with none pending.
+        approval = self._approvals().next_deadline_ms() if self.state.approvals.pending else None
         return min([*deadlines, *([approval] if approval is not None else [])], default=None)
 
     # -- payload rules -----------------------------------------------------------------------

@@ -180,6 +180,11 @@ class StreamAccumulator:
         return tuple(self._emitted)
 
     @property
+    def last_block_message(self) -> AssistantMessage | None:
+        """The latest block message yielded (latest version): what a ``message_delta`` updates (R9.5)."""
+        return self._block_messages[-1] if self._block_messages else None
+
+    @property
     def usage(self) -> JsonObject:
         """The accumulated usage (Claude Code's ``updateUsage`` over message_start and message_delta)."""
         return dict(self._usage)

@@ -58,6 +58,7 @@ class OpenReply(WireHolder):
         ``withhold_stop_error``: the ``max_output_tokens`` API error the event's stop reason brings (R9.5,
         M8.3/M8.4) is withheld — not logged — because the loop recovers from the cut (M8.5)."""
         accumulator = self._accumulator_for(clock, ids)
+        last_before = accumulator.last_block_message
         outputs = accumulator.feed(event)
         self.events.append(event)
         completed: list[AssistantMessage] = []
@@ -70,7 +71,7 @@ class OpenReply(WireHolder):
                     completed.append(self.held)
                 self.held = output
             elif isinstance(output, AssistantMessageUpdated) and self.held is not None:
-                self.held = _with_final_usage(self.held, output.message)
+                self.held = _final(self.held, output.message, replaced=last_before)
         finished = event.get("type") == "message_stop"
         if finished and self.held is not None:
             completed.append(self.held)
@@ -111,6 +112,16 @@ class OpenReply(WireHolder):
 def _is_output_limit_error(message: AssistantMessage) -> bool:
     """The M8.3/M8.4 error of a cut reply (``apiError: max_output_tokens``), which the loop may withhold."""
     return bool(message.is_api_error_message) and message.api_error == "max_output_tokens"
+
+
+def _final(held: AssistantMessage, updated: AssistantMessage, *, replaced: AssistantMessage | None) -> AssistantMessage:
+    """``held`` with the R9.5 fields of ``updated``, the accumulator's update of ``replaced``. When ``held`` is
+    ``replaced`` itself (not a copy read back after a restart) and its ``stop_sequence`` counts as set, that
+    update already is the copy :func:`_with_final_usage` would make: the same fields, values and set fields
+    (two ``model_copy`` calls fewer per reply)."""
+    if held is replaced and "stop_sequence" in updated.message.model_fields_set:
+        return updated
+    return _with_final_usage(held, updated)
 
 
 def _with_final_usage(held: AssistantMessage, updated: AssistantMessage) -> AssistantMessage:
