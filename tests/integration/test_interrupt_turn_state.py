@@ -120,16 +120,19 @@ def _running(command: str) -> bool:
     return subprocess.run(["pgrep", "-f", command], capture_output=True, check=False).returncode == 0
 
 
-async def _bash_running(bus: AgentbusClient, session: str, seconds: int) -> ToolUseBlock:
-    """A turn whose reply calls Bash ``sleep <seconds>``, once that command runs in the tools worker."""
-    call = ToolUseBlock(id=f"toolu_nap_{uuid.uuid4().hex[:8]}", name="Bash", input={"command": f"sleep {seconds}"})
+async def _bash_running(bus: AgentbusClient, session: str, seconds: int) -> tuple[ToolUseBlock, str]:
+    """A turn whose reply calls Bash ``sleep <seconds>.<digits>``, once that command runs in the tools worker; and
+    the command. The digits are this run's own, so another suite on the machine (its processes are looked up by
+    their command line) never passes for this one."""
+    command = f"sleep {seconds}.{uuid.uuid4().int % 10**9:09d}"
+    call = ToolUseBlock(id=f"toolu_nap_{uuid.uuid4().hex[:8]}", name="Bash", input={"command": command})
     await reply_with(bus, session, call)
 
     async def started() -> bool:
-        return _running(f"sleep {seconds}")
+        return _running(command)
 
     await eventually(started, timeout_s=60)
-    return call
+    return call, command
 
 
 async def test_r8_9_esc_stops_a_running_bash_at_once(workers: WorkerCluster) -> None:
@@ -138,14 +141,14 @@ async def test_r8_9_esc_stops_a_running_bash_at_once(workers: WorkerCluster) -> 
     then the turn ends with the tool-use interrupt text (R10.2). It was left to run to its end (an hour here)."""
     session = f"esc-bash-{uuid.uuid4().hex[:6]}"
     async with workers.client() as bus:
-        call = await _bash_running(bus, session, 3607)
+        call, command = await _bash_running(bus, session, 3607)
         await bus.interrupt(session, reason="user_cancel")
         answer = await result_for(bus, session, call.id)
         assert result_block(answer).content == REJECT_MESSAGE
         assert answer.tool_use_result == USER_REJECTED_TOOL_USE
 
         async def ended() -> bool:
-            return INTERRUPT_MESSAGE_FOR_TOOL_USE in await user_texts(bus, session) and not _running("sleep 3607")
+            return INTERRUPT_MESSAGE_FOR_TOOL_USE in await user_texts(bus, session) and not _running(command)
 
         await eventually(ended, timeout_s=60)
 
@@ -155,7 +158,7 @@ async def test_r8_9_a_message_typed_while_bash_runs_lets_it_finish(workers: Work
     answers with its own result."""
     session = f"typed-bash-{uuid.uuid4().hex[:6]}"
     async with workers.client() as bus:
-        call = await _bash_running(bus, session, 5)
+        call, _ = await _bash_running(bus, session, 5)
         await bus.interrupt(session, reason="interrupt")
         answer = result_block(await result_for(bus, session, call.id))
         assert answer.content != REJECT_MESSAGE
