@@ -80,6 +80,8 @@ def _check_single_result_per_tool_use(request: RequestView) -> Iterator[ApiViola
 def _check_tool_results_first(request: RequestView) -> Iterator[ApiViolation]:
     """§1.3/§3.1: in a user message all tool_result blocks come before any other block."""
     for message in request.messages:
+        if message.role != "user" or "tool_result" not in message.types:
+            continue  # nothing to misplace
         kinds = [block.type == "tool_result" for block in message.blocks]
         first_other = kinds.index(False) if False in kinds else len(kinds)
         misplaced = next((k for k in range(first_other, len(kinds)) if kinds[k]), None)

@@ -26,6 +26,7 @@ from agentbus_redis.api.request_view import (
     RequestBlock,
     RequestMessage,
     RequestView,
+    is_mapping,
     location,
     read_request,
     violation,
@@ -80,7 +81,7 @@ def _check_message_shape(request: RequestView) -> Iterator[ApiViolation]:
     """Each message is an object with role user/assistant (system: ``_check_system_messages``) and string
     or list content."""
     for message in request.messages:
-        if not isinstance(message.raw, Mapping):
+        if not is_mapping(message.raw):
             yield violation(
                 "invalid_message", message, None, f"{location(message)}: Input should be a valid dictionary"
             )
@@ -96,7 +97,9 @@ def _check_message_shape(request: RequestView) -> Iterator[ApiViolation]:
 def _check_block_shape(request: RequestView) -> Iterator[ApiViolation]:
     """Unknown block types pass through, but every block is an object with a string ``type``."""
     for message in request.messages:
-        content = message.raw.get("content") if isinstance(message.raw, Mapping) else None
+        content = message.raw.get("content") if is_mapping(message.raw) else None
+        if not isinstance(content, list) or len(content) == len(message.blocks):
+            continue  # ``blocks`` holds exactly the well-formed items: all of them are
         for j, item in enumerate(content if isinstance(content, list) else []):
             if not isinstance(item, Mapping) or not isinstance(item.get("type"), str):
                 detail = f"messages.{message.index}.content.{j}: a content block must be an object with a string `type`"
@@ -405,6 +408,8 @@ def validate_api_request(
         thinking_enabled = _thinking_from_config(body.get("thinking"))
     view = read_request(body, thinking_enabled=thinking_enabled, allow_prefill=allow_prefill)
     found = [found_violation for check in _CHECKS for found_violation in check(view)]
+    if not found:
+        return found  # the usual answer: no sort to set up
     return sorted(
         found,
         key=lambda v: (
