@@ -16,7 +16,9 @@ pipeline runs over ``H[k:k']`` and a stand-in for ``H[k']`` only, joined to ``X`
 (``_advance``). So a request costs about the same at 40 messages as at 800; the pipeline runs over the
 whole head only for the first prefix, or when a move is refused. When the prefix is due to move onto the
 request's own last message, a human prompt (the usual request of a turn), that prompt is its own stand-in:
-one run over the span and the prompt builds the request and moves the prefix (``_splice_moving``).
+one run over the span and the prompt builds the request and moves the prefix (``_splice_moving``). Since
+that move costs nothing more than the request, a request ending on a human prompt makes it whatever the
+suffix's length.
 
 Conditions (each checked; any doubt → the full pipeline, so the result is always exactly
 ``to_api_request(H)``):
@@ -209,7 +211,13 @@ class RequestBuilder:
         # After a tool-round cut a new turn moves the open turn (thinking rules) off the prefix's tail:
         # such a prefix can no longer split, so it moves forward or goes.
         stale = prefix is not None and prefix.round_cut and any(map(is_human_prompt, history[prefix.cut :]))
-        if prefix is None or stale or len(history) - prefix.cut > self.reanchor_after:
+        due = prefix is None or stale or len(history) - prefix.cut > self.reanchor_after
+        # A request that ends on a human prompt moves the prefix onto it at no extra cost, whatever the suffix's
+        # length: the one pipeline run over the span and the prompt that builds the request moves it too
+        # (``_splice_moving``), and the next requests normalize a shorter suffix (prompt mix: 3 messages a
+        # request instead of 3 and 5 in turn).
+        onto_prompt = not due and prefix is not None and len(history) - 1 > prefix.cut and is_human_prompt(history[-1])
+        if due or onto_prompt:
             moved = None
             cut = (
                 _latest_cut(history, after=0)
@@ -219,6 +227,8 @@ class RequestBuilder:
             if cut is not None and prefix is not None and not stale:
                 if cut == len(history) - 1 and (built := self._splice_moving(prefix, history)) is not None:
                     return built
+                if onto_prompt:
+                    return prefix  # not due: no separate run to move it
                 moved = self._advance(prefix, history, cut)
             if cut is not None and moved is None:
                 moved = self._anchor(history, cut)
