@@ -7,6 +7,7 @@ survives a round trip through agentbus.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, SerializeAsAny, TypeAdapter
@@ -232,4 +233,12 @@ def text_block(text: str) -> TextBlock:
 
 def as_blocks(content: str | list[ContentBlock]) -> list[ContentBlock]:
     """String content becomes one text block (how the API reads a string)."""
-    return [TextBlock(text=content)] if isinstance(content, str) else list(content)
+    return [_string_block(content)] if isinstance(content, str) else list(content)
+
+
+@lru_cache(maxsize=256)
+def _string_block(text: str) -> TextBlock:
+    """The text block of a string content. Cached: the normalization passes ask a message for its blocks
+    about eight times per request, and a prompt's block was built each time (a frozen model, shared as a
+    list content's blocks are)."""
+    return TextBlock(text=text)
