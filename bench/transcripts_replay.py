@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import orjson
 from redis.asyncio.connection import Connection
 
+from agentbus_redis.bus.events import IngressEnvelope
 from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
+from agentbus_redis.messages.envelope import StoredMessageBase
 from agentbus_redis.observability.logging import configure_logging
 from agentbus_redis.observability.metrics import instrument_handler
 from agentbus_redis.runtime.codec import DATA_FIELD, entry_fields
@@ -55,6 +57,23 @@ GROUP = "transcripts"
 FENCE_KEY = "bench:lease"
 START_MS = 1_780_000_000_000
 """Entry ids (ingress and log) count milliseconds from here: the same on every run."""
+FIXED_TIME = "2026-01-01T00:00:00.000Z"
+
+
+def fixed_ids(envelope: IngressEnvelope, index: int) -> IngressEnvelope:
+    """``envelope`` with the random uuid, API message id and wall-clock timestamp of its message (a tool result,
+    a reply: the workloads' factories draw them) replaced by fixed ones, so that every run writes the same bytes."""
+    message = getattr(envelope.payload, "message", None)
+    if not isinstance(message, StoredMessageBase):
+        return envelope
+    update: dict[str, object] = {"uuid": f"00000000-0000-4000-9000-{index:012d}", "timestamp": FIXED_TIME}
+    payload = getattr(message, "message", None)
+    if (
+        payload is not None and getattr(payload, "id", None) is not None
+    ):  # a reply's API message id (``create_assistant_message`` draws it)
+        update["message"] = payload.model_copy(update={"id": f"msg_fixed_{index}"})
+    fixed = message.model_copy(update=update)
+    return envelope.model_copy(update={"payload": envelope.payload.model_copy(update={"message": fixed})})
 
 
 def log_entries(mix: str, count: int, sessions: int) -> list[tuple[str, bytes]]:
@@ -69,12 +88,13 @@ def log_entries(mix: str, count: int, sessions: int) -> list[tuple[str, bytes]]:
         out.clear()
         ledgers.clear()
         workload = turn_workload(events, sessions) if mix == "turns" else prompt_workload(events, sessions)
-        for index, (session, envelope) in enumerate(workload):
+        for index, (session, original) in enumerate(workload):
+            envelope = fixed_ids(original, index)
             ledger = ledgers.get(session)
             if ledger is None:
                 ledger = ledgers[session] = SessionLedger(
                     new_ledger_state(session),
-                    clock=lambda: "2026-01-01T00:00:00.000Z",
+                    clock=lambda: FIXED_TIME,
                     ids=lambda: f"00000000-0000-4000-8000-{next(uuids):012d}",
                 )
             applied = ledger.apply(envelope, now_ms=START_MS + index, ingress_id=f"{START_MS + index}-0")
