@@ -338,22 +338,54 @@ class TranscriptStore:
         state = await self._session(session_id, cwd)
         pending: list[asyncio.Future[None]] = []
         team = TeamInfo(team_name, agent_name, prompt_id)
-        cleaning = dataclasses.replace(self.config.cleaning, keep_attachments=True) if recorded else None
         async with state.lock:
             hint = parent_hint if parent_hint is not None or not continue_chain else state.last_chain_uuid
-            prelude, from_history = preserved_prelude(messages, history, state.uuids)
-            earlier: tuple[str, ...] = ()
-            if prelude:
-                # A segment taken from the batch is written as the continuation of the session so far.
-                prelude_hint = hint if from_history or hint is not None else state.last_chain_uuid
-                earlier = self._record_now(
-                    state, prelude, cwd, prelude_hint, all_messages, team, pending, cleaning
-                ).written
-            result = self._record_now(state, messages, cwd, hint, all_messages, team, pending, cleaning)
-            if earlier:
-                result = dataclasses.replace(result, written=(*earlier, *result.written))
+            result = self._record_locked(state, messages, cwd, hint, history, all_messages, team, pending, recorded)
         for future in pending:
             await future
+        return result
+
+    def record_ready(
+        self, session_id: str, messages: Sequence[Message], *, cwd: str, recorded: bool = False
+    ) -> tuple[RecordResult, list[asyncio.Future[None]]] | None:
+        """``record(session_id, messages, cwd=cwd, continue_chain=True, recorded=recorded)`` done now when it
+        can be: the session is open and nobody holds its lock. Returns the result and the futures to await
+        before the lines count as durable; ``None`` (nothing done) when the caller must await ``record``.
+
+        Why: the transcript worker records every session of a batch; a task, a lock and an await per session
+        cost more CPU than the lines of a typical batch (~4 a session). Without an await the call cannot
+        interleave with another holder of the lock, so not taking it keeps the same exclusion."""
+        state = self._sessions.get(session_id)
+        if state is None or session_id in self._opening or state.lock.locked():
+            return None
+        pending: list[asyncio.Future[None]] = []
+        hint = state.last_chain_uuid
+        result = self._record_locked(state, messages, cwd, hint, None, None, TeamInfo(), pending, recorded)
+        return result, pending
+
+    def _record_locked(
+        self,
+        state: _SessionState,
+        messages: Sequence[Message],
+        cwd: str,
+        hint: str | None,
+        history: Sequence[Message] | None,
+        all_messages: Sequence[Message] | None,
+        team: TeamInfo,
+        pending: list[asyncio.Future[None]],
+        recorded: bool,
+    ) -> RecordResult:
+        """``record``'s work under the session's lock, without awaiting: the lines are written on return."""
+        cleaning = dataclasses.replace(self.config.cleaning, keep_attachments=True) if recorded else None
+        prelude, from_history = preserved_prelude(messages, history, state.uuids)
+        earlier: tuple[str, ...] = ()
+        if prelude:
+            # A segment taken from the batch is written as the continuation of the session so far.
+            prelude_hint = hint if from_history or hint is not None else state.last_chain_uuid
+            earlier = self._record_now(state, prelude, cwd, prelude_hint, all_messages, team, pending, cleaning).written
+        result = self._record_now(state, messages, cwd, hint, all_messages, team, pending, cleaning)
+        if earlier:
+            result = dataclasses.replace(result, written=(*earlier, *result.written))
         return result
 
     def _record_now(

@@ -75,8 +75,7 @@ class TranscriptWorker:
             by_session.setdefault(record.session_id, []).append(record)
         before = (self.stats.lines_written, self.stats.duplicates_skipped, self.stats.lines_removed)
         started = time.perf_counter()
-        # Sessions are independent files: write them concurrently so their fsyncs overlap.
-        await asyncio.gather(*(self._persist(session, records) for session, records in by_session.items()))
+        await self._persist_all(by_session)
         durable_s = time.perf_counter() - started
         stream = entries[0].stream if entries else "log"
         metrics.record_consumed("transcripts", stream, consumed)
@@ -112,6 +111,44 @@ class TranscriptWorker:
             "batch_handled", stream=stream, size=len(entries), sessions=len(by_session), durable_s=round(durable_s, 6)
         )
         return BatchOutcome(poison=poison)
+
+    async def _persist_all(self, by_session: dict[str, list[LogEntry]]) -> None:
+        """Write every session's lines, then wait until they are all durable. Sessions are independent files:
+        their writes and syncs overlap (one shared ``syncfs`` round, or concurrent fsyncs)."""
+        pending: list[asyncio.Future[None]] = []
+        others: list[tuple[str, list[LogEntry]]] = []
+        failure: Exception | None = None
+        for session, records in by_session.items():
+            try:
+                if not self._record_ready(session, records, pending):
+                    others.append((session, records))
+            except Exception as error:  # as a failed task of the gather below: the other sessions still write
+                failure = failure or error
+        if failure is not None:
+            raise failure
+        if others:
+            await asyncio.gather(*(self._persist(session, records) for session, records in others))
+        for future in pending:
+            await future
+
+    def _record_ready(self, session: str, records: list[LogEntry], pending: list[asyncio.Future[None]]) -> bool:
+        """The common case done without a task per session (``TranscriptStore.record_ready``): an open session,
+        one run of messages (no tombstone, one ``replayed`` flag), nothing else to do for it. False when
+        ``_persist`` must do it (nothing was written)."""
+        if self.pi_mirror is not None or (self.on_new_session is not None and session not in self._seen_sessions):
+            return False
+        replayed = records[0].replayed
+        if any(isinstance(record.message, TombstoneMessage) or record.replayed != replayed for record in records):
+            return False
+        messages = [record.message for record in records]
+        ready = self.store.record_ready(session, messages, cwd=self.cwd, recorded=replayed)
+        if ready is None:
+            return False
+        result, futures = ready
+        pending += futures
+        self.stats.lines_written += len(result.written)
+        self.stats.duplicates_skipped += len(result.skipped)
+        return True
 
     async def _persist(self, session: str, records: list[LogEntry]) -> None:
         if self.on_new_session is not None and session not in self._seen_sessions:
