@@ -105,7 +105,8 @@ def external_transcript_view(message: PersistableMessage, repl_ids: frozenset[st
     block list is dropped) and write ``isVirtual`` messages as ordinary ones."""
     if isinstance(message, UserMessage | AssistantMessage) and isinstance(message.message.content, list):
         content = message.message.content
-        kept = [block for block in content if not _is_repl_block(block, repl_ids)]
+        # No REPL call in sight (the usual case): nothing to strip, the blocks are kept as they are.
+        kept = [block for block in content if not _is_repl_block(block, repl_ids)] if repl_ids else content
         if not kept:
             return None
         if len(kept) != len(content):
