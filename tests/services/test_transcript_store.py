@@ -540,3 +540,38 @@ async def test_issue26_recorded_attachments_are_written_when_asked(store: Transc
     written = lines_of(replayed.path)
     assert [line["uuid"] for line in written] == ["R0", "AT1"]
     assert (written[1]["rendered"], written[1]["renderedRole"]) == ([{"content": "today"}], "system")
+
+
+# ---------------------------------------------------------------- record_ready (the worker's path without an await)
+async def test_record_ready_writes_what_record_writes(tmp_path: Path) -> None:
+    """Same lines, same result, as ``record(continue_chain=True)``; durable once its futures resolve."""
+    batches: list[list[Message]] = [[user("U0")], [assistant("A1"), user("U2")], [user("U2"), assistant("A3")]]
+    awaited = TranscriptStore(tmp_path / "awaited", StoreConfig(stamp=STAMP))
+    ready = TranscriptStore(tmp_path / "ready", StoreConfig(stamp=STAMP))
+    try:
+        await awaited.record(SESSION, batches[0], cwd=CWD, continue_chain=True)
+        await ready.record(SESSION, batches[0], cwd=CWD, continue_chain=True)  # opens the session
+        for batch in batches[1:]:
+            expected = await awaited.record(SESSION, batch, cwd=CWD, continue_chain=True)
+            done = ready.record_ready(SESSION, batch, cwd=CWD)
+            assert done is not None
+            result, futures = done
+            await asyncio.gather(*futures)
+            assert (result.written, result.skipped, result.last_uuid) == (
+                expected.written,
+                expected.skipped,
+                expected.last_uuid,
+            )
+        assert result.path.read_bytes() == expected.path.read_bytes()
+    finally:
+        await awaited.close()
+        await ready.close()
+
+
+async def test_record_ready_declines_a_session_not_open_or_locked(store: TranscriptStore) -> None:
+    assert store.record_ready(SESSION, [user("U0")], cwd=CWD) is None  # not open: record() opens it
+    await store.record(SESSION, [user("U0")], cwd=CWD)
+    state = store._sessions[SESSION]
+    async with state.lock:  # a removal in progress, say
+        assert store.record_ready(SESSION, [assistant("A1")], cwd=CWD) is None
+    assert store.record_ready(SESSION, [assistant("A1")], cwd=CWD) is not None
