@@ -57,7 +57,7 @@ above ~2 the machine was shared and the latencies are inflated). The p99 cell al
 log p99 against the raw chain's (neither writes a file) and this disk's syncfs p50: the floor under "durable"
 that the raw chain does not pay. The CPU cell also gives what one hop of the raw chain costs per event in the same
 run (decode, stamp, encode, XADD, XACK: the least a consumer does), since the absolute µs move with the machine.
-The "floor" figures (from the 2026-11-28 15:xx row on) are `bench/typed_floor.py`'s: the pipeline's topology
+The "floor" figures (rows from 2026-11-28 16:26 on) are `bench/typed_floor.py`'s: the pipeline's topology
 doing only what the contracts require (every record validated and dumped as its pydantic model, transcripts
 fsync'd), no rules; a goal below its floor cannot be met in this stack.
 
