@@ -66,7 +66,9 @@ def batches(events: int, sessions: int, size: int, topology: Topology) -> list[t
     return out
 
 
-def settlement(entries: list[StreamEntry], outcome: BatchOutcome, packer: Connection) -> list[bytes]:
+def settlement(
+    entries: list[StreamEntry], outcome: BatchOutcome, packer: Connection, group: str = GROUP
+) -> list[bytes]:
     """The one script a batch is settled with, packed as the consumer sends it (``BatchConsumer._collect_writes``
     and ``_write_atomically``): the outputs' XADDs, the handler's own writes, the XACK, under the lease's fence."""
     calls = KeyCalls()
@@ -74,7 +76,7 @@ def settlement(entries: list[StreamEntry], outcome: BatchOutcome, packer: Connec
         calls.add_xadd(output.stream, output.fields, output.maxlen)
     if outcome.write is not None:
         outcome.write(calls)
-    calls.add_members("XACK", entries[0].stream, [entry.entry_id for entry in entries], GROUP)
+    calls.add_members("XACK", entries[0].stream, [entry.entry_id for entry in entries], group)
     return packer.pack_commands([calls.fenced_command(key=FENCE_KEY, token="1")])
 
 

@@ -42,7 +42,6 @@ from agentbus_redis.observability.logging import configure_logging
 from agentbus_redis.observability.metrics import instrument_handler
 from agentbus_redis.runtime.codec import DATA_FIELD, entry_fields
 from agentbus_redis.runtime.consumer import BatchOutcome
-from agentbus_redis.runtime.key_calls import KeyCalls
 from agentbus_redis.streams.entries import StreamEntry
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.streams.topology import Topology
@@ -50,11 +49,11 @@ from agentbus_redis.transcript_files.lines import SessionStamp
 from agentbus_redis.transcript_files.store import StoreConfig, TranscriptStore
 from agentbus_redis.workers.registry import freeze_startup_heap
 from agentbus_redis.workers.transcripts.worker import TranscriptWorker
+from bench.ingestion_replay import settlement
 from bench.pipeline import TURN_EVENTS, prompt_workload, turn_workload
 
 SHARDS = 4
 GROUP = "transcripts"
-FENCE_KEY = "bench:lease"
 START_MS = 1_780_000_000_000
 """Entry ids (ingress and log) count milliseconds from here: the same on every run."""
 FIXED_TIME = "2026-01-01T00:00:00.000Z"
@@ -119,15 +118,8 @@ def batches(entries: list[tuple[str, bytes]], size: int, topology: Topology) -> 
 
 
 def settle(entries: list[StreamEntry], outcome: BatchOutcome, packer: Connection) -> None:
-    """What the consumer does with the outcome (``BatchConsumer._collect_writes``): the handler's writes and
-    the XACK under the lease's fence, packed as it sends them; then the settled callback."""
-    calls = KeyCalls()
-    for output in outcome.outputs:
-        calls.add_xadd(output.stream, output.fields, output.maxlen)
-    if outcome.write is not None:
-        outcome.write(calls)
-    calls.add_members("XACK", entries[0].stream, [entry.entry_id for entry in entries], GROUP)
-    packer.pack_commands([calls.fenced_command(key=FENCE_KEY, token="1")])
+    """What the consumer does with the outcome: the settling script, packed as it is sent; then the settled callback."""
+    settlement(entries, outcome, packer, group=GROUP)
     if outcome.on_settled is not None:
         outcome.on_settled()
 
