@@ -7,7 +7,8 @@ r"""Benchmark: the CPU of building and validating the requests of growing sessio
 The sessions are shaped like ``bench/pipeline.py``'s workloads, ``--sessions`` of them interleaved:
 ``prompts`` alternates a prompt and a one-line reply (a request per prompt, ``prompt_workload``); ``turns``
 is whole agent turns, a prompt, a reply with a tool call, its result and a final answer (a request after
-the prompt and one after the result, ``turn_workload``, its replies as ingestion logs them). ``--path
+the prompt and one after the result, as in ``turn_workload``; each reply here is one message, where ingestion
+logs a streamed reply as one message per block, which normalization merges again by their API id). ``--path
 builder`` builds each request through a per-session ``RequestBuilder`` (``to_api_request`` +
 ``validate_request``, as the normalization worker does); ``--path worker`` feeds every log entry, encoded
 as ingestion writes it, to ``NormalizationWorker.handle`` one entry per batch (decode, history, build,

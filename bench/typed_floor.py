@@ -55,8 +55,8 @@ from agentbus_redis.bus.events import LogEntry, RequestReady, parse_ingress, par
 from agentbus_redis.bus.ledger import SessionLedger, new_ledger_state
 from agentbus_redis.bus.session_history import SessionHistory
 from agentbus_redis.local.redis_server import start_local_redis
-from agentbus_redis.normalize import NormalizeOptions
 from agentbus_redis.normalize.incremental import RequestBuilder
+from agentbus_redis.workers.normalization.worker import SENDER_FITS_THINKING
 from bench.pipeline import WORKLOADS
 from bench.raw_chain import run_raw_chain
 
@@ -74,8 +74,9 @@ class Plan:
     """The ingress entries' JSON, in the order the producer sends them."""
     log_entries: list[list[LogEntry]]
     """Per ingress entry, the log entries the real ledger made of it."""
-    requests: dict[int, tuple[str, int, bytes]]
-    """Per log entry (its index in the log), the request the real worker publishes after it: session, seq, body."""
+    requests: dict[int, tuple[str, int, dict[str, Any]]]
+    """Per log entry (its index in the log), the request the real worker publishes after it: session, seq, body
+    (encoded in the run, as the worker encodes it)."""
 
     @property
     def log_count(self) -> int:
@@ -88,7 +89,7 @@ def make_plan(mix: str, events: int, sessions: int) -> Plan:
     ledgers: dict[str, SessionLedger] = {}
     histories: dict[str, tuple[SessionHistory, RequestBuilder]] = {}
     log_entries: list[list[LogEntry]] = []
-    requests: dict[int, tuple[str, int, bytes]] = {}
+    requests: dict[int, tuple[str, int, dict[str, Any]]] = {}
     index = 0
     for session, envelope in workload:
         ledger = ledgers.get(session) or ledgers.setdefault(session, SessionLedger(new_ledger_state(session)))
@@ -96,12 +97,12 @@ def make_plan(mix: str, events: int, sessions: int) -> Plan:
         log_entries.append(list(out.entries))
         for entry in out.entries:
             history, builder = histories.get(session) or histories.setdefault(
-                session, (SessionHistory(session), RequestBuilder(options=NormalizeOptions()))
+                session, (SessionHistory(session), RequestBuilder(options=SENDER_FITS_THINKING))
             )
             if history.apply(entry) and history.needs_request():
                 request = builder.build(history.messages).result.request
                 body = {"session_id": session, "seq": entry.seq, "request": request, "repairs": {}}
-                requests[index] = (session, entry.seq, orjson.dumps(body))
+                requests[index] = (session, entry.seq, body)
                 history.mark_published()
             index += 1
     return Plan([envelope.to_wire_json().encode() for _, envelope in workload], log_entries, requests)
@@ -157,7 +158,7 @@ async def _normalization(url: str, prefix: str, plan: Plan, go: MpEvent) -> dict
             if (due := plan.requests.get(seen)) is not None:
                 session, seq, body = due
                 key = f"{prefix}request:{session}"
-                pipe.set(key, body)
+                pipe.set(key, orjson.dumps(body))
                 notice = RequestReady(session_id=session, seq=seq, key=key, message_count=0)
                 pipe.xadd(f"{prefix}requests", {"data": notice.to_wire_json().encode()})
             seen += 1
@@ -270,7 +271,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     args = parser.parse_args()
-    events = len(make_plan(args.mix, args.events, args.sessions).ingress)
+    events = len(WORKLOADS[args.mix](args.events, args.sessions))  # what make_plan sends, without applying it
     ratios, floors, raws = [], [], []
     with tempfile.TemporaryDirectory(prefix="agentbus-floor-redis-") as scratch:
         server = start_local_redis(Path(scratch))
