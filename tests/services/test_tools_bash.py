@@ -269,3 +269,45 @@ async def test_the_workspace_is_reachable_by_its_absolute_path(
     (workspace.root / "note.txt").write_text("hello\n")
     _, output = await run(Bash(workspace), command=f"cat {workspace.root}/note.txt; cd / && ls {workspace.root}")
     assert output.content == "hello\nnote.txt"
+
+
+RUN_UNTIL_KILLED = """
+import sys
+from pathlib import Path
+import uvloop
+from agentbus_redis.workers.tools.builtin.bash import BashTool
+from agentbus_redis.tools.tool import ToolContext
+from agentbus_redis.workers.tools.workspace import Workspace
+from agentbus_redis.sandbox.runner import Sandbox
+
+async def main() -> None:
+    sandbox = Sandbox.for_this_process() if sys.argv[3] == "sandboxed" else None
+    tool = BashTool(Workspace.at(Path(sys.argv[1])), sandbox=sandbox)
+    async for _ in tool.call(tool.input_model.model_validate({"command": sys.argv[2]}), ToolContext(tool_use_id="t")):
+        pass
+
+uvloop.run(main())
+"""
+
+
+async def test_a_killed_worker_takes_its_commands_with_it(workspace: Workspace, sandboxed: bool) -> None:
+    """SIGKILL leaves a worker no time to stop what it runs: a command and its children, sandboxed (bubblewrap's
+    ``--die-with-parent``) or not (the stdin lifeline, ``dying_with_worker_argv``), die with it."""
+    sleep, marker = sleeper()
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            RUN_UNTIL_KILLED,
+            str(workspace.root),
+            f"{sleep} & echo $! > child; ( {sleep} ) & wait",
+            "sandboxed" if sandboxed else "unsandboxed",
+        ]
+    )
+    try:
+        await wait_for_file(workspace.root / "child")
+        assert processes_with(marker)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert await all_gone(marker)

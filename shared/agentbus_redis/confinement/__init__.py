@@ -22,7 +22,12 @@ if TYPE_CHECKING:
         sandbox_environment,
         secret_names,
     )
-    from agentbus_redis.confinement.limits import SandboxLimits, closing_descriptors_argv, limited_shell_argv
+    from agentbus_redis.confinement.limits import (
+        SandboxLimits,
+        closing_descriptors_argv,
+        dying_with_worker_argv,
+        limited_shell_argv,
+    )
     from agentbus_redis.confinement.network import (
         DomainNotAllowed,
         DomainPattern,
@@ -55,6 +60,7 @@ __all__ = [
     "WorkspaceScope",
     "bubblewrap_argv",
     "closing_descriptors_argv",
+    "dying_with_worker_argv",
     "limited_shell_argv",
     "normalize_host",
     "proxy_environment",
@@ -82,6 +88,7 @@ _MODULE_OF = {
     "WorkspaceScope": "workspaces",
     "bubblewrap_argv": "bubblewrap",
     "closing_descriptors_argv": "limits",
+    "dying_with_worker_argv": "limits",
     "limited_shell_argv": "limits",
     "normalize_host": "network",
     "proxy_environment": "network",

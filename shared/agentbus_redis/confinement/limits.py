@@ -73,3 +73,17 @@ the worker holds — its Redis connections among them — leak into a child what
 def closing_descriptors_argv(shell: str, argv: list[str]) -> list[str]:
     """``argv`` run with nothing open but stdin, stdout and stderr (``shell`` must be bash-compatible)."""
     return [shell, "-c", CLOSE_DESCRIPTORS, shell, *argv]
+
+
+DIE_WITH_WORKER = 'exec 3<&0 </dev/null; { read -r -u 3 _; kill -KILL 0; } >/dev/null 2>&1 & exec 3<&-; exec "$@"'
+"""Runs its arguments with stdin on ``/dev/null`` beside a watchdog that reads the stdin it was given: a pipe whose
+write end only the worker holds. Nothing is ever written to it, so the read ends when the worker is gone, SIGKILL
+included, and the watchdog kills its whole process group: the command and whatever it started."""
+
+
+def dying_with_worker_argv(shell: str, argv: list[str]) -> list[str]:
+    """``argv`` in a process group SIGKILLed when the worker dies, given that the worker starts it in a session of
+    its own with stdin a pipe it keeps open and never writes (``shell`` must be bash-compatible). A sandboxed
+    command has this from bubblewrap (``--die-with-parent``, its PID namespace); an unsandboxed one needs it:
+    ``start_new_session`` alone leaves a killed worker's commands running."""
+    return [shell, "-c", DIE_WITH_WORKER, shell, *argv]

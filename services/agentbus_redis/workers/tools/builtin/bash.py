@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import Field
 
-from agentbus_redis.confinement.limits import closing_descriptors_argv
+from agentbus_redis.confinement.limits import closing_descriptors_argv, dying_with_worker_argv
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.permissions.bash.effects import runs_without_side_effects
 from agentbus_redis.sandbox.runner import Sandbox
@@ -130,14 +130,15 @@ class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
 
 
 async def _spawn(
-    argv: list[str], *, cwd: str, env: dict[str, str]
+    argv: list[str], *, cwd: str, env: dict[str, str], lifeline: bool
 ) -> tuple[asyncio.subprocess.Process, _ExitAwareProtocol]:
+    """``lifeline``: stdin is a pipe the worker holds open and never writes (``dying_with_worker_argv``)."""
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.subprocess_exec(
         lambda: _ExitAwareProtocol(limit=PIPE_READ_BYTES, loop=loop),
         *argv,
         cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE if lifeline else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
@@ -258,8 +259,8 @@ class BashTool(Tool[BashInput]):
     def _argv(self, sandbox: Sandbox | None, command: str) -> list[str]:
         if sandbox is not None:
             argv = sandbox.argv(self.workspace.root, self.shell, command)
-        else:
-            argv = [self.shell, "-c", command]
+        else:  # bubblewrap ends a sandboxed command with its worker; this one needs the lifeline
+            argv = dying_with_worker_argv(self.shell, [self.shell, "-c", command])
         return closing_descriptors_argv(self.shell, argv)
 
     async def _stop(self, process: asyncio.subprocess.Process, protocol: _ExitAwareProtocol) -> None:
@@ -289,7 +290,10 @@ class BashTool(Tool[BashInput]):
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
         process, protocol = await _spawn(
-            self._argv(sandbox, tool_input.command), cwd=str(self.workspace.root), env=self._environment(sandbox)
+            self._argv(sandbox, tool_input.command),
+            cwd=str(self.workspace.root),
+            env=self._environment(sandbox),
+            lifeline=sandbox is None,
         )
         output = _CommandOutput(self.max_output_chars, PROGRESS_OUTPUT_CHARS)
         readers = [
@@ -328,6 +332,8 @@ class BashTool(Tool[BashInput]):
         finally:
             if not protocol.exited.is_set():
                 await asyncio.shield(self._stop(process, protocol))
+            if process.stdin is not None:  # the lifeline: its watchdog is gone with the group
+                process.stdin.close()
             exited.cancel()
             reading.cancel()
         yield self._result(output.streams, process.returncode, timed_out=timed_out, timeout_ms=timeout_ms)
