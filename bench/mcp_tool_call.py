@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -73,6 +75,7 @@ async def bus_call(bus: AgentbusClient, fake_script: object, call_id: str) -> fl
 
 async def run(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="agentbus-bench-mcp-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     redis_server = start_local_redis(root / "redis")
     fake = start_fake_model(root / "fake.log")
     config = root / ".mcp.json"

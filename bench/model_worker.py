@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import os
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -249,6 +251,7 @@ def p(values: list[float], q: float) -> float:
 
 async def run(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="agentbus-bench-model-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     redis_server = start_local_redis(root / "redis")
     fake, base_url = start_fake(root / "fake.log")
     admin = FakeModelAdmin(base_url)

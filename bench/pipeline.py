@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import ctypes
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -498,6 +500,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="agentbus-bench-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)  # the rounds' transcripts: tens of MB a run
     if args.cluster:
         cluster_comparison(args, root)
         return

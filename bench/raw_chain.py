@@ -31,7 +31,6 @@ import os
 import queue
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event as MpEvent
@@ -298,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     url = args.redis_url
     if url is None:
-        server = start_local_redis(Path(tempfile.mkdtemp(prefix="agentbus-bench-")), appendonly=args.aof)
+        server = start_local_redis(appendonly=args.aof)  # in a temp dir of its own, removed when it stops
         url = server.url
     try:
         results = [run_raw_chain(url, args.hops, args.n, args.rate, args.count) for _ in range(args.runs)]

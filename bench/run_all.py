@@ -22,9 +22,11 @@ busy one (a shared machine's absolute numbers are noise, its ratios much less so
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     python = sys.executable
     scratch = Path(tempfile.mkdtemp(prefix="agentbus-run-all-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     calls, rounds, tool_rounds = ("15", "1", "20") if args.quick else ("40", "3", "60")
     model_json, tools_json = scratch / "model.json", scratch / "tools.json"
     floor_json = {mix: scratch / f"floor-{mix}.json" for mix in ("turns", "prompts")}

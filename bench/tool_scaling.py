@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -180,6 +182,7 @@ def main() -> None:
     args = parser.parse_args()
     mix = Mix(args.short_s, args.long_s, args.long_every)
     root = Path(tempfile.mkdtemp(prefix="agentbus-tool-scaling-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     server = start_local_redis(root / "redis")
     print(
         f"{args.jobs_per_worker} jobs per worker, {args.slots} slots each; every {args.long_every}th call sleeps "

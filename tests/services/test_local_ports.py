@@ -52,3 +52,20 @@ def test_a_port_the_caller_named_is_not_replaced(tmp_path: Path) -> None:
         taken.listen()
         with pytest.raises(redis_server.RedisServerUnavailable, match="exited"):
             start_local_redis(tmp_path / "redis", port=taken.getsockname()[1])
+
+
+def test_a_private_redis_in_a_temp_dir_of_its_own_removes_it_when_stopped(tmp_path: Path) -> None:
+    """Benches start Redis without a directory: each run left a temp dir behind. One the caller gave is kept."""
+    server = start_local_redis()
+    try:
+        directory = server.directory
+        assert directory.is_dir()
+        server.restart()  # a restart keeps the directory (and the append-only file, when there is one)
+        assert directory.is_dir()
+        assert redis_server.is_reachable(server.url)
+    finally:
+        server.stop()
+    assert not directory.exists()
+    given = start_local_redis(tmp_path / "redis")
+    given.stop()
+    assert (tmp_path / "redis").is_dir()

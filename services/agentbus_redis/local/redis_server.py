@@ -101,6 +101,8 @@ class LocalRedis:
     appendonly: bool = False
     die_with_parent: bool = False
     """SIGTERM the server when this process dies, even by SIGKILL (Linux; ``agentbus up``)."""
+    owns_directory: bool = False
+    """The directory is a temp dir made for this server: :meth:`stop` removes it (its data goes with it)."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -181,10 +183,12 @@ class LocalRedis:
 
     def stop(self, *, kill: bool = False) -> None:
         stop_process(self.process, kill=kill)
+        if self.owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def restart(self) -> None:
         """Stop and start again on the same port and directory (data survives only with AOF)."""
-        self.stop()
+        stop_process(self.process)
         self.start()
 
 
@@ -235,7 +239,11 @@ def start_local_redis(
     root = directory if directory is not None else Path(tempfile.mkdtemp(prefix="agentbus-redis-"))
     for attempt in range(1, PORT_RACE_RETRIES + 1):
         server = LocalRedis(
-            port=port or free_port(), directory=root, appendonly=appendonly, die_with_parent=die_with_parent
+            port=port or free_port(),
+            directory=root,
+            appendonly=appendonly,
+            die_with_parent=die_with_parent,
+            owns_directory=directory is None,
         )
         try:
             return server.start()
