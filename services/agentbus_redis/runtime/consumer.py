@@ -61,7 +61,14 @@ from agentbus_redis.streams.deadletter import (
     REASON_OUTPUT_WRITE_FAILED,
     DeadLetter,
 )
-from agentbus_redis.streams.entries import RawEntry, StreamEntry, decode_entries, id_text, stream_reply_entries
+from agentbus_redis.streams.entries import (
+    RawEntry,
+    StreamEntry,
+    decode_entries,
+    decode_rows,
+    id_text,
+    stream_reply_entries,
+)
 from agentbus_redis.streams.names import dead_letter_stream
 
 log = structlog.get_logger(__name__)
@@ -282,18 +289,22 @@ class BatchConsumer:
 
     async def _read_new(self) -> None:
         if self.config.fence is not None:
-            raw = await self._read_new_fenced(self.config.fence)
+            rows = await self._read_new_fenced(self.config.fence)
+            if not rows:
+                return
+            entries, deleted = decode_rows(self.stream, rows)
         else:
             reply = await self.redis.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=self.config.count, block=self.config.block_ms
             )
             raw = stream_reply_entries(reply)
-        if raw:
+            if not raw:
+                return
             entries, deleted = decode_entries(self.stream, raw)
-            if await self._process(entries, deleted, fresh=True):
-                self._need_drain = True
+        if await self._process(entries, deleted, fresh=True):
+            self._need_drain = True
 
-    async def _read_new_fenced(self, fence: Fence) -> list[RawEntry]:
+    async def _read_new_fenced(self, fence: Fence) -> list[Any]:
         """Take new entries only while ``fence`` holds (``fenced_reads.py``): after a batch that did not fill
         ``count``, the read first waits, in the same round trip, with an ``XREAD BLOCK`` that takes nothing (it
         answers at once when more is there). Usually the read went out with the last batch's settle script
@@ -306,11 +317,11 @@ class BatchConsumer:
         read = await fenced_reads.read_replies(self.redis, connection, request)
         if read.wait_after is not None:
             self._wait_after = read.wait_after
-        elif len(read.entries) < self.config.count:
-            self._wait_after = read.entries[-1][0].decode("ascii")
+        elif len(read.rows) < self.config.count:
+            self._wait_after = read.rows[-1][0].decode("ascii")
         else:
             self._wait_after = None
-        return read.entries
+        return read.rows
 
     def _next_read(self, fence: Fence) -> fenced_reads.ReadRequest:
         return fenced_reads.ReadRequest(

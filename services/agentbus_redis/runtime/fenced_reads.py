@@ -57,9 +57,15 @@ entry up to that id was delivered to the group: wait for anything after it)."""
 
 @dataclass(frozen=True, slots=True)
 class FencedRead:
-    entries: list[RawEntry]
+    rows: list[Any]
+    """The entries taken, as the script answers them: ``[id, [name, value, …]]`` (``entries.decode_rows``)."""
     wait_after: str | None
     """When nothing was new: the id to wait for newer entries after (``XREAD BLOCK``)."""
+
+    @property
+    def entries(self) -> list[RawEntry]:
+        """The entries taken, as redis-py's ``XREADGROUP`` returns them: ``(id, {name: value})``."""
+        return _raw_entries(self.rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +136,7 @@ async def read_replies(redis: aioredis.Redis, connection: AbstractConnection, re
     if isinstance(reply, Exception):
         reply = await _READ.retry_fenced(redis, request.keys, request.args, reply)
     if len(reply) == 1:
-        return FencedRead(_raw_entries(reply[0]), None)
+        return FencedRead(reply[0], None)
     return FencedRead([], id_text(reply[1]))
 
 

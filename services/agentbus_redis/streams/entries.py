@@ -76,8 +76,28 @@ class StreamEntry:
             raise EntryDecodeError(self.stream, self.entry_id, field, f"invalid JSON: {exc}") from None
 
 
+FIELD_NAMES_KEPT = 1024
+"""How many distinct field names :data:`_FIELD_NAMES` remembers (a stream's entries repeat a handful)."""
+
+
+class _FieldNames(dict[bytes, str]):
+    """``decode_text`` of field names, remembered: every entry of a stream repeats the same few names, and a dict
+    hit costs less than a decode. The same ``str`` comes out either way; past :data:`FIELD_NAMES_KEPT` names
+    (arbitrary producers) the others are decoded each time instead of growing the dict."""
+
+    def __missing__(self, raw: bytes) -> str:
+        name = decode_text(raw)
+        if len(self) < FIELD_NAMES_KEPT:
+            self[raw] = name
+        return name
+
+
+_FIELD_NAMES = _FieldNames()
+
+
 def decode_entries(stream: str, raw: Sequence[RawEntry]) -> tuple[list[StreamEntry], list[str]]:
     """Split a redis-py reply into live entries and the ids of deleted ones (no fields left)."""
+    names = _FIELD_NAMES
     entries: list[StreamEntry] = []
     deleted: list[str] = []
     for raw_id, raw_fields in raw:
@@ -86,7 +106,29 @@ def decode_entries(stream: str, raw: Sequence[RawEntry]) -> tuple[list[StreamEnt
             # A stream entry always has at least one field: an empty one was XDELed or trimmed while pending.
             deleted.append(entry_id)
             continue
-        fields = {decode_text(key): value for key, value in raw_fields.items()}
+        fields = {names[key]: value for key, value in raw_fields.items()}
+        entries.append(StreamEntry(stream, entry_id, fields))
+    return entries, deleted
+
+
+def decode_rows(stream: str, rows: Sequence[Sequence[Any]]) -> tuple[list[StreamEntry], list[str]]:
+    """:func:`decode_entries` of entries as a script answers them (``fenced_reads.py``): ``[id, [name, value, …]]``
+    rows, the fields a flat list (empty or nil once deleted), decoded in one pass with no dict in between."""
+    names = _FIELD_NAMES
+    entries: list[StreamEntry] = []
+    deleted: list[str] = []
+    for raw_id, flat in rows:
+        entry_id = raw_id.decode("ascii")
+        if not flat:
+            deleted.append(entry_id)
+            continue
+        if len(flat) % 2:
+            msg = f"{stream} entry {entry_id}: {len(flat)} field names and values (not pairs)"
+            raise ValueError(msg)
+        pairs = iter(flat)
+        # Two references to one iterator: zip takes a name, then its value (pairs: checked above). A repeated name
+        # keeps its last value, as a dict built from the pairs does.
+        fields = {names[name]: value for name, value in zip(pairs, pairs, strict=False)}
         entries.append(StreamEntry(stream, entry_id, fields))
     return entries, deleted
 
