@@ -1,13 +1,17 @@
-"""Replies decoded into ``StreamEntry`` (``streams/entries.py``): the fast paths give exactly what the general
-rules give."""
+"""Replies decoded into ``StreamEntry`` (``streams/entries.py``) and calls packed for the batch script
+(``runtime/key_calls.py``): the fast paths give exactly what the general rules give."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 import pytest
 
+from agentbus_redis.runtime import key_calls
 from agentbus_redis.runtime.fenced_reads import FencedRead
+from agentbus_redis.runtime.key_calls import Arg, KeyCalls
 from agentbus_redis.streams import entries
 from agentbus_redis.streams.entries import StreamEntry, decode_entries, decode_rows, decode_text
 
@@ -41,3 +45,38 @@ def test_field_names_past_the_kept_ones_decode_the_same(monkeypatch: pytest.Monk
     live, _ = decode_rows("s", [[b"1-0", [b"never-kept", b"v"]]])
     assert live[0].fields == {"never-kept": b"v"}
     assert len(entries._FIELD_NAMES) == 0
+
+
+class Color(StrEnum):
+    RED = "red"
+
+
+def test_members_are_sent_as_text_whatever_their_types() -> None:
+    assert key_calls._as_text(["a", b"b"]) == ["a", b"b"]
+    assert key_calls._as_text(["a", 1, 2.5, b"b", Color.RED]) == ["a", "1", "2.5", b"b", Color.RED]
+    assert key_calls._as_text([]) == []
+
+
+def test_xadds_queue_what_one_xadd_each_queues() -> None:
+    first: dict[str, Arg] = {"data": b"x", "n": 3}
+    outputs: list[tuple[str, Mapping[str, Arg] | Mapping[bytes, Arg], int | None]] = [
+        ("s1", first, None),
+        ("s2", {b"data": "y"}, 100),
+    ]
+    one_by_one, at_once = KeyCalls(), KeyCalls()
+    for stream, fields, maxlen in outputs:
+        one_by_one.add_xadd(stream, fields, maxlen)
+    at_once.add_xadds(outputs)
+    assert at_once.fenced_command(key="k", token="1") == one_by_one.fenced_command(key="k", token="1")
+    assert one_by_one._calls == [
+        ["XADD", "*", "data", b"x", "n", "3"],
+        ["XADD", "MAXLEN", "~", "100", "*", b"data", "y"],
+    ]
+
+
+def test_an_xadd_with_too_many_fields_is_refused() -> None:
+    fields = {f"f{i}": b"v" for i in range(key_calls.MAX_ARGS_PER_CALL)}
+    calls = KeyCalls()
+    with pytest.raises(ValueError, match="arguments in one call"):
+        calls.add_xadds([("s", fields, None)])
+    assert len(calls) == 0

@@ -481,7 +481,8 @@ class BatchConsumer:
         letters = [self._letter_of_deleted(entry_id, now_ms) for entry_id in deleted]
         live = await self._with_chances_left(entries, letters, now_ms) if not fresh and entries else entries
         self.stats.consumed += len(live)
-        self.stats.redelivered += sum(1 for entry in live if entry.delivery_count > 1)
+        if not fresh:  # a fresh read's entries are first deliveries (delivery count 1): none was redelivered
+            self.stats.redelivered += sum(1 for entry in live if entry.delivery_count > 1)
         if self.config.ordered:
             return await self._handle_in_order(live, letters, now_ms, read_ahead=fresh)
         done = await self._handle_each(live)
@@ -636,6 +637,11 @@ class BatchConsumer:
         acked_entries: list[StreamEntry] = []
         for batch, outcome in done:
             by_id = {entry.entry_id: entry for entry in batch}
+            if outcome.ack is None and not outcome.poison:
+                # The usual outcome, every entry acked and none poison: what the loop below appends, in bulk.
+                ack_ids.extend(by_id)
+                acked_entries.extend(by_id.values())
+                continue
             for entry_id, poison in outcome.poison.items():
                 entry = by_id.get(entry_id)
                 if entry is None:
@@ -735,9 +741,8 @@ class BatchConsumer:
         produced = 0
         try:
             for _, outcome in done:
-                for output in outcome.outputs:
-                    calls.add_xadd(output.stream, output.fields, output.maxlen)
-                    produced += 1
+                calls.add_xadds(outcome.outputs)
+                produced += len(outcome.outputs)
                 if outcome.write is not None:
                     outcome.write(calls)
         except Exception as exc:

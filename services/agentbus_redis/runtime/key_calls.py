@@ -21,8 +21,8 @@ not declared (:meth:`KeyCalls.add_keyless`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -135,9 +135,16 @@ _TEXT = (str, bytes)
 it is cheaper than against ``str | bytes``)."""
 
 
+_TEXT_TYPES = frozenset(_TEXT)
+
+
 def _as_text(args: Sequence[Arg]) -> list[str | bytes]:
     """The arguments as sent: numbers as text, as Lua would format a large one with an exponent when passing
     it to Redis."""
+    if _TEXT_TYPES.issuperset(map(type, args)):
+        # Only exact ``str`` and ``bytes`` (entry ids, members): nothing to convert, and the check runs in C, not
+        # one ``isinstance`` per argument. Anything else, subclasses included, takes the general rule below.
+        return cast("list[str | bytes]", [*args])
     return [arg if isinstance(arg, _TEXT) else repr(arg) for arg in args]
 
 
@@ -180,14 +187,24 @@ class KeyCalls:
 
     def add_xadd(self, stream: str, fields: Mapping[str, Arg] | Mapping[bytes, Arg], maxlen: int | None = None) -> None:
         """Queue ``XADD stream [MAXLEN ~ maxlen] * field value …``."""
-        # The call built at once (not through ``add``'s argument tuple): one is queued per entry a batch writes.
-        call: list[str | bytes | int] = (
-            ["XADD", "MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["XADD", "*"]
-        )
-        for name, value in fields.items():
-            call.append(name if isinstance(name, _TEXT) else repr(name))
-            call.append(value if isinstance(value, _TEXT) else repr(value))
-        self._add_call(stream, call)
+        self.add_xadds(((stream, fields, maxlen),))
+
+    def add_xadds(self, xadds: Iterable[tuple[str, Mapping[str, Arg] | Mapping[bytes, Arg], int | None]]) -> None:
+        """Queue :meth:`add_xadd` of each ``(stream, fields, maxlen)`` in turn (a batch's outputs)."""
+        # Each call built at once, in one loop (not through ``add``'s argument tuple, nor a method call per entry):
+        # one is queued per entry a batch writes.
+        keys, calls = self._keys, self._calls
+        for stream, fields, maxlen in xadds:
+            call: list[str | bytes | int] = (
+                ["XADD", "MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["XADD", "*"]
+            )
+            for name, value in fields.items():
+                call.append(name if isinstance(name, _TEXT) else repr(name))
+                call.append(value if isinstance(value, _TEXT) else repr(value))
+            if len(call) > MAX_ARGS_PER_CALL + 1:
+                self._add_call(stream, call)  # raises
+            keys.append(stream)
+            calls.append(call)
 
     def _add_call(self, key: str, call: list[str | bytes | int]) -> None:
         """Queue ``call`` (its command, then its arguments as text) on ``key``."""
