@@ -67,3 +67,31 @@ async def test_script_reloaded_after_script_flush(aredis: aioredis.Redis) -> Non
     """EVALSHA falls back to EVAL when Redis forgot the script (a restart, SCRIPT FLUSH)."""
     await aredis.script_flush()
     assert await batch_write().write(aredis) == 1
+
+
+async def test_calls_naming_the_same_keys_apply_in_order(aredis: aioredis.Redis) -> None:
+    """Each key is declared once (``KEYS``) however many calls name it: every call still applies to its own key,
+    in the order queued, fenced or not, and a read answers each call's reply."""
+    await aredis.set("kc:epoch", "3")
+    calls = KeyCalls()
+    calls.add("RPUSH", "kc:list", "1")
+    calls.add("RPUSH", "kc:other", "x")
+    calls.add_xadd("kc:out", {"n": 1})
+    calls.add("RPUSH", "kc:list", "2")
+    calls.add_keyless("PUBLISH", "kc:channel", "m")
+    calls.add_xadd("kc:out", {"n": 2}, maxlen=10)
+    calls.add("RPUSH", "kc:other", "y")
+    calls.add_members("RPUSH", "kc:list", ["3", "4"])
+    assert await calls.write_fenced(aredis, key="kc:epoch", token="3") == 4  # the last call's reply (RPUSH)
+    assert await aredis.lrange("kc:list", 0, -1) == [b"1", b"2", b"3", b"4"]
+    assert await aredis.lrange("kc:other", 0, -1) == [b"x", b"y"]
+    written = await aredis.xrange("kc:out")
+    assert written is not None
+    assert [fields for _, fields in written] == [{b"n": b"1"}, {b"n": b"2"}]
+    reads = KeyCalls()
+    reads.add("LLEN", "kc:list")
+    reads.add("LLEN", "kc:other")
+    reads.add("LINDEX", "kc:list", 0)
+    reads.add("XLEN", "kc:out")
+    reads.add("LLEN", "kc:other")
+    assert await reads.read(aredis) == [4, 2, b"1", 2, 2]

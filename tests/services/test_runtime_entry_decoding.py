@@ -69,9 +69,30 @@ def test_xadds_queue_what_one_xadd_each_queues() -> None:
     at_once.add_xadds(outputs)
     assert at_once.fenced_command(key="k", token="1") == one_by_one.fenced_command(key="k", token="1")
     assert one_by_one._calls == [
-        ["XADD", "*", "data", b"x", "n", "3"],
-        ["XADD", "MAXLEN", "~", "100", "*", b"data", "y"],
+        ["XADD", 1, "*", "data", b"x", "n", "3"],
+        ["XADD", 2, "MAXLEN", "~", "100", "*", b"data", "y"],
     ]
+
+
+def test_each_key_is_declared_once_and_calls_name_it_by_number() -> None:
+    calls = KeyCalls()
+    calls.add_xadds([("log", {"data": b"1"}, None), ("events", {"data": b"1"}, 10)])
+    calls.add("SET", "ledger", "v")
+    calls.add_keyless("PUBLISH", "channel", "m")
+    calls.add_xadd("log", {"data": b"2"})
+    calls.add_members("SADD", "ledger:seen", ["a", "b"])
+    calls.add("PEXPIRE", "log", 5)
+    assert calls._keys == ["log", "events", "ledger", "ledger:seen"]
+    assert [call[:2] for call in calls._calls] == [
+        ["XADD", 1],
+        ["XADD", 2],
+        ["SET", 3],
+        [0, "PUBLISH"],
+        ["XADD", 1],
+        ["SADD", 4],
+        ["PEXPIRE", 1],
+    ]
+    assert calls.fenced_command(key="epoch", token="7")[2:8] == [5, "epoch", "log", "events", "ledger", "ledger:seen"]
 
 
 def test_an_xadd_with_too_many_fields_is_refused() -> None:

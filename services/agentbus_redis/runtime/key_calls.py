@@ -51,14 +51,12 @@ if mode == 'f' then
 end
 local results = {}
 local last = false
-local key = first
 for i = 1, #calls do
   local call = calls[i]
   if call[1] == 0 then
     last = redis.call(unpack(call, 2))
   else
-    key = key + 1
-    last = redis.call(call[1], KEYS[key], unpack(call, 2))
+    last = redis.call(call[1], KEYS[first + call[2]], unpack(call, 3))
   end
   if mode == 'r' then
     results[i] = last
@@ -72,7 +70,8 @@ return last
 )
 """ARGV: (``f`` only: the token ``KEYS[1]`` must hold,) the mode — ``r`` (return every reply), ``w`` (return
 the last call's reply) or ``f`` (``w`` fenced) — and, last, every call as one MessagePack array of
-``[command, args…]`` (its key is the next entry of ``KEYS``; a keyless call is ``[0, command, args…]``).
+``[command, n, args…]``, its key the ``n``-th of the calls' ``KEYS`` (after the fence key, if any: each key is
+declared once however many calls name it), or ``[0, command, args…]`` for a keyless call.
 One blob instead of an argument per value: redis-py encodes each argument on its own, which cost
 ingestion ~15% of its CPU."""
 
@@ -138,13 +137,13 @@ it is cheaper than against ``str | bytes``)."""
 _TEXT_TYPES = frozenset(_TEXT)
 
 
-def _as_text(args: Sequence[Arg]) -> list[str | bytes]:
+def _as_text(args: Sequence[Arg]) -> Sequence[str | bytes]:
     """The arguments as sent: numbers as text, as Lua would format a large one with an exponent when passing
     it to Redis."""
     if _TEXT_TYPES.issuperset(map(type, args)):
         # Only exact ``str`` and ``bytes`` (entry ids, members): nothing to convert, and the check runs in C, not
         # one ``isinstance`` per argument. Anything else, subclasses included, takes the general rule below.
-        return cast("list[str | bytes]", [*args])
+        return cast("Sequence[str | bytes]", args)
     return [arg if isinstance(arg, _TEXT) else repr(arg) for arg in args]
 
 
@@ -160,10 +159,13 @@ _RUN_SCRIPT = ServerScript(_RUN)
 class KeyCalls:
     """Single-key commands collected in order, to run as one script (see the module docstring)."""
 
-    __slots__ = ("_calls", "_keys")
+    __slots__ = ("_calls", "_key_numbers", "_keys")
 
     def __init__(self) -> None:
         self._keys: list[str] = []
+        """Every key the calls name, once each, in the order first named: the script's ``KEYS``."""
+        self._key_numbers: dict[str, int] = {}
+        """A key's place in :attr:`_keys`, counted from 1 (what a call carries after its command)."""
         self._calls: list[list[str | bytes | int]] = []
 
     def __len__(self) -> int:
@@ -171,7 +173,7 @@ class KeyCalls:
 
     def add(self, command: str, key: str, *args: Arg) -> None:
         """Queue ``command key args…`` (e.g. ``add("SADD", key, *members)``)."""
-        self._add_call(key, [command, *_as_text(args)])
+        self._add_call(key, [command, 0, *_as_text(args)])
 
     def add_keyless(self, command: str, *args: Arg) -> None:
         """Queue a command that names no key (``PUBLISH channel message``): not declared in ``KEYS``, so it
@@ -193,25 +195,31 @@ class KeyCalls:
         """Queue :meth:`add_xadd` of each ``(stream, fields, maxlen)`` in turn (a batch's outputs)."""
         # Each call built at once, in one loop (not through ``add``'s argument tuple, nor a method call per entry):
         # one is queued per entry a batch writes.
-        keys, calls = self._keys, self._calls
+        numbers, calls = self._key_numbers, self._calls
         for stream, fields, maxlen in xadds:
             call: list[str | bytes | int] = (
-                ["XADD", "MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["XADD", "*"]
+                ["XADD", 0, "MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["XADD", 0, "*"]
             )
             for name, value in fields.items():
                 call.append(name if isinstance(name, _TEXT) else repr(name))
                 call.append(value if isinstance(value, _TEXT) else repr(value))
-            if len(call) > MAX_ARGS_PER_CALL + 1:
-                self._add_call(stream, call)  # raises
-            keys.append(stream)
-            calls.append(call)
+            number = numbers.get(stream)
+            if number is None or len(call) > MAX_ARGS_PER_CALL + 2:
+                self._add_call(stream, call)  # a key not named yet, or too many arguments (raises)
+            else:
+                call[1] = number
+                calls.append(call)
 
     def _add_call(self, key: str, call: list[str | bytes | int]) -> None:
-        """Queue ``call`` (its command, then its arguments as text) on ``key``."""
-        if len(call) > MAX_ARGS_PER_CALL + 1:
-            msg = f"{call[0]!s} {key}: {len(call) - 1} arguments in one call (at most {MAX_ARGS_PER_CALL})"
+        """Queue ``call`` (its command, a placeholder for its key's number, then its arguments as text) on ``key``."""
+        if len(call) > MAX_ARGS_PER_CALL + 2:
+            msg = f"{call[0]!s} {key}: {len(call) - 2} arguments in one call (at most {MAX_ARGS_PER_CALL})"
             raise ValueError(msg)
-        self._keys.append(key)
+        number = self._key_numbers.get(key)
+        if number is None:
+            self._keys.append(key)
+            number = self._key_numbers[key] = len(self._keys)
+        call[1] = number
         self._calls.append(call)
 
     async def read(self, redis: Any) -> list[Any]:
