@@ -6,7 +6,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from agentbus_redis.runtime.key_calls import Fenced, KeyCalls
+from agentbus_redis.runtime.key_calls import Arg, Fenced, KeyCalls
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +95,32 @@ async def test_calls_naming_the_same_keys_apply_in_order(aredis: aioredis.Redis)
     reads.add("XLEN", "kc:out")
     reads.add("LLEN", "kc:other")
     assert await reads.read(aredis) == [4, 2, b"1", 2, 2]
+
+
+async def test_outputs_sharing_their_fields_write_them_to_each_stream(aredis: aioredis.Redis) -> None:
+    """Consecutive outputs with the same fields mapping (ingestion's log entry, to the log and the events stream)
+    carry the fields once; each stream still gets every field, after whatever the output names itself."""
+    shared: dict[str, Arg] = {"data": b"payload", "n": 7}
+    other: dict[str, Arg] = {"data": b"other"}
+    calls = KeyCalls()
+    calls.add_xadds(
+        [
+            ("kc:log", shared, None),
+            ("kc:events", shared, 2),
+            ("kc:third", shared, None),
+            ("kc:log", other, None),
+            ("kc:events", other, 2),
+        ]
+    )
+    calls.add("SET", "kc:state", "done")
+    assert [call[1] for call in calls._calls] == [1, -2, -3, 1, -2, 4]
+    await calls.write(aredis)
+    for stream, expected in [
+        ("kc:log", [{b"data": b"payload", b"n": b"7"}, {b"data": b"other"}]),
+        ("kc:events", [{b"data": b"payload", b"n": b"7"}, {b"data": b"other"}]),
+        ("kc:third", [{b"data": b"payload", b"n": b"7"}]),
+    ]:
+        written = await aredis.xrange(stream)
+        assert written is not None
+        assert [fields for _, fields in written] == expected
+    assert await aredis.get("kc:state") == b"done"

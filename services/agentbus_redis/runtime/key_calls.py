@@ -51,13 +51,27 @@ if mode == 'f' then
 end
 local results = {}
 local last = false
+local previous = {}
 for i = 1, #calls do
   local call = calls[i]
   if call[1] == 0 then
     last = redis.call(unpack(call, 2))
   else
-    last = redis.call(call[1], KEYS[first + call[2]], unpack(call, 3))
+    local key = call[2]
+    if key < 0 then
+      key = -key
+      local whole = {call[1], key}
+      for j = 4, #call do
+        whole[#whole + 1] = call[j]
+      end
+      for j = #previous - call[3] + 1, #previous do
+        whole[#whole + 1] = previous[j]
+      end
+      call = whole
+    end
+    last = redis.call(call[1], KEYS[first + key], unpack(call, 3))
   end
+  previous = call
   if mode == 'r' then
     results[i] = last
   end
@@ -71,7 +85,10 @@ return last
 """ARGV: (``f`` only: the token ``KEYS[1]`` must hold,) the mode — ``r`` (return every reply), ``w`` (return
 the last call's reply) or ``f`` (``w`` fenced) — and, last, every call as one MessagePack array of
 ``[command, n, args…]``, its key the ``n``-th of the calls' ``KEYS`` (after the fence key, if any: each key is
-declared once however many calls name it), or ``[0, command, args…]`` for a keyless call.
+declared once however many calls name it), or ``[0, command, args…]`` for a keyless call. ``[command, -n, k,
+args…]`` is ``[command, n, args…]`` followed by the last ``k`` arguments of the call before it: an output written
+to two streams with the same fields (ingestion's log entries: the session's log and its events stream) carries
+them once.
 One blob instead of an argument per value: redis-py encodes each argument on its own, which cost
 ingestion ~15% of its CPU."""
 
@@ -196,19 +213,27 @@ class KeyCalls:
         # Each call built at once, in one loop (not through ``add``'s argument tuple, nor a method call per entry):
         # one is queued per entry a batch writes.
         numbers, calls = self._key_numbers, self._calls
+        previous: object = None
         for stream, fields, maxlen in xadds:
-            call: list[str | bytes | int] = (
-                ["XADD", 0, "MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["XADD", 0, "*"]
-            )
-            for name, value in fields.items():
-                call.append(name if isinstance(name, _TEXT) else repr(name))
-                call.append(value if isinstance(value, _TEXT) else repr(value))
-            number = numbers.get(stream)
-            if number is None or len(call) > MAX_ARGS_PER_CALL + 2:
-                self._add_call(stream, call)  # a key not named yet, or too many arguments (raises)
+            head: list[str | bytes | int] = ["MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["*"]
+            repeated = fields is previous and bool(fields)
+            if repeated:
+                # The very fields of the call before it (the same mapping, so the same arguments): sent once, the
+                # script appends them again (``_RUN``). The call before passed the arguments check.
+                call: list[str | bytes | int] = ["XADD", 0, 2 * len(fields), *head]
             else:
-                call[1] = number
-                calls.append(call)
+                call = ["XADD", 0, *head]
+                for name, value in fields.items():
+                    call.append(name if isinstance(name, _TEXT) else repr(name))
+                    call.append(value if isinstance(value, _TEXT) else repr(value))
+                if len(call) > MAX_ARGS_PER_CALL + 2:
+                    self._add_call(stream, call)  # raises
+            number = numbers.get(stream)
+            if number is None:
+                number = self._declare(stream)
+            call[1] = -number if repeated else number
+            calls.append(call)
+            previous = fields
 
     def _add_call(self, key: str, call: list[str | bytes | int]) -> None:
         """Queue ``call`` (its command, a placeholder for its key's number, then its arguments as text) on ``key``."""
@@ -216,11 +241,14 @@ class KeyCalls:
             msg = f"{call[0]!s} {key}: {len(call) - 2} arguments in one call (at most {MAX_ARGS_PER_CALL})"
             raise ValueError(msg)
         number = self._key_numbers.get(key)
-        if number is None:
-            self._keys.append(key)
-            number = self._key_numbers[key] = len(self._keys)
-        call[1] = number
+        call[1] = number if number is not None else self._declare(key)
         self._calls.append(call)
+
+    def _declare(self, key: str) -> int:
+        """Add ``key`` to the script's ``KEYS``; its number (from 1)."""
+        self._keys.append(key)
+        number = self._key_numbers[key] = len(self._keys)
+        return number
 
     async def read(self, redis: Any) -> list[Any]:
         """Run the calls now and return every reply, in order."""
