@@ -101,3 +101,12 @@ def test_an_xadd_with_too_many_fields_is_refused() -> None:
     with pytest.raises(ValueError, match="arguments in one call"):
         calls.add_xadds([("s", fields, None)])
     assert len(calls) == 0
+
+
+def test_xadd_heads_past_the_kept_ones_are_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(key_calls, "XADD_HEADS_KEPT", 0)
+    monkeypatch.setattr(key_calls, "_XADD_HEADS", {})
+    calls = KeyCalls()
+    calls.add_xadds([("s", {"data": b"x"}, 12345), ("s", {"data": b"y"}, None)])
+    assert calls._calls == [["XADD", 1, "MAXLEN", "~", "12345", "*", "data", b"x"], ["XADD", 1, "*", "data", b"y"]]
+    assert key_calls._XADD_HEADS == {}

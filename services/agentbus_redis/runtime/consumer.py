@@ -152,6 +152,8 @@ class BatchConsumer:
         self._read_ahead: fenced_reads.ReadRequest | None = None
         """A fenced read sent behind the last batch's settle script, in the same packet: its replies are still
         due on the connection (the next step reads them)."""
+        self._last_read: fenced_reads.ReadRequest | None = None
+        """The fenced read asked last (:meth:`_next_read`)."""
         self._next_claim = time.monotonic() + self.config.claim_interval_s
         self._connect_backoff = self.config.backoff_initial_s
         self._lane_backoff = self.config.backoff_initial_s
@@ -324,7 +326,16 @@ class BatchConsumer:
         return read.rows
 
     def _next_read(self, fence: Fence) -> fenced_reads.ReadRequest:
-        return fenced_reads.ReadRequest(
+        last, config = self._last_read, self.config
+        if (
+            last is not None
+            and last.wait_after == self._wait_after
+            and last.fence is fence
+            and last.count == config.count
+            and last.block_ms == config.block_ms
+        ):
+            return last  # immutable, and every field the same: a busy lane asks the same read batch after batch
+        self._last_read = fenced_reads.ReadRequest(
             fence,
             self.stream,
             self.group,
@@ -333,6 +344,7 @@ class BatchConsumer:
             wait_after=self._wait_after,
             block_ms=self.config.block_ms,
         )
+        return self._last_read
 
     def _reads_next(self) -> bool:
         """Whether the step after this batch will be a plain read of new entries (so it may go out with the

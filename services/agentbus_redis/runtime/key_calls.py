@@ -152,6 +152,22 @@ it is cheaper than against ``str | bytes``)."""
 
 
 _TEXT_TYPES = frozenset(_TEXT)
+_BYTES_OR_STR = (bytes, str)
+""":data:`_TEXT` for field values, mostly bytes: ``isinstance`` tries the tuple's types in turn, so the likely one
+first spares a failed subclass check per value (the verdict is the same)."""
+
+_XADD_HEADS: dict[int | None, tuple[str, ...]] = {None: ("*",)}
+"""What follows an XADD's key, by its ``maxlen``: ``MAXLEN ~ n *`` or ``*`` (made once, not a ``repr`` per entry)."""
+XADD_HEADS_KEPT = 64
+"""Distinct ``maxlen`` values :data:`_XADD_HEADS` keeps (they are constants of the workers)."""
+
+
+def _xadd_head(maxlen: int | None) -> tuple[str, ...]:
+    """The arguments an XADD takes before its fields (after its key), kept in :data:`_XADD_HEADS`."""
+    head = ("*",) if maxlen is None else ("MAXLEN", "~", repr(maxlen), "*")
+    if len(_XADD_HEADS) < XADD_HEADS_KEPT:
+        _XADD_HEADS[maxlen] = head
+    return head
 
 
 def _as_text(args: Sequence[Arg]) -> Sequence[str | bytes]:
@@ -215,7 +231,7 @@ class KeyCalls:
         numbers, calls = self._key_numbers, self._calls
         previous: object = None
         for stream, fields, maxlen in xadds:
-            head: list[str | bytes | int] = ["MAXLEN", "~", repr(maxlen), "*"] if maxlen is not None else ["*"]
+            head = _XADD_HEADS.get(maxlen) or _xadd_head(maxlen)
             repeated = fields is previous and bool(fields)
             if repeated:
                 # The very fields of the call before it (the same mapping, so the same arguments): sent once, the
@@ -225,7 +241,7 @@ class KeyCalls:
                 call = ["XADD", 0, *head]
                 for name, value in fields.items():
                     call.append(name if isinstance(name, _TEXT) else repr(name))
-                    call.append(value if isinstance(value, _TEXT) else repr(value))
+                    call.append(value if isinstance(value, _BYTES_OR_STR) else repr(value))
                 if len(call) > MAX_ARGS_PER_CALL + 2:
                     self._add_call(stream, call)  # raises
             number = numbers.get(stream)
