@@ -11,12 +11,22 @@ and the batch is settled (its ledgers cached), but nothing is sent: what is time
 the worker's own code per event, the part a change to ingestion can move. Each round starts a fresh worker on
 an empty private Redis (its first batch of a session reads the empty ledger, as a new session does); the best
 round is printed, which is the least disturbed by the rest of the machine.
+
+``--digest FILE`` checks instead that a change to ingestion writes what the code before it wrote: the batches
+(saved to FILE on the first run, read from it after, so two checkouts replay the same entries) go through a
+worker with a deterministic clock and ids, every batch's settlement is executed on the private Redis, and a
+sha256 over every packed settlement (log entries, tool jobs, state JSON, reply lists, indexes) is printed. With
+``--reload-every K`` the worker forgets its ledgers every K batches, so the next batches rebuild them from what
+Redis holds (state JSON and reply lists read back, as after a restart). Run the same command with the other
+checkout's Python (``/work/wt/base/.venv/bin/python bench/ingestion_replay.py --digest FILE``) and compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import itertools
 import os
 import statistics
 import sys
@@ -29,6 +39,8 @@ import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
+from agentbus_redis.clock import FixedClock
+from agentbus_redis.ids import SequentialIds
 from agentbus_redis.local.redis_server import start_local_redis
 from agentbus_redis.observability.logging import configure_logging
 from agentbus_redis.runtime.codec import DATA_FIELD, entry_fields
@@ -99,6 +111,78 @@ async def replay_round(url: str, work: list[tuple[int, list[StreamEntry]]], topo
     return spent
 
 
+def digest_work(
+    path: Path, events: int, sessions: int, size: int, topology: Topology
+) -> list[tuple[int, list[StreamEntry]]]:
+    """The batches of ``--digest``: read from ``path``, or made (``batches``) and saved there."""
+    if not path.exists():
+        work = batches(events, sessions, size, topology)
+        rows = [
+            [shard, [[e.stream, e.entry_id, {k: v.decode() for k, v in e.fields.items()}] for e in entries]]
+            for shard, entries in work
+        ]
+        path.write_bytes(orjson.dumps(rows))
+    return [
+        (
+            shard,
+            [
+                StreamEntry(stream, entry_id, {k: v.encode() for k, v in fields.items()})
+                for stream, entry_id, fields in entries
+            ],
+        )
+        for shard, entries in orjson.loads(path.read_bytes())
+    ]
+
+
+async def digest_round(
+    url: str, work: list[tuple[int, list[StreamEntry]]], topology: Topology, reload_every: int
+) -> str:
+    """``work`` through a deterministic worker whose writes are executed: the sha256 of every settlement."""
+    import random
+    import secrets
+
+    from agentbus_redis.observability import tracing
+
+    seeded = random.Random(0)
+    secrets.token_bytes = seeded.randbytes  # span ids, which the log entries' traceparents carry
+    tracing._random.reset()
+    redis = aioredis.Redis.from_url(url)
+    await redis.flushall()
+    await redis.set(FENCE_KEY, "1")
+    ticks = itertools.count(1_800_000_000_000, 7)
+    worker = IngestionWorker(
+        redis,
+        topology,
+        tool_deadline_ms=600_000,
+        internal_key=b"k" * 32,
+        max_entry_bytes=1 << 20,
+        clock=FixedClock(),
+        ids=SequentialIds(),
+        now_ms=lambda: next(ticks),
+    )
+    worker.agents = IngestionAgentHooks(ChildRelay(redis, topology, internal_key=worker.internal_key))
+    handlers = {shard: worker.handler_for(shard, 1) for shard in range(SHARDS)}
+    packer = Connection()
+    digest = hashlib.sha256()
+    for number, (shard, entries) in enumerate(work, 1):
+        outcome = await handlers[shard](entries)
+        for packed in settlement(entries, outcome, packer):
+            digest.update(packed)
+        calls = KeyCalls()
+        for output in outcome.outputs:
+            calls.add_xadd(output.stream, output.fields, output.maxlen)
+        if outcome.write is not None:
+            outcome.write(calls)
+        await calls.write(redis)
+        if outcome.on_settled is not None:
+            outcome.on_settled()
+        if reload_every and number % reload_every == 0:
+            for each in range(SHARDS):
+                worker.forget_shard(each)
+    await redis.aclose()
+    return digest.hexdigest()
+
+
 def raw_hop_round(work: list[tuple[int, list[StreamEntry]]]) -> float:
     """The same batches through a raw hop (``bench/raw_chain.py``): decode, stamp, encode, and the XADDs and the
     XACK of a pipeline, packed as redis-py sends them. The least a consumer's own code does: the yardstick."""
@@ -123,10 +207,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="entries a batch (the consumer's read count)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--raw", action="store_true", help="the same batches through a raw hop instead")
+    parser.add_argument("--digest", type=Path, help="print the sha256 of every write instead (batches saved here)")
+    parser.add_argument("--reload-every", type=int, default=0, help="--digest: forget the ledgers every K batches")
     args = parser.parse_args()
     # As a worker logs (JSON lines at INFO), to nowhere: the rendering is the worker's cost, the terminal is not.
     configure_logging("INFO", json=True, stream=open(os.devnull, "w"))  # noqa: SIM115 - the process's lifetime
     topology = Topology(StreamNames(prefix="bench:", shards=SHARDS))
+    if args.digest is not None:
+        work = digest_work(args.digest, args.events, args.sessions, args.batch, topology)
+        server = start_local_redis(die_with_parent=True)
+        try:
+            print(asyncio.run(digest_round(server.url, work, topology, args.reload_every)))
+        finally:
+            server.stop()
+        return
     work = batches(args.events, args.sessions, args.batch, topology)
     events = sum(len(entries) for _, entries in work)
     server = start_local_redis(die_with_parent=True)
