@@ -252,9 +252,15 @@ class RequestReady(BusModel):
     traceparent: str | None = None
 
 
+_INGRESS_VALIDATOR = IngressEnvelope.__pydantic_validator__
+
+
 def parse_ingress(data: str | bytes) -> IngressEnvelope:
     """Validate an ingress entry body; embedded messages are read by their wire (camelCase) names."""
-    return IngressEnvelope.model_validate_json(data, by_alias=True, by_name=False)
+    # The validator ``model_validate_json`` calls, called directly: one Python frame and its argument checks
+    # fewer on every ingress entry (ingestion parses each one).
+    envelope: IngressEnvelope = _INGRESS_VALIDATOR.validate_json(data, by_alias=True, by_name=False)
+    return envelope
 
 
 def parse_log_entry(data: str | bytes) -> LogEntry:

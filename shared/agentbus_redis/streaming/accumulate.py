@@ -251,14 +251,15 @@ class StreamAccumulator:
             self._fail(kind, "event after message_stop")
         passthrough = self._stream_event(event, kind) if self._stream_events else None
         outputs: list[StreamOutput] = []
-        if kind == "message_start":
+        # Deltas first: most of a stream's events are deltas (the kinds are distinct, so the order decides nothing).
+        if kind == "content_block_delta":
+            self._on_block_delta(event)
+        elif kind == "message_start":
             self._on_message_start(event)
             if passthrough is not None:
                 passthrough = self._with_ttft(passthrough)
         elif kind == "content_block_start":
             self._on_block_start(event)
-        elif kind == "content_block_delta":
-            self._on_block_delta(event)
         elif kind == "content_block_stop":
             outputs.append(self._on_block_stop(event))
         elif kind == "message_delta":

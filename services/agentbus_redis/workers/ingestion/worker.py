@@ -73,7 +73,7 @@ INTERRUPT_TTL_MS = 24 * 3600 * 1000
 
 def entry_time_ms(entry_id: str) -> int:
     """The millisecond timestamp Redis put in a stream entry id."""
-    return int(entry_id.split("-", 1)[0])
+    return int(entry_id.partition("-")[0])
 
 
 class _Decoded(NamedTuple):
@@ -363,8 +363,10 @@ class IngestionWorker:
                 batch.outputs.append(Output(log_stream, fields))
                 batch.outputs.append(Output(events_stream, fields, SESSION_EVENTS_MAXLEN))
                 batch.produced["log", entry.message.type] += 1
-        batch.tool_jobs += out.tool_jobs
-        batch.approval_jobs += out.approval_jobs
+        if out.tool_jobs:  # most entries hand out no work
+            batch.tool_jobs += out.tool_jobs
+        if out.approval_jobs:
+            batch.approval_jobs += out.approval_jobs
         if out.closed_tool_use_ids:
             batch.closed.setdefault(session, []).extend(out.closed_tool_use_ids)
         if out.retracted_uuids:
