@@ -106,6 +106,29 @@ class BuiltRequest:
     """Built from a cached prefix (False: the full pipeline ran)."""
 
 
+@dataclass(slots=True)
+class _Covered:
+    """What the prefixes of one builder have covered, grown in place as the prefix moves forward.
+
+    Moving the prefix used to copy its message list, repairs and six id sets (O(history) per move, and the
+    prefix moves on about every request). They only ever grow, and the builder keeps one prefix at a time,
+    so the prefixes of a builder share one ``_Covered``: a move appends the span's share (O(span)). A
+    prefix reads the lists up to its own lengths, so an earlier prefix still sees its own params and repairs
+    (``_splice_moving`` splices with the prefix it just moved); the sets hold the newest prefix's ids, so
+    only the prefix whose ``cut`` is ``cut`` here may be checked against them (``_Prefix.current``)."""
+
+    cut: int
+    params: list[MessageParam | SystemMessageParam]
+    repairs: list[Repair]
+    uuids: set[str]
+    message_ids: set[str]
+    tool_use_ids: set[str]
+    referenced_tool_ids: set[str]
+    tombstone_targets: set[str]
+    request_tool_ids: set[str]
+    """Every tool_use and server tool id in ``params``."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Prefix:
     """``X``, the API messages of ``H[:cut]``, and what the split conditions compare against."""
@@ -116,17 +139,26 @@ class _Prefix:
     (a human prompt)."""
     anchor: Message
     """``H[cut - 1]``: the history must still hold this very object there."""
-    params: list[MessageParam | SystemMessageParam]
-    repairs: tuple[Repair, ...]
+    covered: _Covered
+    """The params, repairs and id sets, shared with the builder's later prefixes (see ``_Covered``)."""
+    param_count: int
+    """This prefix's params are ``covered.params[:param_count]``."""
+    repair_count: int
     whitespace_pass_fired: bool
-    uuids: frozenset[str]
-    message_ids: frozenset[str]
-    tool_use_ids: frozenset[str]
-    referenced_tool_ids: frozenset[str]
-    tombstone_targets: frozenset[str]
-    request_tool_ids: frozenset[str]
-    """Every tool_use and server tool id in ``params``."""
     media: int
+
+    @property
+    def params(self) -> list[MessageParam | SystemMessageParam]:
+        return self.covered.params[: self.param_count]
+
+    @property
+    def repairs(self) -> tuple[Repair, ...]:
+        return tuple(self.covered.repairs[: self.repair_count])
+
+    @property
+    def current(self) -> bool:
+        """``covered``'s id sets are this prefix's (no later prefix grew them)."""
+        return self.covered.cut == self.cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,19 +299,25 @@ class RequestBuilder:
         tombstone_targets = _tombstone_targets(head)
         if tombstone_targets is None:
             return None
+        covered = _Covered(
+            cut=cut,
+            params=params,
+            repairs=list(repairs),
+            uuids=set(_uuids(head)),
+            message_ids=_message_ids(head),
+            tool_use_ids={tid for message in head for tid in tool_use_ids(message)},
+            referenced_tool_ids=_referenced_tool_ids(head),
+            tombstone_targets=set(tombstone_targets),
+            request_tool_ids=_request_tool_ids(params),
+        )
         return _Prefix(
             cut=cut,
             round_cut=round_cut,
             anchor=history[cut - 1],
-            params=params,
-            repairs=repairs,
+            covered=covered,
+            param_count=len(params),
+            repair_count=len(repairs),
             whitespace_pass_fired=_fired(repairs, RepairKind.WHITESPACE_ASSISTANT_DROPPED),
-            uuids=frozenset(_uuids(head)),
-            message_ids=frozenset(_message_ids(head)),
-            tool_use_ids=frozenset(tid for message in head for tid in tool_use_ids(message)),
-            referenced_tool_ids=frozenset(_referenced_tool_ids(head)),
-            tombstone_targets=tombstone_targets,
-            request_tool_ids=frozenset(_request_tool_ids(params)),
             media=sum(_media_count(param) for param in params),
         )
 
@@ -334,7 +372,9 @@ class RequestBuilder:
 
     @staticmethod
     def _spliced(prefix: _Prefix, joined: _Tail) -> BuiltRequest:
-        request: MessagesRequest = {**joined.request, "messages": [*prefix.params, *joined.messages]}
+        messages = prefix.params  # a copy: its own list
+        messages.extend(joined.messages)
+        request: MessagesRequest = {**joined.request, "messages": messages}
         report = NormalizationReport(repairs=(*prefix.repairs, *joined.repairs))
         return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
 
@@ -376,7 +416,7 @@ class RequestBuilder:
             return None
         media = prefix.media + sum(_media_count(param) for param in tail_messages)
         tail_tool_ids = _request_tool_ids(tail_messages)
-        if media > min(self.options.media_limit, MAX_MEDIA_ITEMS) or not prefix.request_tool_ids.isdisjoint(
+        if media > min(self.options.media_limit, MAX_MEDIA_ITEMS) or not prefix.covered.request_tool_ids.isdisjoint(
             tail_tool_ids
         ):
             return None
@@ -398,24 +438,34 @@ def _extended(
     repairs: tuple[Repair, ...],
 ) -> _Prefix | None:
     """``prefix`` moved forward to ``cut``: ``params`` and ``repairs`` are what the pipeline made of the span
-    ``history[prefix.cut:cut]`` after it. None when a tombstone of the span targets a uuid-less message."""
+    ``history[prefix.cut:cut]`` after it. None when a tombstone of the span targets a uuid-less message.
+
+    The span's share is added to ``prefix.covered`` in place (O(span), see ``_Covered``). None as well for a
+    prefix that is no longer the newest (never the builder's, which only moves its current prefix)."""
     span = history[prefix.cut : cut]
     span_targets = _tombstone_targets(span)
     if span_targets is None:
         return None
+    if not prefix.current:
+        return None  # its id sets are gone (grown by a later prefix): anchor in full
+    covered = prefix.covered
+    covered.cut = cut
+    covered.params.extend(params)
+    covered.repairs.extend(repairs)
+    covered.uuids.update(_uuids(span))
+    covered.message_ids.update(_message_ids(span))
+    covered.tool_use_ids.update(tid for message in span for tid in tool_use_ids(message))
+    covered.referenced_tool_ids.update(_referenced_tool_ids(span))
+    covered.tombstone_targets.update(span_targets)
+    covered.request_tool_ids.update(_request_tool_ids(params))
     return _Prefix(
         cut=cut,
         round_cut=isinstance(history[cut], AssistantMessage),
         anchor=history[cut - 1],
-        params=[*prefix.params, *params],
-        repairs=(*prefix.repairs, *repairs),
+        covered=covered,
+        param_count=len(covered.params),
+        repair_count=len(covered.repairs),
         whitespace_pass_fired=prefix.whitespace_pass_fired,
-        uuids=prefix.uuids.union(_uuids(span)),
-        message_ids=prefix.message_ids | _message_ids(span),
-        tool_use_ids=prefix.tool_use_ids.union(tid for message in span for tid in tool_use_ids(message)),
-        referenced_tool_ids=prefix.referenced_tool_ids | _referenced_tool_ids(span),
-        tombstone_targets=prefix.tombstone_targets | span_targets,
-        request_tool_ids=prefix.request_tool_ids | _request_tool_ids(params),
         media=prefix.media + sum(_media_count(param) for param in params),
     )
 
@@ -463,21 +513,24 @@ def _latest_cut(history: Sequence[Message], *, after: int, start: int = 0) -> in
 def _suffix_separable(prefix: _Prefix, suffix: Sequence[Message]) -> bool:
     """The cross-cut conditions of the module docstring, checked on the suffix (O(len(suffix))); a new turn
     after a tool-round cut is handled by ``_current_prefix``."""
+    if not prefix.current:
+        return False  # the id sets are a later prefix's (see _Covered)
+    covered = prefix.covered
     first = suffix[0]
     if not (isinstance(first, AssistantMessage) if prefix.round_cut else is_human_prompt(first)):
         return False
     targets = _tombstone_targets(suffix)
-    if targets is None or not targets.isdisjoint(prefix.uuids) or field_or_none(first, "uuid") in targets:
+    if targets is None or not targets.isdisjoint(covered.uuids) or field_or_none(first, "uuid") in targets:
         return False
     suffix_uuids = set(_uuids(suffix))
-    if not suffix_uuids.isdisjoint(prefix.uuids) or not suffix_uuids.isdisjoint(prefix.tombstone_targets):
+    if not suffix_uuids.isdisjoint(covered.uuids) or not suffix_uuids.isdisjoint(covered.tombstone_targets):
         return False
-    if not prefix.message_ids.isdisjoint(_message_ids(suffix)):
+    if not covered.message_ids.isdisjoint(_message_ids(suffix)):
         return False
     calls = {tid for message in suffix for tid in tool_use_ids(message)}
-    if not calls.isdisjoint(prefix.tool_use_ids) or not calls.isdisjoint(prefix.referenced_tool_ids):
+    if not calls.isdisjoint(covered.tool_use_ids) or not calls.isdisjoint(covered.referenced_tool_ids):
         return False
-    if not prefix.tool_use_ids.isdisjoint(_referenced_tool_ids(suffix)):
+    if not covered.tool_use_ids.isdisjoint(_referenced_tool_ids(suffix)):
         return False
     return not any(isinstance(message, CompactBoundarySystemMessage) for message in suffix)
 
