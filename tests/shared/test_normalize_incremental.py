@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -34,6 +35,8 @@ def assert_same_as_full(builder: RequestBuilder, history: Sequence[Message]) -> 
     built = builder.build(history)
     full = to_api_request(history, options=builder.options, clock=FixedClock(), ids=SequentialIds())
     assert built.result.request == full.request
+    # The worker writes the messages' JSON from the prefix's cached encoding: the bytes of the full request's.
+    assert built.messages_json(orjson.dumps) == orjson.dumps(full.request["messages"])
     assert built.result.report.counts == full.report.counts
     assert built.violations == validate_request(full.request, options=builder.options)
     return built.spliced

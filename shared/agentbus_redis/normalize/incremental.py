@@ -49,8 +49,8 @@ full pipeline on every corpus transcript and on random histories.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from agentbus_redis.api.request_view import SERVER_TOOL_USE_TYPES
 from agentbus_redis.api.types import MessageParam, MessagesRequest, SystemMessageParam
@@ -95,6 +95,9 @@ _STAND_IN_REPLY_PARAM = {"role": "assistant", "content": [{"type": "text", "text
 _STAND_IN_PROMPT_PARAM = {"role": "user", "content": STAND_IN_PROMPT}
 _LEADING_USER_PARAM = {"role": "user", "content": NO_CONTENT_MESSAGE}
 
+Encode = Callable[[object], bytes]
+"""A compact JSON encoder (``orjson.dumps``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class BuiltRequest:
@@ -104,6 +107,24 @@ class BuiltRequest:
     violations: list[ApiViolation]
     spliced: bool
     """Built from a cached prefix (False: the full pipeline ran)."""
+    prefix: _Prefix | None = None
+    """The cached prefix whose params the request's messages start with (a spliced request)."""
+
+    def messages_json(self, encode: Encode) -> bytes:
+        """``encode(self.result.request["messages"])``, for a compact JSON ``encode`` such as ``orjson.dumps``
+        (a list is ``[``, its items' encodings joined by ``,``, then ``]``; an item's encoding does not depend
+        on where it sits). The prefix's params are the same dicts request after request, so their JSON is
+        cached with the prefix (``_Covered.encoded``) and only the rest is encoded here: the bytes are those
+        of encoding the whole list, without the O(history) encoding of every request."""
+        messages = self.result.request["messages"]
+        prefix = self.prefix
+        count = 0 if prefix is None else prefix.param_count
+        if prefix is None or count == 0 or not _starts_with(messages, prefix.covered.params, count):
+            return encode(messages)
+        rest = messages[count:]
+        with prefix.covered.encoded(count, encode) as head:
+            # encode(rest) is "[" + the rest's items + "]": its items follow the head's after a comma.
+            return b"".join((b"[", head, b"," + encode(rest)[1:] if rest else b"]"))
 
 
 @dataclass(slots=True)
@@ -127,6 +148,23 @@ class _Covered:
     tombstone_targets: set[str]
     request_tool_ids: set[str]
     """Every tool_use and server tool id in ``params``."""
+    json: bytearray = field(default_factory=bytearray)
+    """The JSON of ``params[:len(json_ends)]``, each param's encoding joined by ``,`` (``encoded``)."""
+    json_ends: list[int] = field(default_factory=list)
+    """``json_ends[i]``: where the encoding of ``params[i]`` ends in ``json``."""
+    json_encoder: Encode | None = None
+
+    def encoded(self, count: int, encode: Encode) -> memoryview:
+        """The JSON of ``params[:count]`` (items joined by ``,``, no brackets), encoding only the params not
+        encoded yet: they never change once in a prefix. Release the view before the next call."""
+        if encode is not self.json_encoder:
+            self.json, self.json_ends, self.json_encoder = bytearray(), [], encode
+        for param in self.params[len(self.json_ends) : count]:
+            if self.json:
+                self.json += b","
+            self.json += encode(param)
+            self.json_ends.append(len(self.json))
+        return memoryview(self.json)[: self.json_ends[count - 1]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +414,7 @@ class RequestBuilder:
         messages.extend(joined.messages)
         request: MessagesRequest = {**joined.request, "messages": messages}
         report = NormalizationReport(repairs=(*prefix.repairs, *joined.repairs))
-        return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True)
+        return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True, prefix=prefix)
 
     def _join(
         self,
@@ -468,6 +506,11 @@ def _extended(
         whitespace_pass_fired=prefix.whitespace_pass_fired,
         media=prefix.media + sum(_media_count(param) for param in params),
     )
+
+
+def _starts_with(messages: Sequence[object], params: Sequence[object], count: int) -> bool:
+    """``messages[:count]`` are the very objects ``params[:count]`` (the request's list was not edited)."""
+    return len(messages) >= count and all(a is b for a, b in zip(messages[:count], params[:count], strict=True))
 
 
 def _stand_in_reply(clock: Clock, ids: IdSource) -> AssistantMessage:

@@ -28,7 +28,7 @@ from agentbus_redis.clock import Clock, epoch_ms, utc_now
 from agentbus_redis.errors import AgentbusError
 from agentbus_redis.ids import IdSource, random_uuid
 from agentbus_redis.normalize import NormalizeOptions
-from agentbus_redis.normalize.incremental import RequestBuilder
+from agentbus_redis.normalize.incremental import BuiltRequest, RequestBuilder
 from agentbus_redis.normalize.pipeline import NormalizedRequest
 from agentbus_redis.normalize.thinking_models import open_turn_thinking_models
 from agentbus_redis.observability import metrics
@@ -58,6 +58,8 @@ class PublishedRequest:
     ingress_id: str | None = None
     thinking_models: list[str] = field(default_factory=list)
     """The models whose thinking the open turn replays (``open_turn_thinking_models``)."""
+    built: BuiltRequest | None = None
+    """What the builder returned: it encodes the request's messages reusing its prefix's JSON."""
 
 
 @dataclass(slots=True)
@@ -250,6 +252,7 @@ class NormalizationWorker:
             result,
             traceparent,
             thinking_models=open_turn_thinking_models(history.messages),
+            built=built,
         )
 
     def _notice(self, request: PublishedRequest) -> Output:
@@ -285,9 +288,20 @@ class NormalizationWorker:
             body = {
                 "session_id": request.session_id,
                 "seq": request.seq,
-                "request": request.result.request,
+                "request": _encodable_request(request),
                 "repairs": request.result.report.counts,
             }
             if request.thinking_models:
                 body["thinking_models"] = request.thinking_models
             calls.add("SET", self.topology.request(request.session_id), orjson.dumps(body))
+
+
+def _encodable_request(request: PublishedRequest) -> object:
+    """The request to encode, its messages already JSON (an ``orjson.Fragment``, written as is): the builder
+    encodes only what follows its cached prefix (``BuiltRequest.messages_json``), the same bytes as
+    ``orjson.dumps`` of the whole list, which grows with the session."""
+    body = request.result.request
+    if request.built is None:
+        return body
+    # "messages" keeps its place in the dict: the key order, so the bytes, are those of ``body``.
+    return {**body, "messages": orjson.Fragment(request.built.messages_json(orjson.dumps))}
