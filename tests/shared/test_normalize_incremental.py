@@ -103,6 +103,34 @@ def test_long_bus_session_is_spliced_and_exact() -> None:
     assert sum(results) >= len(results) - 3
 
 
+def test_messages_json_survives_an_encoder_error_and_an_edited_request() -> None:
+    """The prefix's cached JSON stays the encoding of its params when the encoder raises midway, and a
+    request whose message list was edited after the build is encoded whole."""
+    history = [message for index in range(12) for message in turn(f"step {index}", index, calls=index % 2)]
+    builder = RequestBuilder(options=CALL_ORDER, clock=FixedClock(), ids=SequentialIds(), incremental_from=0)
+    built = [builder.build(history[:m]) for m in range(1, len(history) + 1) if history[m - 1].type == "user"]
+    last = built[-1]
+    assert last.spliced
+    assert last.prefix is not None
+    assert last.prefix.param_count > 1
+    calls = 0
+
+    def failing(value: object) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise TypeError("not encodable")
+        return orjson.dumps(value)
+
+    with pytest.raises(TypeError):
+        last.messages_json(failing)
+    assert last.messages_json(failing) == orjson.dumps(last.result.request["messages"])
+    for request in built:
+        assert request.messages_json(orjson.dumps) == orjson.dumps(request.result.request["messages"])
+    last.result.request["messages"][0] = {"role": "user", "content": "edited"}
+    assert last.messages_json(orjson.dumps) == orjson.dumps(last.result.request["messages"])
+
+
 def test_short_histories_are_built_in_full() -> None:
     """Below ``INCREMENTAL_FROM`` messages a prefix costs more than it saves: no prefix is anchored and
     every request is the full pipeline's; from there on the same session is spliced."""

@@ -160,9 +160,10 @@ class _Covered:
         if encode is not self.json_encoder:
             self.json, self.json_ends, self.json_encoder = bytearray(), [], encode
         for param in self.params[len(self.json_ends) : count]:
+            encoded = encode(param)  # first: an encoder that raises leaves the cache as it was
             if self.json:
                 self.json += b","
-            self.json += encode(param)
+            self.json += encoded
             self.json_ends.append(len(self.json))
         return memoryview(self.json)[: self.json_ends[count - 1]]
 
