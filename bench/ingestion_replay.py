@@ -144,7 +144,7 @@ async def digest_round(
     from agentbus_redis.observability import tracing
 
     seeded = random.Random(0)
-    secrets.token_bytes = seeded.randbytes  # span ids, which the log entries' traceparents carry
+    secrets.token_bytes = seeded.randbytes  # type: ignore[assignment]  # span ids (the traceparents)
     tracing._random.reset()
     redis = aioredis.Redis.from_url(url)
     await redis.flushall()
