@@ -152,9 +152,6 @@ it is cheaper than against ``str | bytes``)."""
 
 
 _TEXT_TYPES = frozenset(_TEXT)
-_BYTES_OR_STR = (bytes, str)
-""":data:`_TEXT` for field values, mostly bytes: ``isinstance`` tries the tuple's types in turn, so the likely one
-first spares a failed subclass check per value (the verdict is the same)."""
 
 _XADD_HEADS: dict[int | None, tuple[str, ...]] = {None: ("*",)}
 """What follows an XADD's key, by its ``maxlen``: ``MAXLEN ~ n *`` or ``*`` (made once, not a ``repr`` per entry)."""
@@ -178,6 +175,11 @@ def _as_text(args: Sequence[Arg]) -> Sequence[str | bytes]:
         # one ``isinstance`` per argument. Anything else, subclasses included, takes the general rule below.
         return cast("Sequence[str | bytes]", args)
     return [arg if isinstance(arg, _TEXT) else repr(arg) for arg in args]
+
+
+def _too_many_arguments(call: list[str | bytes | int], key: str) -> ValueError:
+    """The error of a call (its command, its key's number, its arguments) with more than Lua can ``unpack``."""
+    return ValueError(f"{call[0]!s} {key}: {len(call) - 2} arguments in one call (at most {MAX_ARGS_PER_CALL})")
 
 
 def _fenced_or(error: ResponseError, keys: Sequence[str], args: Sequence[Arg]) -> ResponseError | Fenced:
@@ -241,9 +243,9 @@ class KeyCalls:
                 call = ["XADD", 0, *head]
                 for name, value in fields.items():
                     call.append(name if isinstance(name, _TEXT) else repr(name))
-                    call.append(value if isinstance(value, _BYTES_OR_STR) else repr(value))
+                    call.append(value if isinstance(value, _TEXT) else repr(value))
                 if len(call) > MAX_ARGS_PER_CALL + 2:
-                    self._add_call(stream, call)  # raises
+                    raise _too_many_arguments(call, stream)
             number = numbers.get(stream)
             if number is None:
                 number = self._declare(stream)
@@ -254,8 +256,7 @@ class KeyCalls:
     def _add_call(self, key: str, call: list[str | bytes | int]) -> None:
         """Queue ``call`` (its command, a placeholder for its key's number, then its arguments as text) on ``key``."""
         if len(call) > MAX_ARGS_PER_CALL + 2:
-            msg = f"{call[0]!s} {key}: {len(call) - 2} arguments in one call (at most {MAX_ARGS_PER_CALL})"
-            raise ValueError(msg)
+            raise _too_many_arguments(call, key)
         number = self._key_numbers.get(key)
         call[1] = number if number is not None else self._declare(key)
         self._calls.append(call)
