@@ -16,10 +16,16 @@ from agentbus_redis.bus.events import AssistantReply, StreamEvent, StreamFallbac
 from agentbus_redis.config.settings import ModelSettings
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.model.cost import DEFAULT_PRICES
+from agentbus_redis.model.request import ModelDefaults
+from agentbus_redis.runtime.slots import JobSlots
+from agentbus_redis.stores.usage import read_usage
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.streams.topology import Topology
-from agentbus_redis.workers.model.call import ModelCall
+from agentbus_redis.tools.definitions import ToolDefinition
+from agentbus_redis.workers.model.call import CallResult, ModelCall
 from agentbus_redis.workers.model.publisher import PublishFailed, SessionPublisher
+from agentbus_redis.workers.model.worker import ModelWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -124,3 +130,46 @@ async def test_an_abandoned_call_on_its_last_delivery_ends_the_turn_with_the_raw
     inflight = await redis.get(TOPOLOGY.model_inflight(SESSION))
     assert inflight is not None
     assert orjson.loads(inflight)["state"] == "answered"
+
+
+async def no_tools() -> list[ToolDefinition]:
+    return []
+
+
+async def test_the_usage_of_a_reply_that_landed_is_recorded_once_redis_is_back(
+    redis: aioredis.Redis, private_redis: LocalRedis
+) -> None:
+    """Issue 25 (a fresh clone saw a session's usage at 0 requests after its turn ended): Redis went away right
+    after a reply's last event landed, before the worker recorded its usage. The record is ridden out like the
+    reply's writes and lands as soon as Redis is back — not only when the notice is reclaimed (30 s later by
+    default) and its next server finds the usage in the in-flight record."""
+    worker = ModelWorker(
+        redis,
+        TOPOLOGY,
+        consumer="test",
+        settings=ModelSettings(publish_retry_s=60),
+        client=AsyncAnthropic(api_key="unused", base_url="http://127.0.0.1:9", max_retries=0),
+        defaults=ModelDefaults(model="claude-sonnet-4-6"),
+        tools=no_tools,
+        prices=DEFAULT_PRICES,
+        internal_key=KEY,
+        slots=JobSlots(redis, group="model", size=1),
+        keepalive_s=1,
+    )
+    usage: JsonObject = {
+        "input_tokens": 12,
+        "output_tokens": 5,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+    }
+    result = CallResult(outcome="ok", model="claude-sonnet-4-6", request_id="req_9", usage=usage)
+    private_redis.stop()
+    accounting = asyncio.create_task(worker._account(SESSION, "default", 100, result, 0.5))
+    await asyncio.sleep(0.3)
+    assert not accounting.done()  # waiting for Redis, not given up
+    await asyncio.to_thread(private_redis.start)
+    await accounting
+    recorded = await read_usage(redis, TOPOLOGY, SESSION)
+    assert recorded.total.requests == 1
+    assert recorded.total.input_tokens == 12
+    assert recorded.total.output_tokens == 5

@@ -73,6 +73,7 @@ from agentbus_redis.observability import model_metrics
 from agentbus_redis.observability.tracing import AttributeValue, Span, WorkerTracer
 from agentbus_redis.runtime.codec import decode_entry
 from agentbus_redis.runtime.consumer import BatchOutcome, Poison
+from agentbus_redis.runtime.ride_out import RedisUnavailable, ride_out
 from agentbus_redis.runtime.slots import JobSlots
 from agentbus_redis.stores.usage import record_priced_usage, record_usage
 from agentbus_redis.streams.entries import StreamEntry
@@ -89,8 +90,6 @@ LEASE_POLL_INITIAL_S = 0.02
 LEASE_POLL_MAX_S = 0.5
 USAGE_RETRY_S = 300.0
 """How long the usage of an abandoned call's complete replies is retried (Redis restarting) before it is logged lost."""
-USAGE_RETRY_INITIAL_S = 0.1
-USAGE_RETRY_MAX_S = 2.0
 DEFAULT_TENANT = "default"
 FINAL_STATES = frozenset({"answered", "interrupted"})
 """In-flight record states that mean the request needs no call any more."""
@@ -637,12 +636,14 @@ class ModelWorker:
         model_metrics.record_duration(result.model, duration_s, result.error_type)
         if result.time_to_first_chunk_s is not None:
             model_metrics.record_first_chunk(result.model, result.time_to_first_chunk_s)
-        actual = 0
-        for response in [*result.superseded, result]:  # an escalated cut reply was paid for too (M8.5)
-            if response.usage is not None:
-                await self._record_response_usage(session, response, response.usage)
-                actual += total_tokens(response.usage)
+        billed = [response for response in [*result.superseded, result] if response.usage is not None]
+        # An escalated cut reply was paid for too (M8.5). The reply's last event has landed: a Redis restarting
+        # now must not leave its usage unrecorded until the notice is reclaimed (issue 25), so the record is
+        # ridden out like the reply's writes; past that bound the notice stays pending, and whoever serves it
+        # records the usage from the in-flight record (``_recover_usage``).
+        await self._record_usages(session, billed, bound_s=self.settings.publish_retry_s)
         if self.bucket is not None:
+            actual = sum(total_tokens(response.usage) for response in billed)
             await self.bucket.settle(tenant, estimated=estimate, actual=actual)
 
     def _record_billed(self, session: str, call: ModelCall) -> None:
@@ -657,23 +658,25 @@ class ModelWorker:
             task.add_done_callback(self._usage_writes.discard)
 
     async def _record_until_written(self, session: str, responses: list[CallResult]) -> None:
-        delay = USAGE_RETRY_INITIAL_S
-        deadline = time.monotonic() + USAGE_RETRY_S
-        pending = list(responses)
-        while pending:
-            response = pending[0]
-            try:
-                assert response.usage is not None
-                await self._record_response_usage(session, response, response.usage)
-                log.warning("model_usage_of_abandoned_call", session_id=session, request_id=response.request_id)
-                pending.pop(0)
-                continue
-            except (aioredis.RedisError, OSError) as error:
-                if time.monotonic() + delay > deadline:
-                    log.error("model_usage_lost", session_id=session, request_id=response.request_id, error=repr(error))
-                    return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, USAGE_RETRY_MAX_S)
+        try:
+            await self._record_usages(session, responses, bound_s=USAGE_RETRY_S)
+        except (RedisUnavailable, aioredis.RedisError, OSError) as error:
+            log.error("model_usage_lost", session_id=session, error=repr(error))
+            return
+        for response in responses:
+            log.warning("model_usage_of_abandoned_call", session_id=session, request_id=response.request_id)
+
+    async def _record_usages(self, session: str, responses: list[CallResult], *, bound_s: float) -> None:
+        """Record each response's usage, riding out a Redis that is away for up to ``bound_s`` seconds (then
+        :class:`RedisUnavailable`). Recording twice is harmless: the usage store deduplicates by request id."""
+        for response in responses:
+            usage = response.usage
+            assert usage is not None
+            await ride_out(
+                functools.partial(self._record_response_usage, session, response, usage),
+                bound_s=bound_s,
+                what=f"record the usage of {response.request_id} of {session}",
+            )
 
     async def _record_response_usage(self, session: str, response: CallResult, usage: JsonObject) -> None:
         billed_model = response.response_model or response.model
