@@ -9,11 +9,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import redis.asyncio as aioredis
+
 from agentbus_redis.bus.events import LogEntry
 from agentbus_redis.json_types import JsonObject
 from agentbus_redis.messages.content import TextBlock, ToolResultBlock, ToolUseBlock
 from agentbus_redis.messages.kinds import AssistantMessage, Message, TombstoneMessage, UserMessage
 from agentbus_redis.sdk.client import AgentbusClient
+from agentbus_redis.streams.topology import Topology
 
 
 def live_messages(history: list[LogEntry]) -> list[Message]:
@@ -65,6 +68,18 @@ def turn_ended(history: list[LogEntry]) -> bool:
     return last.message.stop_reason in ("end_turn", "stop_sequence", "max_tokens") and not any(
         isinstance(b, ToolUseBlock) for b in last.blocks
     )
+
+
+async def calls_settled(redis: aioredis.Redis, topology: Topology, *sessions: str, timeout_s: float = 60.0) -> None:
+    """Wait until no model worker holds the call lease of any of ``sessions``. A call's usage is recorded just
+    after its reply's last event is written, and its worker lets the lease go only after that
+    (``workers/model/worker.py``): the usage read once a turn ended and this returned counts its every call."""
+    deadline = time.monotonic() + timeout_s
+    keys = [topology.model_lease(session) for session in sessions]
+    while held := [key for key in keys if await redis.exists(key)]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"call leases still held: {held}")
+        await asyncio.sleep(0.05)
 
 
 def ended_with(text: str) -> Callable[[list[LogEntry]], bool]:

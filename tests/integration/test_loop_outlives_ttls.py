@@ -53,6 +53,8 @@ each shard lease of ingestion seen renewed this many times."""
 MIN_TURNS = 3
 """Turns the catalog test runs at least; it runs more while it waits for RENEWALS catalog refreshes and lease
 renewals and RENEWALS TTLs to pass."""
+LOOP_BOUND_S = 300.0
+"""The catalog test's loop usually ends within a minute; past this it fails with what it saw (see the loop)."""
 BUILTIN = ["Agent", "Bash", "Edit", "Glob", "Grep", "Read", "SendMessage", "Write"]
 
 
@@ -171,6 +173,15 @@ async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
                 await asyncio.sleep(CATALOG_TTL_S / 4)
 
         watching = asyncio.gather(leases.run(), watch_catalog())
+        turn_seconds: list[float] = []
+
+        def progress() -> str:
+            slowest = sorted(turn_seconds, reverse=True)[:5]
+            return (
+                f"{turns} turns (slowest {[round(s, 1) for s in slowest]} s), {len(refreshes)} catalog refreshes, "
+                f"lease renewals seen {leases.renewals}, new epochs {leases.new_epochs}"
+            )
+
         try:
             started = time.monotonic()
             turns = 0
@@ -180,6 +191,10 @@ async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
                 or time.monotonic() - started < RENEWALS * CATALOG_TTL_S
                 or turns < MIN_TURNS
             ):
+                # Not a wall-clock assertion on the bus (a starved machine is slow): a loop still going after
+                # this long has stopped making progress somewhere, and says where instead of the test's timeout.
+                assert time.monotonic() - started < LOOP_BOUND_S, f"no end after {LOOP_BOUND_S} s: {progress()}"
+                turn_started = time.monotonic()
                 # Not asserted live at each look: a tool worker starved past the 1 s TTL rightly lets its entry expire
                 # (and writes it again). Seeing it refreshed RENEWALS times, and every tool offered on every request
                 # (readers hold an entry they saw live for a while), is what this test is about.
@@ -189,6 +204,7 @@ async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
                 await client.send_prompt(session, f"turn {turns}")
                 await wait_for(client, session, turn_ended)
                 turns += 1
+                turn_seconds.append(time.monotonic() - turn_started)
                 # Usually one request; under heavy load a session lease of 0.6 s can lapse and a peer call again. Every
                 # request is what this test is about: each must offer every tool.
                 requests = fake.requests(session)
@@ -203,7 +219,7 @@ async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
         # The shard leases (TTL 1 s) were renewed all along (at least RENEWALS times each, seen above), and are
         # held by the same worker (a lease that lapsed under starvation is taken again by it: a new epoch, which
         # is correct, hence not compared).
-        print(f"lease renewals seen {leases.renewals}, new epochs {leases.new_epochs}, {turns} turns")
+        print(progress())
         await eventually(every_shard_held, timeout_s=60)
         assert holders == before, (before, holders)
         listing: dict[str, Any] = {}

@@ -6,7 +6,6 @@ usage recorded equals the calls the model server answered."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import uuid
 from collections.abc import Iterator
@@ -17,10 +16,11 @@ import pytest
 from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
 from agentbus_redis.messages.kinds import AssistantMessage
 from agentbus_redis.stores.usage import read_usage
-from tests.integration.cluster import WorkerCluster, eventually
+from tests.integration.cluster import WorkerCluster
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
+    calls_settled,
     live_messages,
     reply,
     text,
@@ -91,16 +91,10 @@ async def test_a_redis_restart_while_replies_stream_leaves_no_hole_and_ends_ever
         # skipped because another shard's notice has the same entry id is issue 25 item 2, fixed elsewhere.)
         assert [letter for letter in await dead_letters(client) if ":requests:" not in letter] == []
 
-        async def every_call_billed() -> bool:
-            # A call's usage is recorded just after its reply's last event, not with it: a reader that saw the
-            # turn end may see it a moment later. The bound is well under the claim idle time (30 s): a usage
-            # write that failed with Redis restarting must land when Redis is back, not when the notice is
-            # reclaimed and its next server finds the usage in the in-flight record.
-            usages = [await read_usage(client.redis, client.topology, s) for s in sessions]
-            return all(u.total.requests == len(fake.requests(s)) for s, u in zip(sessions, usages, strict=True))
-
-        with contextlib.suppress(TimeoutError):
-            await eventually(every_call_billed, timeout_s=10)
+        # A call's usage is recorded just after its reply's last event: read once every call let its lease go.
+        # A usage write refused while Redis restarted must land when Redis is back, not when the notice is
+        # reclaimed and its next server finds the usage in the in-flight record.
+        await calls_settled(client.redis, client.topology, *sessions)
         usages = [await read_usage(client.redis, client.topology, s) for s in sessions]
     for session, history, usage in zip(sessions, histories, usages, strict=True):
         live = [m for m in live_messages(history) if isinstance(m, AssistantMessage)]

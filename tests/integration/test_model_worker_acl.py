@@ -17,6 +17,7 @@ from agentbus_redis.stores.usage import usage_from_hash
 from tests.integration.fake_model import FakeModelProcess, start_fake_model
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
+    calls_settled,
     live_messages,
     reply,
     text,
@@ -83,6 +84,7 @@ async def test_the_model_worker_runs_a_turn_as_the_model_acl_user(
         history = await wait_for(producer, session, turn_ended)
         assert_every_tool_use_answered_once(history)
         assert text_of(live_messages(history)[-1]) == "It is a README."
+        await calls_settled(operator, producer.topology, session)  # the last call's usage lands just after its reply
         raw = await operator.hgetall(producer.topology.usage(session))
         usage = usage_from_hash(session, raw)
         assert usage.total.requests == 2  # both calls recorded (M10), by the model user

@@ -70,6 +70,7 @@ from tests.integration.cluster import Worker, WorkerCluster, eventually
 from tests.integration.fake_model import FakeModelProcess
 from tests.integration.model_turns import (
     assert_every_tool_use_answered_once,
+    calls_settled,
     live_messages,
     reply,
     text,
@@ -291,6 +292,9 @@ async def run_scenario(deployment: WorkerCluster, fake: FakeModelProcess, parent
         histories = {parent: await wait_for(bus, parent, turn_ended, timeout_s=180)}
         for session in child.values():
             histories[session] = await bus.history(session)
+        await calls_settled(
+            bus.redis, bus.topology, parent, *child.values()
+        )  # the last call's usage lands just after its reply
         usage = {session: await bus.usage(session) for session in [parent, *child.values()]}
         tree = await bus.tree_usage(parent)
         children = await store.children(parent)

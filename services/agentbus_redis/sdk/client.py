@@ -356,7 +356,9 @@ class AgentbusClient:
 
     async def usage(self, session_id: str) -> SessionUsage:
         """The session's model usage and cost so far, per model and in total (M10.5; ``.empty`` when no call
-        was recorded). Costs were computed when each call was recorded, with the price table then in force."""
+        was recorded). Costs were computed when each call was recorded, with the price table then in force.
+        A call is recorded by the model worker just after its reply's last event is written, not with it: read
+        right after a turn ended, its last call may show a moment later."""
         from agentbus_redis.stores.usage import read_usage
 
         return await read_usage(self.redis, self.topology, session_id)
