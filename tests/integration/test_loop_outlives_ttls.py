@@ -53,6 +53,7 @@ each shard lease of ingestion seen renewed this many times."""
 MIN_TURNS = 3
 """Turns the catalog test runs at least; it runs more while it waits for RENEWALS catalog refreshes and lease
 renewals and RENEWALS TTLs to pass."""
+TURN_BOUND_S = 120.0
 LOOP_BOUND_S = 300.0
 """The catalog test's loop usually ends within a minute; past this it fails with what it saw (see the loop)."""
 BUILTIN = ["Agent", "Bash", "Edit", "Glob", "Grep", "Read", "SendMessage", "Write"]
@@ -201,8 +202,17 @@ async def test_the_model_is_offered_every_tool_long_after_the_catalog_ttl(
                 if watching.done():
                     watching.result()  # a watch failed: say why
                 session = new_session()
-                await client.send_prompt(session, f"turn {turns}")
-                await wait_for(client, session, turn_ended)
+                try:
+                    # wait_for gives up after 60 s, but an await that never returns would not reach its check (a
+                    # fresh clone once ran into the test timeout here): bounded, and said where.
+                    async with asyncio.timeout(TURN_BOUND_S):
+                        step = "send_prompt"
+                        await client.send_prompt(session, f"turn {turns}")
+                        step = "wait_for"
+                        await wait_for(client, session, turn_ended)
+                except TimeoutError:
+                    history = [entry.message.type for entry in await client.history(session)]
+                    raise AssertionError(f"turn {turns} stuck in {step}: {progress()}; its log: {history}") from None
                 turns += 1
                 turn_seconds.append(time.monotonic() - turn_started)
                 # Usually one request; under heavy load a session lease of 0.6 s can lapse and a peer call again. Every
