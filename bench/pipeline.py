@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
@@ -522,9 +523,14 @@ def main() -> None:
     try:
         # Alternate raw and agentbus rounds so drifting machine load hits both alike; report medians.
         rounds: list[dict[str, float]] = []
+        commandstats: dict[str, list[dict[str, float]]] = {"raw": [], "agentbus": []}
         for _ in range(args.rounds):
+            reset_commandstats(server.url)
             raw = run_raw_chain(server.url, hops=HOPS, n=len(saturation))
+            commandstats["raw"].append(commandstats_us_per_event(server.url, len(saturation)))
+            reset_commandstats(server.url)
             ours = saturation_round(server, root, saturation, metrics=True)
+            commandstats["agentbus"].append(commandstats_us_per_event(server.url, len(saturation)))
             raw_hop_cpu = statistics.median(raw.cpu_us_per_event[f"hop{hop}"] for hop in range(1, HOPS + 1))
             rounds.append(
                 {
@@ -551,6 +557,10 @@ def main() -> None:
             side: round(statistics.median(r[key] for r in rounds), 1)
             for side, key in (("agentbus", "redis_cpu_us_per_event"), ("raw", "raw_redis_cpu_us_per_event"))
         }
+        # Where Redis's CPU goes, by command (INFO commandstats; a script's inner commands are counted under their
+        # own names and inside the script's time too): what is left of the Redis CPU is reading, parsing and
+        # answering the calls themselves.
+        results["redis_commands_us_per_event"] = {side: median_by_command(rows) for side, rows in commandstats.items()}
         raw_paced = run_raw_chain(server.url, hops=HOPS, n=int(args.rate * args.seconds), rate=args.rate)
         results["raw_paced_p50_ms"], results["raw_paced_p99_ms"] = raw_paced.p50_ms, raw_paced.p99_ms
         results["sync_p50_ms"], results["sync_p99_ms"] = sync_latency_ms(root)
@@ -589,6 +599,9 @@ def main() -> None:
         f"transcripts {cpu['transcripts']}, Redis {redis_cpu['agentbus']}; raw chain: a hop "
         f"{results['raw_hop_cpu_us_per_event']}, Redis {redis_cpu['raw']}"
     )
+    for side, by_command in results["redis_commands_us_per_event"].items():
+        top = ", ".join(f"{command} {us}" for command, us in list(by_command.items())[:8])
+        print(f"  Redis µs per event by command, {side}: {top}")
     latency = results["paced_latency"]
     p50, p99 = latency.get("p50_ms", float("nan")), latency.get("p99_ms", float("nan"))
     raw_p50, raw_p99 = results["raw_paced_p50_ms"], results["raw_paced_p99_ms"]
@@ -618,6 +631,25 @@ def main() -> None:
             f"{cost['throughput_on_over_off']:.3f}; CPU {cost['on_cpu_us_per_event']:.0f} vs "
             f"{cost['off_cpu_us_per_event']:.0f} µs/event → {cost['cpu_on_over_off']:.3f} (goal: drop ≤ 5%)"
         )
+
+
+def reset_commandstats(url: str) -> None:
+    with redis.Redis.from_url(url) as client:
+        client.config_resetstat()
+
+
+def commandstats_us_per_event(url: str, events: int) -> dict[str, float]:
+    """Each command's total execution time since :func:`reset_commandstats`, in µs per event."""
+    with redis.Redis.from_url(url) as client:
+        stats: dict[str, Any] = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): row["usec"] / events for name, row in stats.items()}
+
+
+def median_by_command(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The rounds' median µs per event of each command, largest first."""
+    commands = {command for row in rows for command in row}
+    medians = {command: statistics.median(row.get(command, 0.0) for row in rows) for command in commands}
+    return {command: round(us, 2) for command, us in sorted(medians.items(), key=lambda item: -item[1])}
 
 
 def _cpu_s(pid: int) -> float:
