@@ -71,7 +71,10 @@ def deployment(module_cluster: WorkerCluster, fake: FakeModelProcess) -> WorkerC
             "AGENTBUS_MODEL__RETRY_BASE_DELAY_MS": str(BASE_MS),
             "AGENTBUS_MODEL__RETRY_MAX_DELAY_MS": str(MAX_MS),
             "AGENTBUS_MODEL__MAX_RETRIES": str(MAX_RETRIES),
-            "AGENTBUS_MODEL__SESSION_LEASE_MS": "1500",
+            # The default call lease (10 s), not a short one: these tests check the exact requests of a call (its
+            # retries, its non-streaming repeat), and a worker starved past a short lease rightly loses it and the
+            # request is called again whole (a loaded full suite saw [stream, stream, stream]). Leases that expire
+            # and renew are tests/integration/test_loop_outlives_ttls.py's and the soak's.
         }
     )
     for name in ("ingestion", "normalization", "transcripts", "tools", "model"):
