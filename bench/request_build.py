@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -81,8 +84,9 @@ def log_order(mix: str, requests: int, sessions: int) -> Iterator[tuple[str, Mes
                 yield session, message
 
 
-def run_builder(mix: str, requests: int, sessions: int) -> int:
-    """Build each due request through the session's ``RequestBuilder`` (as ``NormalizationWorker._build``)."""
+def run_builder(mix: str, requests: int, sessions: int, digest: Any = None) -> int:
+    """Build each due request through the session's ``RequestBuilder`` (as ``NormalizationWorker._build``).
+    With ``digest`` (a hashlib object), every request's JSON, its repairs and its violations are fed to it."""
     histories: dict[str, SessionHistory] = {}
     builders: dict[str, RequestBuilder] = {}
     built = 0
@@ -95,6 +99,10 @@ def run_builder(mix: str, requests: int, sessions: int) -> int:
         if history.needs_request():
             result = builders[session].build(history.messages)
             assert not result.violations, result.violations
+            if digest is not None:
+                digest.update(orjson.dumps(result.result.request))
+                digest.update(orjson.dumps([repair.model_dump(mode="json") for repair in result.result.report.repairs]))
+                digest.update(orjson.dumps([violation.model_dump(mode="json") for violation in result.violations]))
             history.mark_published()
             built += 1
             if built == requests:
@@ -102,8 +110,9 @@ def run_builder(mix: str, requests: int, sessions: int) -> int:
     return built
 
 
-def run_worker(mix: str, requests: int, sessions: int) -> int:
-    """Feed the log to ``NormalizationWorker.handle`` one entry per batch, the histories already cached."""
+def run_worker(mix: str, requests: int, sessions: int, digest: Any = None) -> int:
+    """Feed the log to ``NormalizationWorker.handle`` one entry per batch, the histories already cached.
+    With ``digest`` (a hashlib object), every value the worker writes (the request key's ``SET``) is fed to it."""
     # The worker's log lines as a deployed worker writes them (JSON), to nowhere.
     configure_logging("INFO", json=True, stream=open(os.devnull, "w"))  # noqa: SIM115
     worker = NormalizationWorker(None, TOPOLOGY, max_sessions=sessions)  # type: ignore[arg-type]
@@ -123,7 +132,11 @@ def run_worker(mix: str, requests: int, sessions: int) -> int:
         for entry in entries:
             outcome = await worker.handle([entry])
             if outcome.write is not None:
-                outcome.write(KeyCalls())
+                calls = KeyCalls()
+                outcome.write(calls)
+                if digest is not None:
+                    for call in calls._calls:  # what would be sent, read by the bench only
+                        digest.update(repr(call).encode())
             built += len(outcome.outputs)
             if built >= requests:
                 break
@@ -138,13 +151,21 @@ def main() -> None:
     parser.add_argument("--mix", choices=sorted(MIXES), default="prompts")
     parser.add_argument("--path", choices=["builder", "worker"], default="builder")
     parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument(
+        "--digest",
+        action="store_true",
+        help="print a sha256 of every request's JSON, repairs and violations (builder) or of every write (worker)",
+    )
     args = parser.parse_args()
     run: Any = run_builder if args.path == "builder" else run_worker
+    digest = hashlib.sha256() if args.digest else None
     started = time.process_time()
-    built = run(args.mix, args.requests, args.sessions)
+    built = run(args.mix, args.requests, args.sessions, digest)
     elapsed = time.process_time() - started
     assert built == args.requests, (built, args.requests)
     print(f"{args.mix}/{args.path}: {built} requests, {elapsed / built * 1e6:.0f} µs CPU a request")
+    if digest is not None:
+        print(f"sha256 {digest.hexdigest()}")
 
 
 if __name__ == "__main__":

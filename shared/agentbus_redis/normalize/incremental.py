@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import is_
 
 from agentbus_redis.api.request_view import SERVER_TOOL_USE_TYPES
 from agentbus_redis.api.types import MessageParam, MessagesRequest, SystemMessageParam
@@ -414,7 +415,8 @@ class RequestBuilder:
         messages = prefix.params  # a copy: its own list
         messages.extend(joined.messages)
         request: MessagesRequest = {**joined.request, "messages": messages}
-        report = NormalizationReport(repairs=(*prefix.repairs, *joined.repairs))
+        # The repairs are the prefix's and the pipeline's own Repair objects, validated when made.
+        report = NormalizationReport.model_construct(repairs=(*prefix.repairs, *joined.repairs))
         return BuiltRequest(NormalizedRequest(request=request, report=report), [], spliced=True, prefix=prefix)
 
     def _join(
@@ -511,7 +513,8 @@ def _extended(
 
 def _starts_with(messages: Sequence[object], params: Sequence[object], count: int) -> bool:
     """``messages[:count]`` are the very objects ``params[:count]`` (the request's list was not edited)."""
-    return len(messages) >= count and all(a is b for a, b in zip(messages[:count], params[:count], strict=True))
+    # map(is_) compares in C: the prefix grows with the session, a generator would run Python per message.
+    return len(messages) >= count and len(params) >= count and all(map(is_, messages[:count], params[:count]))
 
 
 def _stand_in_reply(clock: Clock, ids: IdSource) -> AssistantMessage:

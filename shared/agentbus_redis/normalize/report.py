@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -79,8 +78,12 @@ class NormalizationReport(BaseModel):
 
     @property
     def counts(self) -> dict[str, int]:
-        """Repairs by kind (metric label → count)."""
-        return dict(Counter(repair.kind.value for repair in self.repairs))
+        """Repairs by kind (metric label → count), kinds in the order first seen."""
+        counts: dict[str, int] = {}
+        for repair in self.repairs:  # most requests have none: no Counter built for them
+            kind = repair.kind.value
+            counts[kind] = counts.get(kind, 0) + 1
+        return counts
 
     def count(self, kind: RepairKind) -> int:
         """How many repairs of ``kind`` were made."""

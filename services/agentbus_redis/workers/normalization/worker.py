@@ -60,6 +60,8 @@ class PublishedRequest:
     """The models whose thinking the open turn replays (``open_turn_thinking_models``)."""
     built: BuiltRequest | None = None
     """What the builder returned: it encodes the request's messages reusing its prefix's JSON."""
+    repair_counts: dict[str, int] = field(default_factory=dict)
+    """``result.report.counts``, counted once: the stats, the metrics and the request key all use it."""
 
 
 @dataclass(slots=True)
@@ -242,9 +244,10 @@ class NormalizationWorker:
             metrics.record_request_rejected(v.rule for v in violations)
             detail = "; ".join(f"{v.rule}@{v.message_index}.{v.block_index}: {v.detail}" for v in violations[:10])
             return RejectedRequest(history.session_id, history.applied_seq, "invalid_request", detail, result.request)
-        for kind, count in result.report.counts.items():
+        repair_counts = result.report.counts
+        for kind, count in repair_counts.items():
             self.stats.repairs[kind] = self.stats.repairs.get(kind, 0) + count
-        metrics.record_repair_counts(result.report.counts)
+        metrics.record_repair_counts(repair_counts)
         self.stats.published += 1
         return PublishedRequest(
             history.session_id,
@@ -253,6 +256,7 @@ class NormalizationWorker:
             traceparent,
             thinking_models=open_turn_thinking_models(history.messages),
             built=built,
+            repair_counts=repair_counts,
         )
 
     def _notice(self, request: PublishedRequest) -> Output:
@@ -289,7 +293,7 @@ class NormalizationWorker:
                 "session_id": request.session_id,
                 "seq": request.seq,
                 "request": _encodable_request(request),
-                "repairs": request.result.report.counts,
+                "repairs": request.repair_counts,
             }
             if request.thinking_models:
                 body["thinking_models"] = request.thinking_models
