@@ -12,6 +12,12 @@ bytes); the first ``--entries`` log entries, encoded as ingestion writes them, g
 packed, nothing sent), into a fresh data directory with the worker's store configuration (``syncfs`` where the
 kernel has it). One round; its CPU seconds per entry are printed.
 
+``--digest FILE`` also writes (and prints) the sha256 of everything the round did: every file under the data
+directory (path relative to it, size, bytes; sorted by path) and every batch's outcome (its dead-lettered
+entries and the settling script as packed). A change to the worker must leave it the same: run the same
+script in the checkout before the change (copy it out, ``cd`` there and run it with that checkout's Python and
+``PYTHONPATH=.``) and compare the two files.
+
 The log entries are built in a child process (this script with ``--emit``): ``valgrind --tool=callgrind``
 does not follow children by default, so ``bench/instructions.py`` counts the worker's code, not the ledger
 that made its input. ``fsync``/``syncfs`` are kernel time, which callgrind does not count either.
@@ -117,15 +123,37 @@ def batches(entries: list[tuple[str, bytes]], size: int, topology: Topology) -> 
     return [chunks[step] for step in range(max(map(len, chunked))) for chunks in chunked if step < len(chunks)]
 
 
-def settle(entries: list[StreamEntry], outcome: BatchOutcome, packer: Connection) -> None:
-    """What the consumer does with the outcome: the settling script, packed as it is sent; then the settled callback."""
-    settlement(entries, outcome, packer, group=GROUP)
+def settle(entries: list[StreamEntry], outcome: BatchOutcome, packer: Connection) -> list[bytes]:
+    """What the consumer does with the outcome: the settling script, packed as it is sent (returned); then the
+    settled callback."""
+    packed = settlement(entries, outcome, packer, group=GROUP)
     if outcome.on_settled is not None:
         outcome.on_settled()
+    return packed
 
 
-async def replay(work: list[list[StreamEntry]], data_dir: Path) -> float:
-    """A fresh worker and store (as ``workers/transcripts/app.py`` configures them) through ``work``: CPU seconds."""
+def outcome_bytes(outcome: BatchOutcome, packed: list[bytes]) -> bytes:
+    """A batch's outcome for ``--digest``: its poison entries (id, reason, detail) and its settling script."""
+    poison = [(entry_id, p.reason, p.detail) for entry_id, p in sorted(outcome.poison.items())]
+    return orjson.dumps(poison) + b"".join(packed)
+
+
+def files_digest(data_dir: Path, outcomes: list[bytes]) -> str:
+    """``--digest``: sha256 of every file written (relative path, size, bytes, sorted by path) and the outcomes."""
+    digest = hashlib.sha256()
+    for path in sorted(path for path in data_dir.rglob("*") if path.is_file()):
+        content = path.read_bytes()
+        digest.update(b"file %s %d\n" % (bytes(path.relative_to(data_dir)), len(content)))
+        digest.update(content)
+    for outcome in outcomes:
+        digest.update(b"outcome %d\n" % len(outcome))
+        digest.update(outcome)
+    return digest.hexdigest()
+
+
+async def replay(work: list[list[StreamEntry]], data_dir: Path, outcomes: list[bytes] | None = None) -> float:
+    """A fresh worker and store (as ``workers/transcripts/app.py`` configures them) through ``work``: CPU seconds.
+    Each batch's outcome is appended to ``outcomes`` when given (``--digest``)."""
     store = TranscriptStore(data_dir, StoreConfig(stamp=SessionStamp(entrypoint="agentbus", git_branch=None)))
     # The runtime's on_new_session writes a sub-agent's sidecar; these sessions are no sub-agents: left out.
     worker = TranscriptWorker(store, cwd="/srv/agentbus")
@@ -133,7 +161,10 @@ async def replay(work: list[list[StreamEntry]], data_dir: Path) -> float:
     packer = Connection()
     started = time.process_time()
     for entries in work:
-        settle(entries, await handler(entries), packer)
+        outcome = await handler(entries)
+        packed = settle(entries, outcome, packer)
+        if outcomes is not None:
+            outcomes.append(outcome_bytes(outcome, packed))
     spent = time.process_time() - started
     await store.close()
     return spent
@@ -154,6 +185,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--batch", type=int, default=100, help="entries a batch (the consumer's read count)")
     parser.add_argument("--emit", action="store_true", help="print the log entries as JSON and exit")
+    parser.add_argument("--digest", type=Path, help="write the sha256 of every file written and outcome here")
     args = parser.parse_args()
     if args.emit:
         entries = log_entries(args.mix, args.entries, args.sessions)
@@ -165,7 +197,12 @@ def main() -> None:
     work = batches(emitted(args), args.batch, topology)
     freeze_startup_heap()  # the garbage collector as a worker process tunes it after its startup
     with tempfile.TemporaryDirectory(prefix="agentbus-transcripts-replay-") as data_dir:
-        spent = asyncio.run(replay(work, Path(data_dir)))
+        outcomes: list[bytes] | None = [] if args.digest is not None else None
+        spent = asyncio.run(replay(work, Path(data_dir), outcomes))
+        if outcomes is not None:
+            full = files_digest(Path(data_dir), outcomes)
+            args.digest.write_text(full + "\n")
+            print(f"digest {full}")
         files = sorted(Path(data_dir).rglob("*.jsonl"))
         lines = sum(len(path.read_bytes().splitlines()) for path in files)
         # What was written, path and bytes: a change to the worker must leave it the same.

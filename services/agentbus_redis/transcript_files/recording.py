@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from agentbus_redis.json_types import JsonValue
 from agentbus_redis.messages.kinds import Message, UserMessage
 from agentbus_redis.transcript_files.cleaning import PersistableMessage, is_chain_participant, is_compact_boundary
-from agentbus_redis.transcript_files.lines import ChainFields, build_line, dumps_line
+from agentbus_redis.transcript_files.lines import ChainFields, LineTemplate, dumps_line
 from agentbus_redis.wire import field_or_none
 
 
@@ -78,22 +78,24 @@ def build_chain_lines(
     lines: list[str] = []
     uuids: list[str] = []
     predecessors: list[tuple[str, str | None]] = []
+    batch_chain = ChainFields(
+        parent_uuid=None,
+        is_sidechain=agent_id is not None,
+        team_name=team.team_name,
+        agent_name=team.agent_name,
+        prompt_id=team.prompt_id,
+        agent_id=agent_id,
+    )
+    template = LineTemplate(batch_chain, stamp)
     for message in messages:
-        effective = parent
-        if isinstance(message, UserMessage) and message.source_tool_assistant_uuid:
-            effective = message.source_tool_assistant_uuid
-        boundary = is_compact_boundary(message)
-        chain = ChainFields(
-            parent_uuid=None if boundary else effective,
-            logical_parent_uuid=parent,
-            with_logical_parent=boundary,
-            is_sidechain=agent_id is not None,
-            team_name=team.team_name,
-            agent_name=team.agent_name,
-            prompt_id=team.prompt_id,
-            agent_id=agent_id,
-        )
-        lines.append(dumps_line(build_line(message.to_wire(), chain, stamp)))
+        if is_compact_boundary(message):
+            line = template.line(message.to_wire(), None, parent, with_logical_parent=True)
+        else:
+            effective = parent
+            if isinstance(message, UserMessage) and message.source_tool_assistant_uuid:
+                effective = message.source_tool_assistant_uuid
+            line = template.line(message.to_wire(), effective)
+        lines.append(dumps_line(line))
         uuids.append(message.uuid)
         if is_chain_participant(message):
             predecessors.append((message.uuid, parent))

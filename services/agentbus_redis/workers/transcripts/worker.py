@@ -67,12 +67,21 @@ class TranscriptWorker:
         batch = decode_log_batch(entries)
         poison, consumed = batch.poison, batch.consumed
         by_session: dict[str, list[LogEntry]] = {}
+        # Each session id is checked once a batch, not once an entry (a batch holds a few entries a session).
+        invalid: dict[str, str] = {}
         for entry, record in batch.records:
-            if (problem := session_id_problem(record.session_id)) is not None:
-                # Ingestion refuses such ids; a log written before it did must not fail the batch forever.
-                poison[entry.entry_id] = Poison("invalid_session_id", f"{record.session_id!r}: {problem}")
+            session = record.session_id
+            if (records := by_session.get(session)) is not None:
+                records.append(record)
                 continue
-            by_session.setdefault(record.session_id, []).append(record)
+            problem = invalid.get(session)
+            if problem is None and (problem := session_id_problem(session)) is not None:
+                invalid[session] = problem
+            if problem is not None:
+                # Ingestion refuses such ids; a log written before it did must not fail the batch forever.
+                poison[entry.entry_id] = Poison("invalid_session_id", f"{session!r}: {problem}")
+                continue
+            by_session[session] = [record]
         before = (self.stats.lines_written, self.stats.duplicates_skipped, self.stats.lines_removed)
         started = time.perf_counter()
         await self._persist_all(by_session)
