@@ -103,30 +103,11 @@ class ChainFields:
 
 
 def build_line(message_wire: JsonObject, chain: ChainFields, stamp: dict[str, JsonValue | None]) -> JsonObject:
-    """R7.3: assemble one message line (see the module docstring for the merge semantics)."""
-    line: dict[str, JsonValue | None] = {"parentUuid": chain.parent_uuid}
-    if chain.with_logical_parent:
-        line["logicalParentUuid"] = chain.logical_parent_uuid
-    line["isSidechain"] = chain.is_sidechain
-    if chain.team_name is not None:
-        line["teamName"] = chain.team_name
-    if chain.agent_name is not None:
-        line["agentName"] = chain.agent_name
-    if chain.prompt_id is not None and message_wire.get("type") == "user":
-        line["promptId"] = chain.prompt_id
-    if chain.agent_id is not None:
-        line["agentId"] = chain.agent_id
-    own = {key: message_wire[key] for key in _OWN_FIELDS_FIRST if key in message_wire}
-    own.update(message_wire)
-    for key in IN_MEMORY_ONLY_FIELDS:
-        own.pop(key, None)
-    line.update(own)
-    line.update(stamp)
-    # A stamp value of None removes its key; deleting in place keeps the order of the others and, unlike a
-    # filtered copy of every key, costs only the few undefined stamp keys (gitBranch, slug).
-    for key in [key for key, value in stamp.items() if value is None]:
-        del line[key]
-    return line
+    """R7.3: assemble one message line (see the module docstring for the merge semantics). A writer of many
+    lines with the same batch fields makes one :class:`LineTemplate` and asks it for each line."""
+    return LineTemplate(chain, stamp).line(
+        message_wire, chain.parent_uuid, chain.logical_parent_uuid, with_logical_parent=chain.with_logical_parent
+    )
 
 
 class LineTemplate:
