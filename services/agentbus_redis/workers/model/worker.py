@@ -667,33 +667,29 @@ class ModelWorker:
             log.warning("model_usage_of_abandoned_call", session_id=session, request_id=response.request_id)
 
     async def _record_usages(self, session: str, responses: list[CallResult], *, bound_s: float) -> None:
-        """Record each response's usage, riding out a Redis that is away for up to ``bound_s`` seconds (then
-        :class:`RedisUnavailable`). Recording twice is harmless: the usage store deduplicates by request id."""
+        """Record each response's usage (the metrics once, the store's write ridden out through a Redis away for up
+        to ``bound_s`` seconds, then :class:`RedisUnavailable`). A write that is repeated after it landed is a
+        no-op: the usage store deduplicates by request id."""
         for response in responses:
             usage = response.usage
             assert usage is not None
-            await ride_out(
-                functools.partial(self._record_response_usage, session, response, usage),
-                bound_s=bound_s,
-                what=f"record the usage of {response.request_id} of {session}",
+            billed_model = response.response_model or response.model
+            cost = price_call(billed_model, usage, self.prices)  # once per response (M10.1 [REC], M5.6)
+            model_metrics.record_tokens(response.model, usage)
+            model_metrics.record_cost(billed_model, cost.usd)
+            record = functools.partial(
+                record_usage,
+                self.redis,
+                self.topology,
+                session,
+                model=billed_model,
+                usage=usage,
+                cost_usd=cost.usd,
+                priced=cost.priced,
+                prices_as_of=cost.as_of.isoformat(),
+                request_id=response.request_id,
             )
-
-    async def _record_response_usage(self, session: str, response: CallResult, usage: JsonObject) -> None:
-        billed_model = response.response_model or response.model
-        cost = price_call(billed_model, usage, self.prices)  # once per response (M10.1 [REC], M5.6)
-        model_metrics.record_tokens(response.model, usage)
-        model_metrics.record_cost(billed_model, cost.usd)
-        await record_usage(
-            self.redis,
-            self.topology,
-            session,
-            model=billed_model,
-            usage=usage,
-            cost_usd=cost.usd,
-            priced=cost.priced,
-            prices_as_of=cost.as_of.isoformat(),
-            request_id=response.request_id,
-        )
+            await ride_out(record, bound_s=bound_s, what=f"record the usage of {response.request_id} of {session}")
 
     async def _recover_usage(self, session: str, inflight: JsonObject | None) -> None:
         """Record the usage an answered in-flight record carries (``call.py``), read when a notice of the session
