@@ -156,19 +156,15 @@ class LineTemplate:
             line["promptId"] = self._prompt_id
         if self._after_prompt:
             line.update(self._after_prompt)
-        if _IN_MEMORY_PARENT in message_wire or _IN_MEMORY_SIDECHAIN in message_wire:  # rare: see R7.19
-            own = {key: message_wire[key] for key in _OWN_FIELDS_FIRST if key in message_wire}
-            own.update(message_wire)
-            for key in IN_MEMORY_ONLY_FIELDS:
-                own.pop(key, None)
-            line.update(own)
-        else:
-            # The first fields in Claude Code's order, then the rest: a key already in ``line`` keeps its
-            # place either way, so this is the order of the copy above without making the copy.
-            for key in _OWN_FIELDS_FIRST:
-                if key in message_wire:
-                    line[key] = message_wire[key]
-            line.update(message_wire)
+        # The message's own fields, Claude Code's first fields first: a key already in ``line`` keeps its place.
+        for key in _OWN_FIELDS_FIRST:
+            if key in message_wire:
+                line[key] = message_wire[key]
+        line.update(message_wire)
+        if _IN_MEMORY_PARENT in message_wire or _IN_MEMORY_SIDECHAIN in message_wire:
+            # R7.19: chain fields a message still carries (read from another transcript) are reassigned.
+            line["parentUuid"] = parent_uuid
+            line["isSidechain"] = self._is_sidechain
         line.update(self._stamp_set)
         for key in self._stamp_removed:
             line.pop(key, None)
