@@ -361,10 +361,12 @@ def saturation_round(
     # A fresh data dir too: files left by an earlier round would turn this round's appends into de-dup skips.
     workers = start_workers(target.url, Path(tempfile.mkdtemp(prefix="round-", dir=root)), metrics=metrics)
     try:
-        cpu_before = {name: _cpu_s(pid) for name, pid in workers.pids().items()}
+        cpu_before = {name: _user_kernel_s(pid) for name, pid in workers.pids().items()}
         redis_before = target.redis_cpu_s()
         rate = asyncio.run(saturate(batch, target.url))
-        cpu = {name: (_cpu_s(pid) - cpu_before[name]) * 1e6 / len(batch) for name, pid in workers.pids().items()}
+        cpu_after = {name: _user_kernel_s(pid) for name, pid in workers.pids().items()}
+        cpu = {name: (sum(cpu_after[name]) - sum(cpu_before[name])) * 1e6 / len(batch) for name in cpu_after}
+        kernel = {name: (cpu_after[name][1] - cpu_before[name][1]) * 1e6 / len(batch) for name in cpu_after}
         redis_cpu = (target.redis_cpu_s() - redis_before) * 1e6 / len(batch)
     finally:
         workers.stop()
@@ -373,6 +375,7 @@ def saturation_round(
         "cpu_us_per_event": sum(cpu.values()),
         "redis_cpu_us_per_event": redis_cpu,
         **{f"cpu_us_{n}": v for n, v in cpu.items()},
+        **{f"kernel_us_{n}": v for n, v in kernel.items()},
     }
 
 
@@ -532,10 +535,12 @@ def main() -> None:
             ours = saturation_round(server, root, saturation, metrics=True)
             commandstats["agentbus"].append(commandstats_us_per_event(server.url, len(saturation)))
             raw_hop_cpu = statistics.median(raw.cpu_us_per_event[f"hop{hop}"] for hop in range(1, HOPS + 1))
+            raw_hop_kernel = statistics.median(raw.kernel_us_per_event[f"hop{hop}"] for hop in range(1, HOPS + 1))
             rounds.append(
                 {
                     "raw_events_per_s": raw.events_per_s,
                     "raw_hop_cpu_us": raw_hop_cpu,
+                    "raw_hop_kernel_us": raw_hop_kernel,
                     "raw_redis_cpu_us_per_event": raw.cpu_us_per_event["redis"],
                     **ours,
                     "ratio": ours["events_per_s"] / raw.events_per_s,
@@ -552,6 +557,13 @@ def main() -> None:
         # What one raw hop (decode, stamp, encode, XADD, XACK) costs on this machine: the same-run yardstick for the
         # workers' CPU per event, whose absolute µs move with the machine (issue 31).
         results["raw_hop_cpu_us_per_event"] = round(statistics.median(r["raw_hop_cpu_us"] for r in rounds), 1)
+        # Of those, the time in the kernel (system calls: sockets, the transcripts' files and syncfs): instructions
+        # counted by bench/instructions.py do not include it, and a machine with slow system calls inflates it.
+        results["kernel_us_per_event"] = {
+            name: round(statistics.median(r[f"kernel_us_{name}"] for r in rounds), 1)
+            for name in ("ingestion", "normalization", "transcripts")
+        }
+        results["raw_hop_kernel_us_per_event"] = round(statistics.median(r["raw_hop_kernel_us"] for r in rounds), 1)
         # Redis runs on the same 2 cores: its CPU per event is part of what the throughput ratio compares.
         results["redis_cpu_us_per_event"] = {
             side: round(statistics.median(r[key] for r in rounds), 1)
@@ -598,6 +610,12 @@ def main() -> None:
         f"CPU µs per event (medians): ingestion {cpu['ingestion']}, normalization {cpu['normalization']}, "
         f"transcripts {cpu['transcripts']}, Redis {redis_cpu['agentbus']}; raw chain: a hop "
         f"{results['raw_hop_cpu_us_per_event']}, Redis {redis_cpu['raw']}"
+    )
+    kernel = results["kernel_us_per_event"]
+    print(
+        f"  of which in the kernel (system calls): ingestion {kernel['ingestion']}, normalization "
+        f"{kernel['normalization']}, transcripts {kernel['transcripts']}; "
+        f"a raw hop {results['raw_hop_kernel_us_per_event']}"
     )
     for side, by_command in results["redis_commands_us_per_event"].items():
         top = ", ".join(f"{command} {us}" for command, us in list(by_command.items())[:8])
@@ -654,8 +672,14 @@ def median_by_command(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (from /proc)."""
+    return sum(_user_kernel_s(pid))
+
+
+def _user_kernel_s(pid: int) -> tuple[float, float]:
+    """User and system (kernel: system calls, sockets, files, fsync) CPU seconds of a process (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def sync_latency_ms(directory: Path, appends: int = 200) -> tuple[float, float]:

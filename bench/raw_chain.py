@@ -64,6 +64,8 @@ class ChainResult:
     p99_ms: float
     max_ms: float
     cpu_us_per_event: dict[str, float] = field(default_factory=dict)
+    kernel_us_per_event: dict[str, float] = field(default_factory=dict)
+    """Of ``cpu_us_per_event``, the time in the kernel (system calls: the sockets), per hop."""
     """producer, hop1…hopK, redis, total."""
 
     @property
@@ -108,7 +110,7 @@ async def _hop(url: str, prefix: str, hop: int, last: bool, n: int, count: int, 
         if "BUSYGROUP" not in str(exc):
             raise
     await asyncio.to_thread(go.wait)
-    cpu0 = time.process_time()
+    cpu0, kernel0 = time.process_time(), os.times().system
     consumer = f"hop{hop}"
     latencies: list[float] = []
     done = 0
@@ -133,9 +135,9 @@ async def _hop(url: str, prefix: str, hop: int, last: bool, n: int, count: int, 
             latencies.extend(now - ts for ts in stamps)
         done += len(entries)
     done_at = time.time()
-    cpu = time.process_time() - cpu0
+    cpu, kernel = time.process_time() - cpu0, os.times().system - kernel0
     await client.aclose()
-    return {"role": f"hop{hop}", "cpu_s": cpu, "done_at": done_at, "latencies": latencies}
+    return {"role": f"hop{hop}", "cpu_s": cpu, "kernel_s": kernel, "done_at": done_at, "latencies": latencies}
 
 
 def _hop_main(
@@ -252,6 +254,7 @@ def run_raw_chain(
         cpu[f"hop{hop}"] = reports[f"hop{hop}"]["cpu_s"] / n * 1e6
     cpu["redis"] = redis_cpu / n * 1e6
     cpu["total"] = sum(cpu.values())
+    kernel = {f"hop{hop}": reports[f"hop{hop}"]["kernel_s"] / n * 1e6 for hop in range(1, hops + 1)}
     return ChainResult(
         hops=hops,
         n=n,
@@ -263,6 +266,7 @@ def run_raw_chain(
         p99_ms=_percentile(latencies_ms, 0.99),
         max_ms=latencies_ms[-1],
         cpu_us_per_event={key: round(value, 1) for key, value in cpu.items()},
+        kernel_us_per_event={key: round(value, 1) for key, value in kernel.items()},
     )
 
 
