@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agentbus_redis.local.redis_server import free_port, start_local_redis
 from agentbus_redis.messages.content import TextBlock, ToolUseBlock
 from agentbus_redis.messages.factories import create_assistant_message
+from agentbus_redis.runtime import redis_client
 from agentbus_redis.sdk.client import AgentbusClient
 from agentbus_redis.streams.names import StreamNames
 from agentbus_redis.streams.topology import Topology
@@ -222,7 +223,9 @@ async def run(args: argparse.Namespace) -> None:
         direct = await direct_calls(root / "workspace", max(args.rounds, 50))
         direct_p50 = statistics.median(direct) * 1000
         async with AgentbusClient.connect(server.url, names=names) as bus:
-            observer_redis = aioredis.Redis.from_url(server.url)
+            # The bus's client, not redis-py's defaults: its observer loop ends only by being cancelled, and on
+            # Python 3.11 the default socket timeout loses cancels (runtime/redis_client.py): the bench hung here.
+            observer_redis = redis_client.connect(server.url)
             observer = Observer(observer_redis, bus.topology)
             await observer.start()
             watching = asyncio.create_task(observer.run())

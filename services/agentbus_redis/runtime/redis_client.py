@@ -1,10 +1,17 @@
-"""The Redis client of a worker process: one Redis, or a Redis Cluster named by a ``redis+cluster://`` URL.
+"""The Redis client of every process of the bus (workers, SDK, console, ``agentbus up``): one Redis, or a Redis
+Cluster named by a ``redis+cluster://`` URL.
 
 No per-command socket timeout. redis-py 8 defaults to 5 s, and with a timeout every command's send runs
 in an ``asyncio.wait_for`` task and every reply read (each command of a pipeline, each ``QUEUED`` of a
 transaction) under an asyncio timeout: ≈ 150 µs of CPU and two extra event-loop turns per awaited round
 trip on this machine, a fifth of a worker's cost per batch at 1k events/s (redis-streams-baseline.md §8:
-round trips dominate). A dead peer is detected by TCP instead, within ≈ 10 s:
+round trips dominate). And on Python 3.11 that ``wait_for`` loses cancellations: a cancel that lands after the
+send finished but before the awaiting task resumed is swallowed (``wait_for`` returns the send's result,
+CPython gh-86296, fixed in 3.12), so the command goes on as if never cancelled — about a quarter of the cancels
+that land on a command (``tests/services/test_redis_client_cancellation.py``), and a task that ends only by
+being cancelled (a watcher, a keep-alive loop, an SDK reader under ``asyncio.timeout``) runs on forever while
+whoever awaits its end hangs. Hence :func:`connect` gives every client these options, not only the workers'.
+A dead peer is detected by TCP instead, within ≈ 10 s:
 
 - a Redis restart or a closed connection: reset / EOF at once (the consumers' reconnect path);
 - a peer that vanished while a command is unacknowledged: ``TCP_USER_TIMEOUT`` (Linux);
@@ -184,6 +191,7 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
     key slot), pipelines (split by node) and scripts (sent to their keys' node) the workers use; what needs
     one connection (a lane's) asks :func:`lane_client`.
     """
+    options = {**_options(), **options}
     if not is_cluster_url(url):
         client = aioredis.Redis.from_url(url, **options)
         pool = client.connection_pool
@@ -204,8 +212,8 @@ def connect(url: str, **options: Any) -> aioredis.Redis:
 
 
 def worker_redis(url: str) -> aioredis.Redis:
-    """A client for ``url`` tuned as described in the module docstring (returns bytes)."""
-    return connect(url, **_options())
+    """A worker's client for ``url`` (returns bytes): :func:`connect`'s, tuned as the module docstring says."""
+    return connect(url)
 
 
 def lane_client(redis: aioredis.Redis, key: str) -> aioredis.Redis:
