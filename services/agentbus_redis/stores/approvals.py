@@ -126,6 +126,8 @@ class ApprovalStore:
         pipe.hset(self.parked_key(session_id), mapping=dict.fromkeys(parked_ids, park_id))
         waiting_ms = max(request.deadline_ms - request.requested_ms for request in requests)
         pipe.pexpire(self.parked_key(session_id), DECIDED_TTL_MS + waiting_ms)  # outlives every park in it
+        # Findable by id before it is listed as pending: a person who lists and then looks one up finds it.
+        pipe.hset(self.sessions_key, mapping={request.approval_id: session_id for request in requests})
         await pipe.execute()
         stored = await self.get_many(session_id, [request.approval_id for request in requests])
         pending = [item for item in stored if item.pending]
@@ -134,7 +136,6 @@ class ApprovalStore:
             await self.redis.zadd(
                 index, {f"{session_id} {item.request.approval_id}": item.request.requested_ms for item in pending}
             )
-        await self.redis.hset(self.sessions_key, mapping={request.approval_id: session_id for request in requests})
         for item in pending:
             await self._announce(item.request, "requested")
 
