@@ -8,6 +8,7 @@ from typing import get_args
 import pytest
 
 from agentbus_redis.approvals.records import ApprovalRequested, AskedCall
+from agentbus_redis.bus import internal_events
 from agentbus_redis.bus.events import (
     AssistantReply,
     DeadlineSweep,
@@ -122,3 +123,18 @@ def test_every_ingress_payload_is_told_apart_by_its_type() -> None:
     literals = [get_args(model.model_fields["type"].annotation) for model in members]
     assert all(len(values) == 1 for values in literals), literals
     assert len({values[0] for values in literals}) == len(members)
+
+
+def test_the_plain_payloads_are_exactly_those_no_rule_looks_into() -> None:
+    """The fast path of ``forged_internal_problem`` (only the key checked) covers the payload types that no other
+    rule of it names: each type of the ingress union is in exactly one of its sets."""
+    members = get_args(get_args(IngressPayload)[0])
+    kinds = [get_args(model.model_fields["type"].annotation)[0] for model in members]
+    sets = [
+        internal_events._PLAIN_TYPES,
+        internal_events._WORKER_ONLY_TYPES,
+        internal_events._ANSWERING_TYPES,
+        {internal_events._SYSTEM_NOTICE},
+        {internal_events._ATTACHMENT_NOTICE},
+    ]
+    assert sorted(kind for names in sets for kind in names) == sorted(kinds)

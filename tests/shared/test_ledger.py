@@ -6,20 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from agentbus_redis.bus.events import (
     AssistantReply,
     IngressEnvelope,
     IngressPayload,
     Interrupt,
+    LogEntry,
     RecordedMessage,
     StreamEvent,
     StreamFallback,
     ToolJobAbandoned,
     ToolResultReport,
     UserPrompt,
+    new_log_entry,
+    new_record,
 )
 from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
+from agentbus_redis.bus.live_reply import LiveDelta
 from agentbus_redis.clock import FixedClock
 from agentbus_redis.ids import SequentialIds
 from agentbus_redis.messages.constants import (
@@ -370,3 +375,21 @@ def test_issue26_a_recorded_message_without_the_marker_still_opens_the_turn(ledg
     out = send(ledger, RecordedMessage(message=create_user_message("hi")))
     assert not out.entries[0].replayed
     assert ledger.state.awaiting_model
+
+
+def test_a_record_made_by_its_validator_is_the_one_its_constructor_makes() -> None:
+    """``new_record`` (the ledger's log entries, the live deltas) calls the validator directly: the same values,
+    set fields and dump as ``Model(**fields)``, and still validated."""
+    message = create_user_message("hi")
+    for fields in (
+        {"session_id": "s", "seq": 3, "message": message, "traceparent": None},
+        {"session_id": "s", "seq": 3, "message": message, "traceparent": "t", "ingress_id": "1-0", "replayed": True},
+    ):
+        built, made = new_log_entry(dict(fields)), LogEntry(**fields)
+        assert built == made
+        assert built.model_fields_set == made.model_fields_set
+        assert built.to_wire_json() == made.to_wire_json()
+    delta = {"request_id": "r", "index": 0, "kind": "text", "text": "hé", "after_seq": 2}
+    assert new_record(LiveDelta, dict(delta)).to_wire_json() == LiveDelta(**delta).to_wire_json()
+    with pytest.raises(ValidationError):
+        new_log_entry({"session_id": "s", "seq": "x", "message": message})

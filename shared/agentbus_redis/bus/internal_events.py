@@ -32,18 +32,23 @@ import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
 
-from agentbus_redis.approvals.records import ApprovalRequested
+from agentbus_redis.approvals.records import ApprovalAnswer, ApprovalRequested
 from agentbus_redis.bus.events import (
+    AssistantReply,
     AttachmentNotice,
     DeadlineSweep,
     IngressEnvelope,
+    Interrupt,
     PiMessagePayload,
     RecordedMessage,
+    StreamEvent,
+    StreamFallback,
     StuckTurnSweep,
     SystemNotice,
     ToolJobAbandoned,
     ToolProgressReport,
     ToolResultReport,
+    UserPrompt,
 )
 from agentbus_redis.bus.ledger import PendingToolUse, tool_result_ids_of
 from agentbus_redis.messages.kinds import Message, ProgressMessage, UserMessage
@@ -91,6 +96,11 @@ _ANSWERING_TYPES = frozenset(
     type_literal(model) for model in (PiMessagePayload, ToolResultReport, ToolProgressReport, RecordedMessage)
 )
 """Payloads that can answer a call (:func:`_answered_calls`)."""
+_PLAIN_TYPES = frozenset(
+    type_literal(model)
+    for model in (UserPrompt, AssistantReply, StreamEvent, StreamFallback, Interrupt, ApprovalAnswer)
+)
+"""Payloads a producer may write whatever they hold: only their idempotency key is checked."""
 
 
 def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, PendingToolUse]) -> str | None:
@@ -100,6 +110,8 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
     # Dispatched on the discriminator: a failing isinstance check against a pydantic model class goes through
     # ABCMeta's __instancecheck__ (~0.25 µs each), and this runs for every producer entry (~4 µs → ~0.5 µs).
     kind = payload.type
+    if kind in _PLAIN_TYPES:  # most entries (stream events): only the key's namespace is the workers'
+        return _internal_key_problem(envelope.idempotency_key)
     if kind in _WORKER_ONLY_TYPES:
         return f"{kind} is written only by agentbus workers, and this entry has no valid authenticator"
     if kind == _SYSTEM_NOTICE and isinstance(payload, SystemNotice) and is_sdk_only(payload.message):
@@ -109,8 +121,8 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
             "a max_turns_reached attachment is written only by the model worker (A3.8), "
             "and this entry has no valid authenticator"
         )
-    if envelope.idempotency_key.startswith(INTERNAL_KEY_PREFIX):
-        return f"idempotency key {envelope.idempotency_key!r}: the {INTERNAL_KEY_PREFIX!r} namespace is the workers'"
+    if (problem := _internal_key_problem(envelope.idempotency_key)) is not None:
+        return problem
     if kind not in _ANSWERING_TYPES:
         return None
     answered = [i for i in _answered_calls(payload) if (p := pending.get(i)) is not None and p.dispatched]
@@ -119,6 +131,13 @@ def forged_internal_problem(envelope: IngressEnvelope, pending: Mapping[str, Pen
             f"{kind} for tool_use {', '.join(answered)}, which was dispatched to the tool workers: "
             "only a tool worker answers it (producers answer calls sent with execute_tools=false)"
         )
+    return None
+
+
+def _internal_key_problem(key: str) -> str | None:
+    """Why a producer may not use idempotency key ``key`` (it is in the workers' namespace), or None."""
+    if key.startswith(INTERNAL_KEY_PREFIX):
+        return f"idempotency key {key!r}: the {INTERNAL_KEY_PREFIX!r} namespace is the workers'"
     return None
 
 

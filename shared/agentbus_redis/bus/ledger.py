@@ -48,6 +48,7 @@ from agentbus_redis.bus.events import (
     ToolProgressReport,
     ToolResultReport,
     UserPrompt,
+    new_log_entry,
 )
 from agentbus_redis.bus.interrupts import InterruptReason, stronger_reason
 from agentbus_redis.bus.queued_prompts import turn_open_after
@@ -291,7 +292,10 @@ class SessionLedger:
             case ApprovalAnswer():
                 self._apply_approval_answer(out, payload, trace)
         if _progress(payload, out):
-            self.state.last_progress_ms = max(self.state.last_progress_ms or 0, now_ms)
+            state = self.state
+            # Set in the instance's dict, as pydantic's ``__setattr__`` does for a field of a model that does not
+            # validate assignments (a ``WireHolder``'s fields all count as set already): once per entry applied.
+            state.__dict__["last_progress_ms"] = max(state.last_progress_ms or 0, now_ms)
         return out
 
     def expire(self, *, now_ms: int) -> LedgerOutput:
@@ -702,14 +706,17 @@ class SessionLedger:
         self.state.seq += 1
         self.state.awaiting_model = model_due_after(message, due=self.state.awaiting_model)
         self.state.last_turn_failed = turn_failed_after(message, failed=self.state.last_turn_failed)
-        origin: dict[str, str | bool] = {"ingress_id": self._ingress_id} if self._ingress_id is not None else {}
+        fields: dict[str, object] = {
+            "session_id": self.state.session_id,
+            "seq": self.state.seq,
+            "message": message,
+            "traceparent": traceparent,
+        }
+        if self._ingress_id is not None:
+            fields["ingress_id"] = self._ingress_id
         if self._replaying:
-            origin["replayed"] = True
-        out.entries.append(
-            LogEntry(
-                session_id=self.state.session_id, seq=self.state.seq, message=message, traceparent=traceparent, **origin
-            )
-        )
+            fields["replayed"] = True
+        out.entries.append(new_log_entry(fields))
 
 
 def _progress(payload: IngressPayload, out: LedgerOutput) -> bool:

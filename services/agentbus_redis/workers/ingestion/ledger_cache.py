@@ -98,8 +98,12 @@ def restore_reply_events(cached: CachedLedger, request_id: str, raw_events: Iter
     cached.stored_replies[request_id] = (reply, len(reply.events))
 
 
-def encode_event(event: object) -> bytes:
-    return orjson.dumps(event)
+def encode_event(event: object) -> str:
+    """A raw event as its reply's list holds it: the text of ``orjson.dumps`` (the same member: the write script's
+    arguments are packed with ``use_bin_type=False``, bytes and text alike). Not the bytes ``orjson.dumps``
+    returns: each keeps the 4 KiB buffer orjson wrote into (``tracemalloc``: 4,097 bytes for a 91-byte event), and
+    they stay alive until the batch is sent (~50 events, ~200 KB a batch of the turns mix, for ~6 KB of text)."""
+    return orjson.dumps(event).decode()
 
 
 class LedgerCache:
