@@ -10,6 +10,7 @@ from agentbus_redis.json_types import JsonValue
 from agentbus_redis.messages.kinds import Message, UserMessage
 from agentbus_redis.transcript_files.cleaning import PersistableMessage, is_chain_participant, is_compact_boundary
 from agentbus_redis.transcript_files.lines import ChainFields, LineTemplate, dumps_line
+from agentbus_redis.transcript_files.logged_wire import LoggedWires, wire_of
 from agentbus_redis.wire import field_or_none
 
 
@@ -69,10 +70,12 @@ def build_chain_lines(
     stamp: dict[str, JsonValue | None],
     team: TeamInfo,
     agent_id: str | None,
+    wires: LoggedWires | None = None,
 ) -> ChainLines:
     """R7.8 ``insertMessageChain``: a tool result's parent is its ``sourceToolAssistantUUID``; a compact
     boundary gets ``parentUuid: null`` and ``logicalParentUuid: <parent>`` (its own value wins); everything
-    else hangs off the previous chain participant. ``agent_id`` marks sidechain lines (R7.9)."""
+    else hangs off the previous chain participant. ``agent_id`` marks sidechain lines (R7.9). A message
+    ``wires`` holds is written from its wire object as logged (``logged_wire.py``), the others are dumped."""
     parent = starting_parent
     last: str | None = None
     lines: list[str] = []
@@ -88,13 +91,14 @@ def build_chain_lines(
     )
     template = LineTemplate(batch_chain, stamp)
     for message in messages:
+        wire = wire_of(message, wires)
         if is_compact_boundary(message):
-            line = template.line(message.to_wire(), None, parent, with_logical_parent=True)
+            line = template.line(wire, None, parent, with_logical_parent=True)
         else:
             effective = parent
             if isinstance(message, UserMessage) and message.source_tool_assistant_uuid:
                 effective = message.source_tool_assistant_uuid
-            line = template.line(message.to_wire(), effective)
+            line = template.line(wire, effective)
         lines.append(dumps_line(line))
         uuids.append(message.uuid)
         if is_chain_participant(message):

@@ -50,6 +50,7 @@ from agentbus_redis.transcript_files.layout import (
     write_subagent_meta,
 )
 from agentbus_redis.transcript_files.lines import SessionStamp, dumps_line
+from agentbus_redis.transcript_files.logged_wire import LoggedWires
 from agentbus_redis.transcript_files.recording import (
     TeamInfo,
     build_chain_lines,
@@ -322,6 +323,7 @@ class TranscriptStore:
         agent_name: str | None = None,
         prompt_id: str | None = None,
         recorded: bool = False,
+        wires: LoggedWires | None = None,
     ) -> RecordResult:
         """R7.7 ``recordTranscript``: append the messages of ``messages`` not yet in the session.
 
@@ -333,23 +335,32 @@ class TranscriptStore:
         ``history`` is the in-memory conversation the batch belongs to: before a new compact boundary with a
         preserved segment, ``history`` up to the segment tail is recorded first (R7.11, headless). When the
         segment is inside the batch itself (after the boundary), that segment is written first instead.
-        ``all_messages`` is where REPL tool ids are collected from (R7.5).
+        ``all_messages`` is where REPL tool ids are collected from (R7.5). ``wires``: the wire objects of
+        messages read from the log, as logged (``logged_wire.py``): their lines are built from them.
         """
         state = await self._session(session_id, cwd)
         pending: list[asyncio.Future[None]] = []
         team = TeamInfo(team_name, agent_name, prompt_id)
         async with state.lock:
             hint = parent_hint if parent_hint is not None or not continue_chain else state.last_chain_uuid
-            result = self._record_locked(state, messages, cwd, hint, history, all_messages, team, pending, recorded)
+            result = self._record_locked(
+                state, messages, cwd, hint, history, all_messages, team, pending, recorded, wires
+            )
         for future in pending:
             await future
         return result
 
     def record_ready(
-        self, session_id: str, messages: Sequence[Message], *, cwd: str, recorded: bool = False
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        cwd: str,
+        recorded: bool = False,
+        wires: LoggedWires | None = None,
     ) -> tuple[RecordResult, list[asyncio.Future[None]]] | None:
-        """``record(session_id, messages, cwd=cwd, continue_chain=True, recorded=recorded)`` done now when it
-        can be: the session is open and nobody holds its lock. Returns the result and the futures to await
+        """``record(session_id, messages, cwd=cwd, continue_chain=True, recorded=recorded, wires=wires)`` done
+        now when it can be: the session is open and nobody holds its lock. Returns the result and the futures to await
         before the lines count as durable; ``None`` (nothing done) when the caller must await ``record``.
 
         Why: the transcript worker records every session of a batch; a task, a lock and an await per session
@@ -360,7 +371,7 @@ class TranscriptStore:
             return None
         pending: list[asyncio.Future[None]] = []
         hint = state.last_chain_uuid
-        result = self._record_locked(state, messages, cwd, hint, None, None, TeamInfo(), pending, recorded)
+        result = self._record_locked(state, messages, cwd, hint, None, None, TeamInfo(), pending, recorded, wires)
         return result, pending
 
     def _record_locked(
@@ -374,6 +385,7 @@ class TranscriptStore:
         team: TeamInfo,
         pending: list[asyncio.Future[None]],
         recorded: bool,
+        wires: LoggedWires | None = None,
     ) -> RecordResult:
         """``record``'s work under the session's lock, without awaiting: the lines are written on return."""
         cleaning = dataclasses.replace(self.config.cleaning, keep_attachments=True) if recorded else None
@@ -382,8 +394,10 @@ class TranscriptStore:
         if prelude:
             # A segment taken from the batch is written as the continuation of the session so far.
             prelude_hint = hint if from_history or hint is not None else state.last_chain_uuid
-            earlier = self._record_now(state, prelude, cwd, prelude_hint, all_messages, team, pending, cleaning).written
-        result = self._record_now(state, messages, cwd, hint, all_messages, team, pending, cleaning)
+            earlier = self._record_now(
+                state, prelude, cwd, prelude_hint, all_messages, team, pending, cleaning, wires
+            ).written
+        result = self._record_now(state, messages, cwd, hint, all_messages, team, pending, cleaning, wires)
         if earlier:
             result = dataclasses.replace(result, written=(*earlier, *result.written))
         return result
@@ -398,6 +412,7 @@ class TranscriptStore:
         team: TeamInfo,
         pending: list[asyncio.Future[None]],
         cleaning: CleaningPolicy | None = None,
+        wires: LoggedWires | None = None,
     ) -> RecordResult:
         """R7.7 steps 1–5 without awaiting: the batch is written before this returns."""
         policy = cleaning if cleaning is not None else self.config.cleaning
@@ -405,7 +420,9 @@ class TranscriptStore:
         split = split_recorded_prefix(cleaned, state.uuids, parent_hint)
         stamp_id = state.stamp_session_id or state.session_id
         stamp = self.config.stamp.values(cwd=cwd, session_id=stamp_id)  # git branch: once per batch
-        chain = build_chain_lines(split.new, split.starting_parent, stamp=stamp, team=team, agent_id=state.agent_id)
+        chain = build_chain_lines(
+            split.new, split.starting_parent, stamp=stamp, team=team, agent_id=state.agent_id, wires=wires
+        )
         lines, written, last_new = chain.lines, chain.uuids, chain.last_participant
         kept = [(line, uuid) for line, uuid in zip(lines, written, strict=True) if self._claim(state, uuid)]
         kept_uuids = [uuid for _, uuid in kept]

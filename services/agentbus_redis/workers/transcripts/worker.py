@@ -20,9 +20,11 @@ import structlog
 from agentbus_redis.bus.events import LogEntry
 from agentbus_redis.messages.kinds import Message, TombstoneMessage
 from agentbus_redis.observability import metrics
+from agentbus_redis.runtime.codec import DATA_FIELD
 from agentbus_redis.runtime.consumer import BatchHandler, BatchOutcome, Poison
 from agentbus_redis.session_ids import session_id_problem
 from agentbus_redis.streams.entries import StreamEntry
+from agentbus_redis.transcript_files.logged_wire import LoggedWires, logged_message_wire
 from agentbus_redis.transcript_files.pi_mirror import PiMirror
 from agentbus_redis.transcript_files.store import TranscriptStore
 from agentbus_redis.wire import field_or_none
@@ -82,9 +84,15 @@ class TranscriptWorker:
                 poison[entry.entry_id] = Poison("invalid_session_id", f"{session!r}: {problem}")
                 continue
             by_session[session] = [record]
+        # Each message's wire object as logged: its line is built from it, not from a dump of the model.
+        wires: LoggedWires = {
+            id(record.message): (record.message, wire)
+            for entry, record in batch.records
+            if (wire := logged_message_wire(entry.fields[DATA_FIELD])) is not None
+        }
         before = (self.stats.lines_written, self.stats.duplicates_skipped, self.stats.lines_removed)
         started = time.perf_counter()
-        await self._persist_all(by_session)
+        await self._persist_all(by_session, wires)
         durable_s = time.perf_counter() - started
         stream = entries[0].stream if entries else "log"
         metrics.record_consumed("transcripts", stream, consumed)
@@ -121,7 +129,7 @@ class TranscriptWorker:
         )
         return BatchOutcome(poison=poison)
 
-    async def _persist_all(self, by_session: dict[str, list[LogEntry]]) -> None:
+    async def _persist_all(self, by_session: dict[str, list[LogEntry]], wires: LoggedWires) -> None:
         """Write every session's lines, then wait until they are all durable. Sessions are independent files:
         their writes and syncs overlap (one shared ``syncfs`` round, or concurrent fsyncs)."""
         pending: list[asyncio.Future[None]] = []
@@ -129,18 +137,20 @@ class TranscriptWorker:
         failure: Exception | None = None
         for session, records in by_session.items():
             try:
-                if not self._record_ready(session, records, pending):
+                if not self._record_ready(session, records, pending, wires):
                     others.append((session, records))
             except Exception as error:  # as a failed task of the gather below: the other sessions still write
                 failure = failure or error
         if failure is not None:
             raise failure
         if others:
-            await asyncio.gather(*(self._persist(session, records) for session, records in others))
+            await asyncio.gather(*(self._persist(session, records, wires) for session, records in others))
         for future in pending:
             await future
 
-    def _record_ready(self, session: str, records: list[LogEntry], pending: list[asyncio.Future[None]]) -> bool:
+    def _record_ready(
+        self, session: str, records: list[LogEntry], pending: list[asyncio.Future[None]], wires: LoggedWires
+    ) -> bool:
         """The common case done without a task per session (``TranscriptStore.record_ready``): an open session,
         one run of messages (no tombstone, one ``replayed`` flag), nothing else to do for it. False when
         ``_persist`` must do it (nothing was written)."""
@@ -150,7 +160,7 @@ class TranscriptWorker:
         if any(isinstance(record.message, TombstoneMessage) or record.replayed != replayed for record in records):
             return False
         messages = [record.message for record in records]
-        ready = self.store.record_ready(session, messages, cwd=self.cwd, recorded=replayed)
+        ready = self.store.record_ready(session, messages, cwd=self.cwd, recorded=replayed, wires=wires)
         if ready is None:
             return False
         result, futures = ready
@@ -159,15 +169,15 @@ class TranscriptWorker:
         self.stats.duplicates_skipped += len(result.skipped)
         return True
 
-    async def _persist(self, session: str, records: list[LogEntry]) -> None:
+    async def _persist(self, session: str, records: list[LogEntry], wires: LoggedWires) -> None:
         if self.on_new_session is not None and session not in self._seen_sessions:
             await self.on_new_session(session)
             self._seen_sessions.add(session)
-        removed_any = await self._persist_transcript(session, records)
+        removed_any = await self._persist_transcript(session, records, wires)
         if self.pi_mirror is not None:
             await self.pi_mirror.sync(session, self.store.session_path(session, self.cwd), rewrite=removed_any)
 
-    async def _persist_transcript(self, session: str, records: list[LogEntry]) -> bool:
+    async def _persist_transcript(self, session: str, records: list[LogEntry], wires: LoggedWires) -> bool:
         """Record the batch's messages and apply its tombstones; True when a line was removed."""
         removed_any = False
         run: list[Message] = []
@@ -175,7 +185,7 @@ class TranscriptWorker:
         for record in records:
             message = record.message
             if isinstance(message, TombstoneMessage):
-                await self._record(session, run, recorded=replayed)
+                await self._record(session, run, wires, recorded=replayed)
                 run = []
                 uuid = field_or_none(message.message, "uuid")
                 if isinstance(uuid, str):
@@ -184,15 +194,17 @@ class TranscriptWorker:
                     removed_any = removed_any or bool(removed.removed)
             else:
                 if record.replayed != replayed:  # a replayed recording keeps its attachments: its own run
-                    await self._record(session, run, recorded=replayed)
+                    await self._record(session, run, wires, recorded=replayed)
                     run, replayed = [], record.replayed
                 run.append(message)
-        await self._record(session, run, recorded=replayed)
+        await self._record(session, run, wires, recorded=replayed)
         return removed_any
 
-    async def _record(self, session: str, messages: list[Message], *, recorded: bool) -> None:
+    async def _record(self, session: str, messages: list[Message], wires: LoggedWires, *, recorded: bool) -> None:
         if not messages:
             return
-        result = await self.store.record(session, messages, cwd=self.cwd, continue_chain=True, recorded=recorded)
+        result = await self.store.record(
+            session, messages, cwd=self.cwd, continue_chain=True, recorded=recorded, wires=wires
+        )
         self.stats.lines_written += len(result.written)
         self.stats.duplicates_skipped += len(result.skipped)
