@@ -50,12 +50,7 @@ async def _cancelled_at(redis: aioredis.Redis, loop_turns: int) -> bool:
 async def test_every_cancel_of_a_command_is_kept(redis_url: str, make: Callable[[str], aioredis.Redis]) -> None:
     redis = make(redis_url)
     try:
-        lost = [
-            turns
-            for turns in LOOP_TURNS
-            for _ in range(TRIALS_PER_TURN)
-            if not await _cancelled_at(redis, turns)
-        ]
+        lost = [turns for turns in LOOP_TURNS for _ in range(TRIALS_PER_TURN) if not await _cancelled_at(redis, turns)]
     finally:
         await redis.aclose()
     assert lost == [], f"{len(lost)} of {len(LOOP_TURNS) * TRIALS_PER_TURN} cancels lost (at loop turns {set(lost)})"
