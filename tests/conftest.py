@@ -20,6 +20,7 @@ from hypothesis import settings as hypothesis_settings
 
 from agentbus_redis.local.redis_cluster import LocalRedisCluster, start_local_cluster
 from agentbus_redis.local.redis_server import LocalRedis, start_local_redis
+from agentbus_redis.runtime import redis_client
 from tests.integration.cluster import WorkerCluster
 
 pytest_plugins = ["tests.fake_model_fixture"]
@@ -207,8 +208,10 @@ def redis_url(redis_server: LocalRedis) -> Iterator[str]:
 
 @pytest.fixture
 async def aredis(redis_url: str) -> AsyncIterator[aioredis.Redis]:
-    """An asyncio client on the test database."""
-    client = aioredis.Redis.from_url(redis_url)
+    """An asyncio client on the test database: the bus's own (runtime/redis_client.py), not redis-py's defaults,
+    whose socket timeout loses cancels on Python 3.11 — a test that cancels a task using this client and awaits
+    its end (``test_runtime_lanes.py``'s crashed owner) then hung until the test's timeout."""
+    client = redis_client.connect(redis_url)
     try:
         yield client
     finally:
