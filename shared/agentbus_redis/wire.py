@@ -20,7 +20,7 @@ wrap ``model_serializer`` called back into Python for every nested object and ma
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -55,6 +55,16 @@ class WireModel(BaseModel):
         super().__init__(**data)
         if self._defaults_set:
             self.__pydantic_fields_set__.update(self._defaults_set)
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> Self:
+        """``cls(**fields)``: the same validation and the same set fields, with the model's validator called
+        directly — two Python frames fewer, for the records made per entry on hot paths (ingestion's log entries
+        and live deltas)."""
+        record: Self = cls.__pydantic_validator__.validate_python(fields)
+        if cls._defaults_set:
+            record.__pydantic_fields_set__.update(cls._defaults_set)
+        return record
 
     # Validation must not call this ``__init__``: pydantic-core calls a "custom" one for every object it
     # validates, which made a log entry's validation 2.4× slower. The marker is how pydantic's own

@@ -20,8 +20,6 @@ from agentbus_redis.bus.events import (
     ToolJobAbandoned,
     ToolResultReport,
     UserPrompt,
-    new_log_entry,
-    new_record,
 )
 from agentbus_redis.bus.ledger import LedgerOutput, SessionLedger, new_ledger_state
 from agentbus_redis.bus.live_reply import LiveDelta
@@ -378,18 +376,18 @@ def test_issue26_a_recorded_message_without_the_marker_still_opens_the_turn(ledg
 
 
 def test_a_record_made_by_its_validator_is_the_one_its_constructor_makes() -> None:
-    """``new_record`` (the ledger's log entries, the live deltas) calls the validator directly: the same values,
-    set fields and dump as ``Model(**fields)``, and still validated."""
+    """``WireModel.from_fields`` (the ledger's log entries, the live deltas) calls the validator directly: the same
+    values, set fields and dump as ``Model(**fields)``, and still validated."""
     message = create_user_message("hi")
     for fields in (
         {"session_id": "s", "seq": 3, "message": message, "traceparent": None},
         {"session_id": "s", "seq": 3, "message": message, "traceparent": "t", "ingress_id": "1-0", "replayed": True},
     ):
-        built, made = new_log_entry(dict(fields)), LogEntry(**fields)
+        built, made = LogEntry.from_fields(dict(fields)), LogEntry(**fields)
         assert built == made
         assert built.model_fields_set == made.model_fields_set
         assert built.to_wire_json() == made.to_wire_json()
     delta = {"request_id": "r", "index": 0, "kind": "text", "text": "hé", "after_seq": 2}
-    assert new_record(LiveDelta, dict(delta)).to_wire_json() == LiveDelta(**delta).to_wire_json()
+    assert LiveDelta.from_fields(dict(delta)).to_wire_json() == LiveDelta(**delta).to_wire_json()
     with pytest.raises(ValidationError):
-        new_log_entry({"session_id": "s", "seq": "x", "message": message})
+        LogEntry.from_fields({"session_id": "s", "seq": "x", "message": message})

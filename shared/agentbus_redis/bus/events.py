@@ -8,7 +8,7 @@ Bus formats are agentbus' own and snake_case; embedded messages keep Claude Code
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, TypeVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, SerializeAsAny, TypeAdapter, field_validator
 
@@ -261,23 +261,6 @@ def parse_ingress(data: str | bytes) -> IngressEnvelope:
     # fewer on every ingress entry (ingestion parses each one).
     envelope: IngressEnvelope = _INGRESS_VALIDATOR.validate_json(data, by_alias=True, by_name=False)
     return envelope
-
-
-_Record = TypeVar("_Record", bound=WireModel)
-
-
-def new_record(model: type[_Record], fields: dict[str, object]) -> _Record:
-    """``model(**fields)``: the same validation and the same set fields (the discriminators ``type`` and ``v``
-    count as set, as ``WireModel.__init__`` marks them), with the model's validator called directly — two
-    Python frames fewer for each record ingestion makes per logged message or live delta."""
-    record: _Record = model.__pydantic_validator__.validate_python(fields)
-    record.__pydantic_fields_set__.update(model._defaults_set)
-    return record
-
-
-def new_log_entry(fields: dict[str, object]) -> LogEntry:
-    """``LogEntry(**fields)``, as :func:`new_record` makes it."""
-    return new_record(LogEntry, fields)
 
 
 def parse_log_entry(data: str | bytes) -> LogEntry:

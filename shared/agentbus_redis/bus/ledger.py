@@ -48,7 +48,6 @@ from agentbus_redis.bus.events import (
     ToolProgressReport,
     ToolResultReport,
     UserPrompt,
-    new_log_entry,
 )
 from agentbus_redis.bus.interrupts import InterruptReason, stronger_reason
 from agentbus_redis.bus.queued_prompts import turn_open_after
@@ -716,7 +715,7 @@ class SessionLedger:
             fields["ingress_id"] = self._ingress_id
         if self._replaying:
             fields["replayed"] = True
-        out.entries.append(new_log_entry(fields))
+        out.entries.append(LogEntry.from_fields(fields))
 
 
 def _progress(payload: IngressPayload, out: LedgerOutput) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agentbus_redis.bus.events import SCHEMA_VERSION, BusModel, new_record
+from agentbus_redis.bus.events import SCHEMA_VERSION, BusModel
 from agentbus_redis.json_types import JsonObject
 
 LIVE_REPLY_MAXLEN = 2000
@@ -93,8 +93,7 @@ class LiveDeltas:
 
     def entries(self) -> list[LiveDelta]:
         return [
-            new_record(
-                LiveDelta,
+            LiveDelta.from_fields(
                 {"request_id": rid, "index": index, "kind": kind, "text": "".join(parts), "after_seq": after_seq},
             )
             for (rid, index, kind, after_seq), parts in self._runs
